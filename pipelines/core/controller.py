@@ -1,0 +1,495 @@
+"""Per-topic scalable-topic controller in event time (reference §4.7, §5, §1.3).
+
+One :class:`TopicController` owns a topic's :class:`SegmentLayout` and replays, in event time,
+what Pulsar's controller, load reporter and producers' segment routers do:
+
+- **Routing** (§1.3): a keyed message goes to the active segment whose range holds its
+  ``segment_hash``; a keyless message goes round-robin over the active segments (sorted by range)
+  with one counter per producer. Its bucket is ``bucket_of(splits, hash_b)`` (keyless → 0).
+- **Load samples** every ``load_report_interval_ms`` of ``rate_window_ms`` rolling rates, written
+  through the 25 % material-change gate (§5).
+- **Evaluations** at every ``auto_scale_interval_ms`` tick, at each consumer registration and at
+  follow-ups after a split (``split_cooldown + 1 ms``) or rebucket (``rebucket_cooldown + 1 ms``);
+  triggers at the same instant coalesce into one evaluation (§4.7).
+- **Cooldown clocks** are set to the evaluation time only when an operation succeeds.
+
+Event-time model (DESIGN): an evaluation at ``T`` uses data with ``event_ms < T``; the new layout
+applies to messages with ``event_ms >= T``. At one instant the order is: load sample, then
+evaluation. Samples and ticks are aligned to multiples of their interval on the event clock.
+
+Emulator refinements, documented here because Pulsar has no equivalent:
+- ``msg_rate_out``/``bytes_rate_out`` are modelled as the in-rates times the number of
+  subscriptions with a connected consumer (consumers assumed to keep up; dispatch runs later).
+- ``segment_load`` rows are kept for samples with traffic in the window or a written record;
+  idle samples (zero rates, nothing written) produce no row.
+- A suppressed evaluation (``NoAction`` with ``suppressed_by``) is recorded when its suppression
+  differs from the previous evaluation's, so a standing block is one row, not one per tick.
+- Idle stretches are skipped: while no segment has traffic in its window and every written rate is
+  zero, samples and ticks are evaluated only where their outcome can change (cooldown expiry,
+  merge-window eligibility, consumer-count change), which gives the same rows as ticking through.
+- Sealed segments are never pruned (retention GC is not emulated).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pipelines.core.buckets import bucket_of_array
+from pipelines.core.layout import SegmentLayout
+from pipelines.core.load import DEFAULT_RATE_CHANGE_THRESHOLD, RollingRates, SegmentLoadReporter
+from pipelines.core.policy import (
+    AutoScaleConfig,
+    Decision,
+    Merge,
+    NoAction,
+    Rebucket,
+    Split,
+    decide,
+)
+
+NEVER = None
+
+
+class SubscriptionType(StrEnum):
+    STREAM = "stream"
+    CHECKPOINT = "checkpoint"
+    QUEUE = "queue"
+
+
+class Trigger(StrEnum):
+    TICK = "tick"
+    CONSUMER_REGISTRATION = "consumer-registration"
+    FOLLOW_UP = "follow-up"
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """A consumer session: registers at ``join_ms``, disconnects at ``leave_ms`` (None = never).
+
+    A disconnected session still counts for ``grace_ms`` (reference §6.1)."""
+
+    name: str
+    join_ms: int
+    leave_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class SubscriptionSpec:
+    name: str
+    type: SubscriptionType
+    consumers: tuple[ConsumerSpec, ...] = ()
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """Topic-level settings of the controller (times in event-time ms)."""
+
+    policy: AutoScaleConfig = AutoScaleConfig()
+    initial_segments: int = 1
+    bucket_budget: int = 4
+    auto_scale_interval_ms: int = 60_000
+    load_report_interval_ms: int = 10_000
+    rate_window_ms: int = 60_000
+    rate_change_threshold: float = DEFAULT_RATE_CHANGE_THRESHOLD
+    consumer_grace_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class RoutedMessages:
+    """Routing of one chunk of messages, aligned with the input order.
+
+    ``segment_id`` int64, ``bucket_index`` int32, ``layout_epoch`` int64."""
+
+    segment_id: npt.NDArray[np.int64]
+    bucket_index: npt.NDArray[np.int32]
+    layout_epoch: npt.NDArray[np.int64]
+
+
+@dataclass
+class TopicController:
+    """Event-time controller of one topic. Feed messages in event-time order with
+    :meth:`advance`; call :meth:`finish` at end of input; collect rows with
+    :meth:`take_outputs`. The whole object is picklable (it is the per-topic state)."""
+
+    topic: str
+    settings: ControllerSettings
+    subscriptions: tuple[SubscriptionSpec, ...] = ()
+    layout: SegmentLayout | None = None
+    reporter: SegmentLoadReporter = field(init=False)
+    rolling: RollingRates = field(init=False)
+    last_split_ms: int | None = None
+    last_merge_ms: int | None = None
+    last_rebucket_ms: int | None = None
+    _clock_ms: int = -1  # every event with time <= _clock_ms has run
+    _horizon_ms: int = -(2**62)  # every message with event_ms < _horizon_ms has been seen
+    _next_sample_ms: int = 0
+    _next_tick_ms: int = 0
+    _follow_ups: list[int] = field(default_factory=list)  # heap
+    _registrations: list[int] = field(default_factory=list)  # sorted join times not yet run
+    _rr_counters: dict[str, int] = field(default_factory=dict)
+    _last_suppressed: tuple[str, ...] = ()
+    _decisions: list[dict[str, Any]] = field(default_factory=list)
+    _samples: list[dict[str, Any]] = field(default_factory=list)
+    _last_message_ms: int = -1
+    _quiet_evaluated: bool = False  # an evaluation ran while idle and nothing moved since
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        self.reporter = SegmentLoadReporter(s.rate_change_threshold)
+        self.rolling = RollingRates(s.load_report_interval_ms, s.rate_window_ms)
+        joins = sorted({c.join_ms for sub in self.subscriptions for c in sub.consumers
+                        if sub.type is not SubscriptionType.QUEUE})
+        self._registrations = joins
+
+    # ---- public API -----------------------------------------------------------------------
+    def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
+                hash_b: npt.NDArray[np.int64], payload_size: npt.NDArray[np.int64],
+                producer_name: Sequence[str], horizon_ms: int) -> RoutedMessages:
+        """Route one chunk of messages and run every control event with time ``<= horizon_ms``.
+
+        Arrays are aligned, sorted by ``event_ms`` (ms, int64), and every ``event_ms`` must be
+        ``< horizon_ms`` and ``>=`` any earlier chunk's horizon. ``segment_hash``/``hash_b`` are
+        ``-1`` for keyless messages; ``payload_size`` is bytes. ``ValueError`` on unsorted or
+        out-of-horizon input.
+        """
+        ev = np.asarray(event_ms, dtype=np.int64)
+        n = len(ev)
+        if n and (np.any(np.diff(ev) < 0) or ev[-1] >= horizon_ms
+                  or ev[0] < self._horizon_ms):
+            raise ValueError(f"topic {self.topic}: messages must be sorted by event time, at or "
+                             f"after the last horizon ({self._horizon_ms}) and before "
+                             f"{horizon_ms}")
+        if self.layout is None:
+            if n == 0:
+                return _empty_routing()
+            self._create(int(ev[0]))
+        seg = np.empty(n, dtype=np.int64)
+        bucket = np.empty(n, dtype=np.int32)
+        epoch = np.empty(n, dtype=np.int64)
+        sh = np.asarray(segment_hash, dtype=np.int64)
+        hb = np.asarray(hash_b, dtype=np.int64)
+        sizes = np.asarray(payload_size, dtype=np.int64)
+        producers = np.asarray(producer_name, dtype=object)
+        i = 0
+        while True:
+            t = self._next_event_ms(int(ev[i]) if i < n else None, horizon_ms)
+            if t is None or t > horizon_ms:
+                break
+            j = int(np.searchsorted(ev, t, side="left"))
+            self._route(slice(i, j), ev, sh, hb, sizes, producers, seg, bucket, epoch)
+            i = j
+            self._run_events_at(t)
+        self._route(slice(i, n), ev, sh, hb, sizes, producers, seg, bucket, epoch)
+        if n:
+            self._last_message_ms = int(ev[-1])
+        self._horizon_ms = max(self._horizon_ms, horizon_ms)
+        return RoutedMessages(seg, bucket, epoch)
+
+    def finish(self) -> None:
+        """End of input: run the control events up to and including the first auto-scale tick
+        after the last message (so the last partial interval is evaluated)."""
+        if self.layout is None:
+            return
+        iv = self.settings.auto_scale_interval_ms
+        end = (self._last_message_ms // iv + 1) * iv
+        self.advance(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
+                     np.empty(0, np.int64), [], end + 1)
+
+    def take_outputs(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """``(decisions, load_samples)`` rows produced since the last call (and clears them).
+
+        decision row: eval_time_ms, trigger, action (split|merge|rebucket|none), segment_ids,
+        new_bucket_count, reason, suppressed_by, active_segments, consumers, bucket_capacity,
+        layout_epoch. sample row: sample_time_ms, segment_id, msg_rate_in, bytes_rate_in,
+        msg_rate_out, bytes_rate_out (msg/s, bytes/s), written, modified_at_ms.
+        """
+        d, s = self._decisions, self._samples
+        self._decisions, self._samples = [], []
+        return d, s
+
+    def consumers_by_subscription(self, now_ms: int) -> dict[str, int]:
+        """Registered sessions per STREAM/CHECKPOINT subscription at ``now_ms`` (incl. those
+        disconnected within the grace period; QUEUE excluded, reference §4.1)."""
+        grace = self.settings.consumer_grace_ms
+        return {
+            sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
+                          and (c.leave_ms is None or now_ms < c.leave_ms + grace))
+            for sub in self.subscriptions if sub.type is not SubscriptionType.QUEUE
+        }
+
+    def connected_subscriptions(self, now_ms: int) -> int:
+        """Subscriptions (any type) with at least one connected consumer at ``now_ms``."""
+        return sum(
+            1 for sub in self.subscriptions
+            if any(c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
+                   for c in sub.consumers))
+
+    # ---- creation & routing ------------------------------------------------------------------
+    def _create(self, t0: int) -> None:
+        s = self.settings
+        self.layout = SegmentLayout.initial(s.initial_segments, s.bucket_budget, now_ms=t0)
+        self._clock_ms = t0 - 1
+        self._next_sample_ms = _ceil_to(t0, s.load_report_interval_ms)
+        self._next_tick_ms = _ceil_to(t0 + 1, s.auto_scale_interval_ms)
+        # Consumers registered before the topic existed are evaluated at its creation.
+        if self._registrations and self._registrations[0] < t0:
+            self._registrations = [t0] + [t for t in self._registrations if t >= t0]
+
+    def _route(self, sl: slice, ev: npt.NDArray[np.int64], sh: npt.NDArray[np.int64],
+               hb: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+               producers: npt.NDArray[Any], seg: npt.NDArray[np.int64],
+               bucket: npt.NDArray[np.int32], epoch: npt.NDArray[np.int64]) -> None:
+        if sl.start == sl.stop:
+            return
+        self._quiet_evaluated = False
+        layout = self.layout
+        assert layout is not None
+        s_hash = sh[sl]
+        keyed = s_hash >= 0
+        out = np.empty(len(s_hash), dtype=np.int64)
+        out[keyed] = layout.route_array(s_hash[keyed])
+        if not keyed.all():
+            out[~keyed] = self._round_robin(producers[sl][~keyed])
+        seg[sl] = out
+        epoch[sl] = layout.epoch
+        b = np.zeros(len(out), dtype=np.int32)
+        h_b = np.where(hb[sl] >= 0, hb[sl], 0)
+        for sid in np.unique(out):
+            m = out == sid
+            b[m] = bucket_of_array(layout.segments[int(sid)].bucket_splits, h_b[m])
+        bucket[sl] = b
+        # Load accounting: the slice lies within one sample interval (samples are events).
+        t = int(ev[sl][0])
+        for sid, cnt, nbytes in _group_sum(out, sizes[sl]):
+            self.rolling.add(sid, t, cnt, nbytes)
+
+    def _round_robin(self, producers: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """Keyless routing: per producer ``index = counter++ % n`` over active segments sorted by
+        range start (reference §1.3)."""
+        assert self.layout is not None
+        _, ids = self.layout.routing_table()
+        n = len(ids)
+        out = np.empty(len(producers), dtype=np.int64)
+        names, inverse = np.unique(producers.astype(str), return_inverse=True)
+        for k, name in enumerate(names):
+            pos = np.nonzero(inverse == k)[0]
+            start = self._rr_counters.get(str(name), 0)
+            out[pos] = ids[(start + np.arange(len(pos))) % n]
+            self._rr_counters[str(name)] = start + len(pos)
+        return out
+
+    # ---- event loop ---------------------------------------------------------------------------
+    def _next_event_ms(self, next_message_ms: int | None, horizon_ms: int) -> int | None:
+        """Time of the next control event, skipping idle samples/ticks (see module doc)."""
+        s = self.settings
+        if self._quiet_evaluated and self._idle():
+            # Nothing can change before the next message, registration, follow-up or the
+            # earliest time a time-dependent guard flips: jump the grids there.
+            wake = min(x for x in (next_message_ms, self._wake_time(), horizon_ms + 1)
+                       if x is not None)
+            self._next_sample_ms = max(self._next_sample_ms,
+                                       _floor_to(wake, s.load_report_interval_ms))
+            self._next_tick_ms = max(self._next_tick_ms, _ceil_to(wake, s.auto_scale_interval_ms))
+        candidates = [self._next_sample_ms, self._next_tick_ms]
+        if self._follow_ups:
+            candidates.append(self._follow_ups[0])
+        if self._registrations:
+            candidates.append(self._registrations[0])
+        return min(candidates)
+
+    def _idle(self) -> bool:
+        assert self.layout is not None
+        for sid in self.layout.active_segments:
+            if self.rolling.has_data(sid):
+                return False
+            last = self.reporter.last_written(sid)
+            if last is None or any(last.rates):
+                return False
+        return True
+
+    def _wake_time(self) -> int | None:
+        """Earliest future time an evaluation outcome could change while idle."""
+        p = self.settings.policy
+        times = [t for t in (
+            _after(self.last_split_ms, p.split_cooldown_s),
+            _after(self.last_merge_ms, p.merge_cooldown_s),
+            _after(self.last_rebucket_ms, p.rebucket_cooldown_s),
+        ) if t is not None]
+        assert self.layout is not None
+        for sid in self.layout.active_segments:
+            last = self.reporter.last_written(sid)
+            if last is not None:
+                times.append(last.modified_at_ms + p.merge_window_s * 1000)
+        grace = self.settings.consumer_grace_ms
+        times += [c.leave_ms + grace for sub in self.subscriptions for c in sub.consumers
+                  if c.leave_ms is not None]
+        times += [c.leave_ms for sub in self.subscriptions for c in sub.consumers
+                  if c.leave_ms is not None]
+        future = [t for t in times if t > self._clock_ms]
+        return min(future) if future else None
+
+    def _run_events_at(self, t: int) -> None:
+        s = self.settings
+        triggers: list[Trigger] = []
+        if t == self._next_sample_ms:
+            self._sample(t)
+            self._next_sample_ms += s.load_report_interval_ms
+        if t == self._next_tick_ms:
+            triggers.append(Trigger.TICK)
+            self._next_tick_ms += s.auto_scale_interval_ms
+        while self._registrations and self._registrations[0] == t:
+            self._registrations.pop(0)
+            triggers.append(Trigger.CONSUMER_REGISTRATION)
+        while self._follow_ups and self._follow_ups[0] == t:
+            heapq.heappop(self._follow_ups)
+            triggers.append(Trigger.FOLLOW_UP)
+        if triggers:
+            self._evaluate(t, "+".join(dict.fromkeys(triggers)))
+        self._clock_ms = t
+
+    def _sample(self, t: int) -> None:
+        assert self.layout is not None
+        fan_out = self.connected_subscriptions(t)
+        for sid in self.layout.active_segments:
+            msg_in, bytes_in = self.rolling.rates(sid, t)
+            rates = (msg_in, bytes_in, msg_in * fan_out, bytes_in * fan_out)
+            written = self.reporter.report(sid, rates, t)
+            if written or any(rates):
+                last = self.reporter.last_written(sid)
+                assert last is not None
+                self._samples.append({
+                    "sample_time_ms": t, "segment_id": sid, "msg_rate_in": rates[0],
+                    "bytes_rate_in": rates[1], "msg_rate_out": rates[2],
+                    "bytes_rate_out": rates[3], "written": written,
+                    "modified_at_ms": last.modified_at_ms,
+                })
+
+    def _evaluate(self, t: int, trigger: str) -> None:
+        layout = self.layout
+        assert layout is not None
+        p = self.settings.policy
+        consumers = self.consumers_by_subscription(t)
+        decision = decide(layout, self.reporter.samples, consumers, p, t, self.last_split_ms,
+                          self.last_merge_ms, self.last_rebucket_ms)
+        failure = self._apply(decision, t)
+        self._quiet_evaluated = isinstance(decision, NoAction) and self._idle()
+        if isinstance(decision, NoAction):
+            if decision.suppressed_by == self._last_suppressed:
+                return
+            self._last_suppressed = decision.suppressed_by
+            if not decision.suppressed_by:
+                return
+        else:
+            self._last_suppressed = ()
+        self._decisions.append(self._decision_row(decision, t, trigger, consumers, layout,
+                                                  failure))
+
+    def _apply(self, decision: Decision, t: int) -> str | None:
+        """Apply a decision to the layout; returns a failure sentence or None."""
+        assert self.layout is not None
+        p = self.settings.policy
+        before = set(self.layout.active_segments)
+        try:
+            if isinstance(decision, Split):
+                self.layout = self.layout.split(decision.segment_id, now_ms=t)
+                self.last_split_ms = t
+                heapq.heappush(self._follow_ups, t + p.split_cooldown_s * 1000 + 1)
+            elif isinstance(decision, Merge):
+                self.layout = self.layout.merge(decision.segment_id_1, decision.segment_id_2,
+                                                now_ms=t,
+                                                max_buckets_per_segment=p.max_buckets_per_segment)
+                self.last_merge_ms = t
+            elif isinstance(decision, Rebucket):
+                heapq.heappush(self._follow_ups, t + p.rebucket_cooldown_s * 1000 + 1)
+                for sid in decision.segment_ids:  # sequential; a failure aborts the rest
+                    self.layout = self.layout.rebucket(sid, decision.bucket_count, now_ms=t)
+                self.last_rebucket_ms = t
+        except ValueError as exc:
+            return str(exc)
+        finally:
+            for sid in before - set(self.layout.active_segments):
+                self.reporter.forget(sid)
+                self.rolling.drop(sid)
+        return None
+
+    def _decision_row(self, decision: Decision, t: int, trigger: str, consumers: dict[str, int],
+                      before: SegmentLayout, failure: str | None) -> dict[str, Any]:
+        assert self.layout is not None
+        action, new_n = "none", None
+        ids: tuple[int, ...] = ()
+        if isinstance(decision, Split):
+            action, ids = "split", (decision.segment_id,)
+        elif isinstance(decision, Merge):
+            action, ids = "merge", (decision.segment_id_1, decision.segment_id_2)
+        elif isinstance(decision, Rebucket):
+            action, ids, new_n = "rebucket", decision.segment_ids, decision.bucket_count
+        suppressed = decision.suppressed_by if isinstance(decision, NoAction) else ()
+        if failure:
+            suppressed = (*suppressed, f"operation-failed: {failure}")
+        return {
+            "eval_time_ms": t, "trigger": trigger, "action": action,
+            "segment_ids": list(ids), "new_bucket_count": new_n, "reason": decision.reason,
+            "suppressed_by": ", ".join(suppressed) or None,
+            "active_segments": len(before.active_segments),
+            "consumers": max(consumers.values(), default=0),
+            "bucket_capacity": before.bucket_capacity(),
+            "layout_epoch": self.layout.epoch,
+        }
+
+
+def segment_rows(layout: SegmentLayout) -> list[dict[str, Any]]:
+    """One row per segment ever created (``segments`` table), with ``created_by`` derived from
+    the DAG: no parent → initial; two parents → merge; one parent with the same range →
+    rebucket; else split (the controller's failover classification, reference §4.7)."""
+    rows = []
+    for sid, s in sorted(layout.segments.items()):
+        if not s.parent_ids:
+            created_by = "initial"
+        elif len(s.parent_ids) >= 2:
+            created_by = "merge"
+        else:
+            parent = layout.segments.get(s.parent_ids[0])
+            same = parent is not None and (parent.range_start, parent.range_end) == (
+                s.range_start, s.range_end)
+            created_by = "rebucket" if same else "split"
+        rows.append({
+            "segment_id": sid, "range_start": s.range_start, "range_end": s.range_end,
+            "bucket_count": s.bucket_count, "bucket_splits": list(s.bucket_splits),
+            "state": s.state.value, "parent_ids": list(s.parent_ids),
+            "child_ids": list(s.child_ids), "created_at_epoch": s.created_at_epoch,
+            "sealed_at_epoch": s.sealed_at_epoch, "created_at_ms": s.created_at_ms,
+            "sealed_at_ms": None if s.sealed_at_ms < 0 else s.sealed_at_ms,
+            "created_by": created_by,
+        })
+    return rows
+
+
+def _group_sum(ids: npt.NDArray[np.int64],
+               sizes: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
+    uniq, inv = np.unique(ids, return_inverse=True)
+    counts = np.bincount(inv, minlength=len(uniq))
+    nbytes = np.bincount(inv, weights=sizes, minlength=len(uniq))
+    return [(int(u), int(c), int(b)) for u, c, b in zip(uniq, counts, nbytes, strict=True)]
+
+
+def _empty_routing() -> RoutedMessages:
+    return RoutedMessages(np.empty(0, np.int64), np.empty(0, np.int32), np.empty(0, np.int64))
+
+
+def _ceil_to(t: int, step: int) -> int:
+    return -((-t) // step) * step
+
+
+def _floor_to(t: int, step: int) -> int:
+    return (t // step) * step
+
+
+def _after(last_ms: int | None, cooldown_s: int) -> int | None:
+    return None if last_ms is None else last_ms + cooldown_s * 1000
