@@ -42,6 +42,7 @@ from pipelines.config import ReplayConfig
 from pipelines.delta_io import DeltaStore
 from pipelines.ingest import parse_records, read_raw_stream
 from pipelines.presets import InputSpec
+from pipelines.schemas import arrow_schema
 
 FINAL_VERSION_OFFSET = 1 << 40
 """Version of the end-of-input finalization commit (above any micro-batch id)."""
@@ -141,7 +142,9 @@ class Replay:
         if isinstance(data, pd.DataFrame):
             if data.empty:
                 return
-            data = data.assign(run_id=self.run_id)
+            # Stage-side extras (e.g. dispatch redeliveries) are not table columns (yet).
+            keep = [c for c in arrow_schema(table).names if c in data.columns]
+            data = data[keep].assign(run_id=self.run_id)
         else:
             data = data.withColumn("run_id", F.lit(self.run_id))
         self.store.append(table, data, app_id=f"topic-replay:{self.run_id}:{table}",

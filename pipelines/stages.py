@@ -30,7 +30,7 @@ from pipelines.core.controller import (
     TopicController,
     segment_rows,
 )
-from pipelines.core.layout import SegmentLayout
+from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 
 KIND, BLOB = "_kind", "_blob"
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort", "order_key"]
@@ -367,3 +367,119 @@ def _entries_frame(parts: list[pd.DataFrame], speed: float) -> pd.DataFrame:
     df = _times(df, speed, {"open_time_ms": "open_time", "publish_time_ms": "publish_time"})
     return df.sort_values(["emu_publish_ms", "topic", "producer_name", "entry_id"],
                           kind="stable").reset_index(drop=True)
+
+
+# ---- dispatch per topic ---------------------------------------------------------------------
+
+
+@dataclass
+class DispatchResult:
+    states: dict[str, bytes]
+    dispatch: pd.DataFrame
+    consumer_load: pd.DataFrame
+    handoffs: pd.DataFrame
+
+
+def dispatch(entries: pd.DataFrame, states: Mapping[str, bytes], settings: StageSettings,
+             layouts: Mapping[str, SegmentLayout], horizon_ms: int | None,
+             final: bool) -> DispatchResult:
+    """Per topic and subscription: feed the window's entries (publish-time order) and layout
+    changes to ``pipelines.core.dispatch.SubscriptionDispatcher``; rows come back through the
+    per-group state row like the other stages."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    topics = sorted(set(layouts))
+    cols = ["topic", "producer_name", "segment_id", "entry_id", "entry_hash_min",
+            "num_messages", "payload_bytes", "emu_publish_ms"]
+    pdf = entries[cols] if len(entries) else pd.DataFrame({c: [] for c in cols})
+    # One marker row per topic so topics without entries in the window still advance.
+    markers = pd.DataFrame({"topic": topics})
+    data = pd.concat([pdf.assign(_marker=False), markers.assign(_marker=True)],
+                     ignore_index=True)
+    data = data.astype({"segment_id": "float64", "entry_id": "float64",
+                        "entry_hash_min": "float64", "num_messages": "float64",
+                        "payload_bytes": "float64", "emu_publish_ms": "float64"})
+    sdf = spark.createDataFrame(data)
+    frozen = dict(states)
+    schema = T.StructType([T.StructField("topic", T.StringType()),
+                           T.StructField(BLOB, T.BinaryType())])
+    window_ms = int(settings.config.replay.consumer_window_s * 1000 / settings.speed)
+
+    def fn(key: tuple[Any, ...], g: pd.DataFrame) -> pd.DataFrame:
+        topic = key[0]
+        layout = layouts[topic]
+        blob = frozen.get(topic)
+        disp, seen = (pickle.loads(blob) if blob is not None
+                      else (_dispatchers(settings, window_ms), -1))
+        g = g[~g["_marker"]].sort_values(["emu_publish_ms", "producer_name", "entry_id"],
+                                         kind="stable")
+        times = g["emu_publish_ms"].to_numpy(np.int64)
+        changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
+                               *change_times(layout)] if t > seen]
+        hi = horizon_ms if horizon_ms is not None else max([seen, *changes,
+                                                            *times.tolist()]) + 1
+        rows: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [],
+                                               "handoffs": []}
+        for d in disp:
+            start = 0
+            for t in [c for c in changes if c < hi]:
+                stop = int(np.searchsorted(times, t, side="left"))
+                _feed(d, g.iloc[start:stop])
+                d.on_layout(t, layout_as_of(layout, t))
+                start = stop
+            _feed(d, g.iloc[start:])
+            if final:
+                d.finish()
+            else:
+                d.advance_to(hi - 1)
+            out = d.take_outputs()
+            for table in rows:
+                rows[table].append(pd.DataFrame(out.columns(table)))
+        new_seen = max([seen, *[c for c in changes if c < hi]])
+        result = {t: pd.concat(v, ignore_index=True) for t, v in rows.items()}
+        return pd.DataFrame({"topic": [topic],
+                             BLOB: [pickle.dumps((topic, (disp, new_seen), result))]})
+
+    out = sdf.groupBy("topic").applyInPandas(fn, schema).collect()
+    new_states = dict(frozen)
+    parts: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [], "handoffs": []}
+    for r in out:
+        topic, st, result = pickle.loads(r[BLOB])
+        new_states[topic] = pickle.dumps(st)
+        for table, df in result.items():
+            if len(df):
+                parts[table].append(df.assign(topic=topic))
+    frames = {t: pd.concat(v, ignore_index=True) if v else pd.DataFrame()
+              for t, v in parts.items()}
+    return DispatchResult(
+        new_states,
+        _times(frames["dispatch"], settings.speed,
+               {"dispatch_time_ms": "dispatch_time", "ack_time_ms": "ack_time"}),
+        _times(frames["consumer_load"], settings.speed, {"window_start_ms": "window_start"}),
+        _times(frames["handoffs"], settings.speed, {"withheld_from_ms": "withheld_from",
+                                                    "withheld_until_ms": "withheld_until"}),
+    )
+
+
+def _dispatchers(settings: StageSettings, window_ms: int) -> list[Any]:
+    from pipelines.core.dispatch import ConsumerSpec as DConsumer
+    from pipelines.core.dispatch import SubscriptionDispatcher
+
+    out = []
+    for sub in settings.subscriptions:
+        consumers = []
+        for c in sub.consumers:
+            cap, ack = settings.capacities.get((sub.name, c.name), (None, 0))
+            consumers.append(DConsumer(c.name, c.join_ms, c.leave_ms, cap, ack))
+        out.append(SubscriptionDispatcher(sub.name, sub.type.value, consumers, window_ms))
+    return out
+
+
+def _feed(d: Any, g: pd.DataFrame) -> None:
+    if len(g):
+        d.on_entries(g["emu_publish_ms"].to_numpy(np.int64), g["segment_id"].to_numpy(np.int64),
+                     g["entry_hash_min"].to_numpy(np.int64), g["num_messages"].to_numpy(np.int64),
+                     g["payload_bytes"].to_numpy(np.int64), g["producer_name"].tolist(),
+                     g["entry_id"].to_numpy(np.int64))

@@ -317,3 +317,30 @@ class SegmentLayout:
         for s in created:
             segs[s.segment_id] = s
         return SegmentLayout(epoch, next_id, segs)
+
+
+def layout_as_of(layout: SegmentLayout, time_ms: int) -> SegmentLayout:
+    """The layout in force at ``time_ms`` (after every change made at ``time_ms``), rebuilt from
+    a later layout of the same topic from its segments' creation and seal times. Pruned segments
+    cannot be recovered (the emulator never prunes)."""
+    segs: dict[int, SegmentInfo] = {}
+    epoch = 0
+    for sid, s in layout.segments.items():
+        if s.created_at_ms > time_ms and s.created_at_epoch > 0:
+            continue
+        epoch = max(epoch, s.created_at_epoch)
+        if not s.is_active and s.sealed_at_ms <= time_ms:
+            epoch = max(epoch, s.sealed_at_epoch)
+            segs[sid] = s
+        else:
+            segs[sid] = replace(s, state=SegmentState.ACTIVE, child_ids=(),
+                                sealed_at_epoch=NOT_SEALED, sealed_at_ms=NOT_SEALED)
+    for sid, s in segs.items():
+        if s.child_ids:
+            segs[sid] = replace(s, child_ids=tuple(c for c in s.child_ids if c in segs))
+    return SegmentLayout(epoch, max(segs) + 1 if segs else 0, segs)
+
+
+def change_times(layout: SegmentLayout) -> list[int]:
+    """Event times (ms) at which the layout changed, ascending (creation excluded)."""
+    return sorted({s.sealed_at_ms for s in layout.segments.values() if not s.is_active})

@@ -1,0 +1,1070 @@
+"""Event-time emulation of how the entries of one topic reach the consumers of ONE subscription.
+
+Bucket-granularity dispatch (PIP-486) with PIP-379 draining, driven by the coordinator
+assignment (PIP-468, :mod:`pipelines.core.assignment`). Reference: §3.4 (entry → bucket by
+``entry_hash_min`` only), §3.7 (bucket spread), §6 (coordinator), §8 (draining hashes).
+
+Usage (one dispatcher per topic × subscription)::
+
+    d = SubscriptionDispatcher("sub", "stream", [ConsumerSpec("c1"), ConsumerSpec("c2", 5000)])
+    d.on_layout(t0, layout)                   # layout in force from t0 (before entries at t0)
+    d.on_entries(publish_time_ms=..., segment_id=..., entry_hash_min=..., num_messages=...,
+                 payload_bytes=..., producer_name=..., entry_id=...)   # publish-time order
+    d.advance_to(watermark)                   # optional: nothing later will be <= watermark
+    out = d.take_outputs()                    # rows produced so far (then cleared)
+    d.finish(end_ms); out = d.take_outputs()  # end of input: drain, report the backlog
+
+Inputs (entries and layout changes) must come in non-decreasing time order, possibly in many
+calls (micro-batches). The dispatcher's state is picklable between calls, and its outputs are
+identical (same rows, same order) however the input is split into calls and whatever
+``advance_to`` horizons are used (a horizon past the final ``end_ms`` extends the end of input
+like a later ``end_ms`` would): an instant ``t`` is simulated only once every input at ``t`` is
+known (an input with a later time arrived, or ``advance_to(>= t)``, or ``finish``). After
+``advance_to(h)`` inputs must be later than ``h``.
+
+The model
+---------
+- Time is event time, int64 milliseconds. An entry is available at its publish time.
+- Consumers (:class:`ConsumerSpec`) connect at ``join_ms`` and disconnect at ``leave_ms``. A
+  consumer processes one entry at a time, in dispatch order: ``dispatch_time = max(entry
+  available, consumer free, bucket not withheld, segment assignable)``, it is busy for
+  ``num_messages / capacity`` seconds and acks at the end of processing + ``ack_delay_ms``.
+- STREAM / CHECKPOINT: the coordinator assigns segments (§6.3) over the connected consumers; a
+  sole owner gets every bucket of its segment, the sharers of a segment split its buckets by
+  :func:`~pipelines.core.assignment.bucket_spread`. An entry's bucket is
+  ``bucket_of(segment splits, entry_hash_min)``. A free consumer takes the oldest (publish order)
+  dispatchable entry among the buckets it owns. STREAM uses the drain checker (§6.2): a child
+  ACTIVE segment is not assigned (its entries wait) until every parent still in the layout is
+  drained; a SEALED segment is drained when all its entries are acked, and then retires.
+  As in the reference, sealed segments are not parent-checked (a sealed child of an undrained
+  parent is assignable). CHECKPOINT has no drain checker: every segment of the DAG stays
+  assignable (drained sealed segments keep their consumer, as in the reference).
+- PIP-379 at bucket granularity (§8): a bucket's entries are unacked at one consumer at a time.
+  When an assignment change (consumer join/leave, layout change, segment drained) moves a bucket
+  while the old owner still holds unacked entries of it, the bucket is withheld from the new
+  owner until the holder's last ack of that bucket (a :class:`HandoffRow`); a bucket moved back
+  to its holder is not withheld. A disconnecting consumer's unacked entries go back to the front
+  of their bucket (redeliveries, dispatched before newer entries of the bucket, as the replay
+  queue is) and do not withhold.
+- QUEUE: no ownership, no draining, no gating: entries in publish order go round-robin to the
+  free connected consumers (sorted by name, continuing after the last one served).
+- No connected owner → entries stay in the backlog; at :meth:`~SubscriptionDispatcher.finish`
+  they are reported with null consumer / dispatch / ack times.
+
+Order of what happens at one instant ``t``: acks due at ``t``, consumers becoming free, consumer
+leaves/joins (by name), layout changes (in input order), entry arrivals, sealed-segment drain
+detection, one reassignment (if anything changed), then dispatch (consumers by name); repeated
+while zero-duration processing produces more acks at ``t``. So an ack at ``t`` happens before a
+membership change at ``t`` (no withholding), and an entry published at a layout change's time
+sees the new layout.
+
+Modelling simplifications (deliberate; each keeps the model deterministic and O(entries log))
+-------------------------------------------------------------------------------------------
+1. No receiver queue / permits / prefetch: the broker hands a consumer its next entry only when
+   the consumer is free, so a consumer's unacked entries are the one it is processing plus
+   those waiting for their delayed ack. Broker read batches, read-ahead and the replay
+   look-ahead caps (§8 rule 5) are not modelled; the backlog waits in the broker.
+2. Acks are individual, exactly ``ack_delay_ms`` after processing ends, in processing order; no
+   negative acks, ack timeouts or cumulative-ack effects. Processing never fails.
+3. Processing time is integer ms without drift: within a back-to-back busy run that started at
+   ``s0`` the run's k-th entry ends at ``s0 + ceil(1000 * messages_so_far / capacity)``.
+4. Drain detection is immediate at the last ack (Pulsar polls: 2 s after progress, backoff).
+   "Drained" means every entry given to this dispatcher for the segment is acked (a segment
+   sealed with none outstanding drains at its seal instant).
+5. Session grace period not modelled: ``leave_ms`` is both the disconnect and the session
+   removal (as if the grace period expired or the consumer unregistered).
+6. Every owner change, including a whole-segment move between sole owners and the exclusive ↔
+   shared mode flips of §6.5, is modelled as per-bucket PIP-379 handoffs; client close /
+   re-subscribe latency and ``keySharedUnblockingIntervalMs`` (10 ms) are not added.
+7. QUEUE uses one topic-wide rotation instead of one rotation per segment broker.
+8. A consumer's load row counts the messages dispatched to it in the window (also those that
+   are later redelivered because it left) and its busy time up to a leave.
+
+Outputs (:meth:`SubscriptionDispatcher.take_outputs` → :class:`DispatchOutputs`, lists of
+NamedTuples; :meth:`DispatchOutputs.columns` gives column lists, also for 0 rows)
+- ``dispatch``: :class:`DispatchRow`, one per entry: emitted when its final delivery is
+  dispatched (its ack time is then known), or at ``finish`` for the backlog (nulls).
+- ``handoffs``: :class:`HandoffRow`, one per bucket move between two consumers, emitted when
+  the withholding ends (``withheld_until_ms == withheld_from_ms`` = not withheld; null = still
+  withheld at the end).
+- ``consumer_load``: :class:`ConsumerLoadRow`, one per consumer × window it was connected in.
+- ``window_stats``: :class:`WindowStatsRow`, one per window: PIP-379 / PIP-486 gauges & counts.
+- ``segment_drains``: :class:`SegmentDrainRow`, one per sealed segment when it drains.
+Cumulative counters: :attr:`SubscriptionDispatcher.stats` (:class:`DispatchStats`).
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from pipelines.core.assignment import (
+    BucketKey,
+    CoordinatorAssignment,
+    SubscriptionCoordinator,
+    SubscriptionType,
+    bucket_owners,
+)
+from pipelines.core.buckets import MAX_HASH, bucket_of_array
+from pipelines.core.layout import SegmentLayout
+
+DEFAULT_WINDOW_MS = 60_000
+"""Default length of a ``consumer_load`` / ``window_stats`` window (ms)."""
+
+_PH_ACK = 0
+_PH_FREE = 1
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    """One consumer of the subscription.
+
+    ``join_ms`` / ``leave_ms`` are event times (``leave_ms=None``: stays to the end; it must be
+    after ``join_ms``). ``capacity_msgs_per_s=None``: processing takes no time. ``ack_delay_ms``:
+    time from end of processing to the ack.
+    """
+
+    name: str
+    join_ms: int = 0
+    leave_ms: int | None = None
+    capacity_msgs_per_s: float | None = None
+    ack_delay_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("a consumer needs a non-empty name")
+        if self.leave_ms is not None and self.leave_ms <= self.join_ms:
+            raise ValueError(f"consumer {self.name}: leave_ms ({self.leave_ms}) must be after "
+                             f"join_ms ({self.join_ms})")
+        if self.capacity_msgs_per_s is not None and not self.capacity_msgs_per_s > 0:
+            raise ValueError(f"consumer {self.name}: capacity_msgs_per_s must be > 0 or None, "
+                             f"got {self.capacity_msgs_per_s}")
+        if self.ack_delay_ms < 0:
+            raise ValueError(f"consumer {self.name}: ack_delay_ms must be >= 0, "
+                             f"got {self.ack_delay_ms}")
+
+
+class DispatchRow(NamedTuple):
+    """One entry × subscription (table ``dispatch``). ``consumer_name`` / ``dispatch_time_ms`` /
+    ``ack_time_ms`` are ``None`` for an entry still in the backlog at the end; ``redeliveries``
+    counts earlier deliveries lost because their consumer left before acking."""
+
+    subscription: str
+    segment_id: int
+    bucket_index: int
+    producer_name: str
+    entry_id: int
+    publish_time_ms: int
+    num_messages: int
+    payload_bytes: int
+    consumer_name: str | None
+    dispatch_time_ms: int | None
+    ack_time_ms: int | None
+    redeliveries: int
+
+
+class HandoffRow(NamedTuple):
+    """One bucket move between two consumers (table ``bucket_handoffs``).
+
+    ``withheld_from_ms`` = the move; ``withheld_until_ms`` = when a consumer other than the new
+    owner (normally ``from_consumer``) stopped holding unacked entries of the bucket, the bucket
+    moved again, or ``== withheld_from_ms`` when nothing was held; ``None`` = still withheld at
+    the end. ``pending_messages``: unacked messages held at the move (PIP-379
+    draining_hashes_pending_messages of this bucket); ``redelivered_entries``: entries of the
+    bucket redelivered because ``from_consumer`` left at this instant.
+    """
+
+    subscription: str
+    segment_id: int
+    bucket_index: int
+    from_consumer: str
+    to_consumer: str
+    withheld_from_ms: int
+    withheld_until_ms: int | None
+    pending_messages: int
+    redelivered_entries: int
+
+
+class ConsumerLoadRow(NamedTuple):
+    """One consumer × window ``[window_start_ms, window_end_ms)`` (table ``consumer_load``).
+
+    ``messages`` / ``bytes``: dispatched to it in the window; ``busy_ms``: processing time in
+    the window; ``idle_ms``: connected time in the window minus ``busy_ms``;
+    ``backlog_messages``: undispatched messages it could take at the window end (STREAM /
+    CHECKPOINT: of the buckets it owns, withheld ones included; QUEUE: the whole subscription
+    backlog, shared by every connected consumer).
+    """
+
+    subscription: str
+    consumer_name: str
+    window_start_ms: int
+    window_end_ms: int
+    messages: int
+    bytes: int
+    busy_ms: int
+    idle_ms: int
+    backlog_messages: int
+
+
+class WindowStatsRow(NamedTuple):
+    """Subscription gauges at the window end and counts during the window.
+
+    PIP-379 names: ``draining_hashes_count`` (= PIP-486 "buckets withheld" gauge, at the end),
+    ``draining_hashes_max`` (most withheld at once in the window),
+    ``draining_hashes_pending_messages`` (unacked messages holding them),
+    ``draining_hashes_cleared`` (withholdings ended in the window). PIP-486: ``reassignments``
+    (bucket → consumer moves), ``shared_segments`` (segments with more than one consumer),
+    ``drain_mode_segments`` (sealed, undrained segments fanned out to several consumers);
+    ``sealed_segments_undrained``; ``redeliveries`` (entries redelivered in the window).
+    """
+
+    subscription: str
+    window_start_ms: int
+    window_end_ms: int
+    backlog_messages: int
+    unacked_messages: int
+    draining_hashes_count: int
+    draining_hashes_max: int
+    draining_hashes_pending_messages: int
+    draining_hashes_cleared: int
+    reassignments: int
+    redeliveries: int
+    shared_segments: int
+    drain_mode_segments: int
+    sealed_segments_undrained: int
+
+
+class SegmentDrainRow(NamedTuple):
+    """A sealed segment drained for this subscription: its last entry acked (or it was sealed
+    with nothing outstanding). ``drain_ms = drained_at_ms - sealed_at_ms`` (PIP-486 use case 1).
+    ``sealed_at_ms`` is the time of the layout change that sealed it."""
+
+    subscription: str
+    segment_id: int
+    sealed_at_ms: int
+    drained_at_ms: int
+    drain_ms: int
+
+
+@dataclass
+class DispatchOutputs:
+    """Rows produced since the last :meth:`SubscriptionDispatcher.take_outputs`."""
+
+    dispatch: list[DispatchRow] = field(default_factory=list)
+    handoffs: list[HandoffRow] = field(default_factory=list)
+    consumer_load: list[ConsumerLoadRow] = field(default_factory=list)
+    window_stats: list[WindowStatsRow] = field(default_factory=list)
+    segment_drains: list[SegmentDrainRow] = field(default_factory=list)
+
+    def columns(self, table: str) -> dict[str, list[Any]]:
+        """Column lists of one output (``"dispatch"``, ``"handoffs"``, ``"consumer_load"``,
+        ``"window_stats"``, ``"segment_drains"``); every column is present even with 0 rows."""
+        row_type = _ROW_TYPES[table]
+        rows: list[tuple[Any, ...]] = getattr(self, table)
+        return {name: [r[i] for r in rows] for i, name in enumerate(row_type._fields)}
+
+
+_ROW_TYPES: dict[str, Any] = {
+    "dispatch": DispatchRow, "handoffs": HandoffRow, "consumer_load": ConsumerLoadRow,
+    "window_stats": WindowStatsRow, "segment_drains": SegmentDrainRow,
+}
+
+
+@dataclass
+class DispatchStats:
+    """Cumulative counters of one subscription (names after PIP-379 / PIP-486)."""
+
+    entries_received: int = 0
+    messages_received: int = 0
+    deliveries: int = 0
+    """Dispatches, redeliveries included."""
+    entries_acked: int = 0
+    messages_acked: int = 0
+    redeliveries: int = 0
+    """Entries put back because their consumer left before acking."""
+    reassignments: int = 0
+    """Bucket → consumer moves between two consumers."""
+    handoffs_withheld: int = 0
+    """Moves whose bucket was withheld from the new owner."""
+    draining_hashes_cleared_total: int = 0
+    draining_hashes_max: int = 0
+    """Most buckets withheld at the same time."""
+    segments_drained: int = 0
+    rebalances: int = 0
+    """Coordinator session changes (joins and leaves)."""
+
+
+class _Entry:
+    __slots__ = ("seq", "publish", "segment_id", "bucket", "n", "nbytes", "producer", "entry_id",
+                 "consumer", "dispatch_time", "ack_time", "deliveries")
+
+    def __init__(self, seq: int, publish: int, segment_id: int, bucket: int, n: int, nbytes: int,
+                 producer: str, entry_id: int) -> None:
+        self.seq = seq
+        self.publish = publish
+        self.segment_id = segment_id
+        self.bucket = bucket
+        self.n = n
+        self.nbytes = nbytes
+        self.producer = producer
+        self.entry_id = entry_id
+        self.consumer: str | None = None
+        self.dispatch_time: int | None = None
+        self.ack_time: int | None = None
+        self.deliveries = 0
+
+
+_OpenHandoff = tuple[str, str, int, int, int]
+"""(from_consumer, to_consumer, withheld_from_ms, pending_messages, redelivered_entries)."""
+
+
+class _Bucket:
+    __slots__ = ("pending", "pending_msgs", "holder", "unacked_entries", "unacked_msgs",
+                 "open_handoff")
+
+    def __init__(self) -> None:
+        self.pending: deque[_Entry] = deque()
+        self.pending_msgs = 0
+        self.holder: str | None = None
+        self.unacked_entries = 0
+        self.unacked_msgs = 0
+        self.open_handoff: _OpenHandoff | None = None
+
+    def is_empty(self) -> bool:
+        return not self.pending and self.unacked_entries == 0 and self.open_handoff is None
+
+
+class _Consumer:
+    __slots__ = ("spec", "name", "connected", "free_at", "period_start", "period_msgs", "gen",
+                 "unacked", "ready", "win_msgs", "win_bytes", "win_busy", "cap_num", "cap_den")
+
+    def __init__(self, spec: ConsumerSpec) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.connected = False
+        self.free_at = spec.join_ms
+        self.period_start: int | None = None
+        self.period_msgs = 0
+        self.gen = 0
+        self.unacked: dict[int, _Entry] = {}
+        self.ready: list[tuple[int, BucketKey]] = []
+        self.win_msgs: dict[int, int] = {}
+        self.win_bytes: dict[int, int] = {}
+        self.win_busy: dict[int, int] = {}
+        if spec.capacity_msgs_per_s is None:
+            self.cap_num: int | None = None
+            self.cap_den = 1
+        else:
+            cap = Fraction(spec.capacity_msgs_per_s)
+            self.cap_num = cap.numerator
+            self.cap_den = cap.denominator
+
+
+_Event = tuple[int, int, int, _Entry | str, int]
+"""Heap event: (time, phase, tie-break counter, entry (ack) | consumer name (free), number)."""
+
+
+class SubscriptionDispatcher:
+    """Dispatch of one topic's entries to the consumers of one subscription (module docstring).
+
+    ``consumers``: every consumer with its join/leave times (unique names). ``window_ms``: length
+    of the ``consumer_load`` / ``window_stats`` windows, aligned to multiples of ``window_ms``.
+    """
+
+    def __init__(self, subscription: str, sub_type: SubscriptionType | str,
+                 consumers: Sequence[ConsumerSpec], window_ms: int = DEFAULT_WINDOW_MS) -> None:
+        if window_ms < 1:
+            raise ValueError(f"window_ms must be >= 1, got {window_ms}")
+        names = [c.name for c in consumers]
+        dups = sorted({n for n in names if names.count(n) > 1})
+        if dups:
+            raise ValueError(f"duplicate consumer name(s): {', '.join(dups)}")
+        self.subscription = subscription
+        self.sub_type = SubscriptionType.parse(sub_type)
+        self.window_ms = window_ms
+        self._queue_mode = self.sub_type is SubscriptionType.QUEUE
+        self._coord = SubscriptionCoordinator(subscription, self.sub_type)
+        self._consumers: dict[str, _Consumer] = {c.name: _Consumer(c) for c in consumers}
+        # Config events (time, name, kind) with kind 1 = join, 0 = leave.
+        cfg: list[tuple[int, str, int]] = []
+        for c in consumers:
+            cfg.append((c.join_ms, c.name, 1))
+            if c.leave_ms is not None:
+                cfg.append((c.leave_ms, c.name, 0))
+        self._cfg = sorted(cfg)
+        self._cfg_i = 0
+        # Input side.
+        self._input_layout: SegmentLayout | None = None
+        self._input_sealed_at: dict[int, int] = {}
+        self._last_input_time: int | None = None
+        self._horizon: int | None = None
+        self._finished = False
+        self._seq = 0
+        self._entries_q: deque[_Entry] = deque()
+        self._layouts_q: deque[tuple[int, SegmentLayout]] = deque()
+        # Simulation state.
+        self._heap: list[_Event] = []
+        self._counter = 0
+        self._layout: SegmentLayout | None = None
+        self._owners: dict[BucketKey, str] = {}
+        self._buckets: dict[BucketKey, _Bucket] = {}
+        self._queue_pending: list[tuple[int, _Entry]] = []
+        self._idle: list[str] = []
+        self._rr_last: str | None = None
+        self._wake: set[str] = set()
+        self._dirty = False
+        self._seg_outstanding: dict[int, int] = {}
+        self._sealed_at: dict[int, int] = {}
+        self._drained: set[int] = set()
+        self._drain_candidates: set[int] = set()
+        self._withheld: set[BucketKey] = set()
+        self._step_redelivered: dict[BucketKey, int] = {}
+        self._pending_entries = 0
+        self._pending_msgs = 0
+        self._unacked_entries = 0
+        self._unacked_msgs = 0
+        self._last_step: int | None = None
+        self._end_ms: int | None = None
+        # Windows.
+        self._win_start: int | None = None
+        self._w_max = 0
+        self._w_cleared = 0
+        self._w_reassignments = 0
+        self._w_redeliveries = 0
+        # Outputs.
+        self._stats = DispatchStats()
+        self._out = DispatchOutputs()
+
+    # ---- public API ---------------------------------------------------------------------------
+    @property
+    def stats(self) -> DispatchStats:
+        """Cumulative counters (a copy)."""
+        return replace(self._stats, rebalances=self._coord.rebalances)
+
+    @property
+    def bucket_owners(self) -> dict[BucketKey, str]:
+        """Current ``(segment_id, bucket_index) → consumer`` map (STREAM / CHECKPOINT)."""
+        return dict(self._owners)
+
+    @property
+    def withheld_buckets(self) -> list[BucketKey]:
+        """Buckets currently withheld from their owner (sorted)."""
+        return sorted(self._withheld)
+
+    @property
+    def backlog_messages(self) -> int:
+        """Messages available but not dispatched (as of the last simulated instant)."""
+        return self._pending_msgs
+
+    def current_assignment(self) -> CoordinatorAssignment | None:
+        """The coordinator's assignment for the layout in force and the drained set (with the
+        layout epoch); ``None`` before the first layout. Informational for QUEUE."""
+        if self._layout is None:
+            return None
+        return self._coord.compute_assignment(self._layout, self._drained)
+
+    @property
+    def drained_segments(self) -> set[int]:
+        """Sealed segments (still in the layout) drained for this subscription."""
+        return set(self._drained)
+
+    def on_layout(self, time_ms: int, layout: SegmentLayout) -> None:
+        """The layout in force from ``time_ms`` on (applied before entries of ``time_ms``)."""
+        if not isinstance(layout, SegmentLayout):
+            raise TypeError(f"layout must be a SegmentLayout, got {type(layout).__name__}")
+        t = int(time_ms)
+        self._check_input_time(t, "layout change")
+        for sid in sorted(layout.segments):
+            if not layout.segments[sid].is_active and sid not in self._input_sealed_at:
+                self._input_sealed_at[sid] = t
+        self._input_sealed_at = {sid: v for sid, v in self._input_sealed_at.items()
+                                 if sid in layout.segments}
+        self._input_layout = layout
+        self._layouts_q.append((t, layout))
+        self._note_input(t)
+        self._run(t, inclusive=False)
+
+    def on_entries(self, publish_time_ms: npt.ArrayLike, segment_id: npt.ArrayLike,
+                   entry_hash_min: npt.ArrayLike, num_messages: npt.ArrayLike,
+                   payload_bytes: npt.ArrayLike, producer_name: Sequence[str] | npt.ArrayLike,
+                   entry_id: npt.ArrayLike) -> None:
+        """Entries in publish-time order (equal-length columns; one element per entry).
+
+        ``segment_id`` must be a segment of the latest layout given; a segment sealed by a
+        layout change at ``T`` accepts entries published up to ``T``. ``ValueError`` on
+        out-of-order or late times, unknown segments and out-of-range values.
+        """
+        times = np.asarray(publish_time_ms, dtype=np.int64).ravel()
+        sids = np.asarray(segment_id, dtype=np.int64).ravel()
+        hmin = np.asarray(entry_hash_min, dtype=np.int64).ravel()
+        nmsg = np.asarray(num_messages, dtype=np.int64).ravel()
+        nbytes = np.asarray(payload_bytes, dtype=np.int64).ravel()
+        producers = [str(p) for p in np.asarray(producer_name, dtype=object).ravel()]
+        eids = np.asarray(entry_id, dtype=np.int64).ravel()
+        n = len(times)
+        if any(len(a) != n for a in (sids, hmin, nmsg, nbytes, producers, eids)):
+            raise ValueError("on_entries: all columns must have the same length")
+        if n == 0:
+            return
+        if np.any(np.diff(times) < 0):
+            raise ValueError("on_entries: entries must be in non-decreasing publish_time order")
+        self._check_input_time(int(times[0]), "entry")
+        if np.any((hmin < 0) | (hmin > MAX_HASH)):
+            raise ValueError(f"on_entries: entry_hash_min must be in [0, {MAX_HASH}]")
+        if np.any(nmsg < 0) or np.any(nbytes < 0):
+            raise ValueError("on_entries: num_messages and payload_bytes must be >= 0")
+        layout = self._input_layout
+        if layout is None:
+            raise ValueError("on_entries: no layout yet; call on_layout first")
+        buckets = np.zeros(n, dtype=np.int64)
+        for sid in np.unique(sids).tolist():
+            seg = layout.segments.get(sid)
+            if seg is None:
+                raise ValueError(f"on_entries: segment {sid} is not in the layout in force")
+            mask = sids == sid
+            sealed_at = self._input_sealed_at.get(sid)
+            if sealed_at is not None and int(times[mask].max()) > sealed_at:
+                raise ValueError(f"on_entries: entry published on segment {sid} after it was "
+                                 f"sealed at {sealed_at}")
+            buckets[mask] = bucket_of_array(seg.bucket_splits, hmin[mask])
+        seq = self._seq
+        for t, sid, b, nm, nb, prod, eid in zip(times.tolist(), sids.tolist(), buckets.tolist(),
+                                                nmsg.tolist(), nbytes.tolist(), producers,
+                                                eids.tolist(), strict=True):
+            self._entries_q.append(_Entry(seq, t, sid, b, nm, nb, prod, eid))
+            seq += 1
+        self._seq = seq
+        self._note_input(int(times[0]))
+        self._last_input_time = int(times[-1])
+        self._run(self._last_input_time, inclusive=False)
+
+    def advance_to(self, time_ms: int) -> None:
+        """Simulate everything up to and including ``time_ms``; later inputs must be later."""
+        if self._finished:
+            raise ValueError("advance_to after finish")
+        h = int(time_ms)
+        if self._horizon is not None and h < self._horizon:
+            raise ValueError(f"advance_to({h}) goes back before the horizon {self._horizon}")
+        self._run(h, inclusive=True)
+        self._horizon = h
+        self._close_windows_upto(h + 1)
+
+    def finish(self, end_ms: int | None = None) -> None:
+        """End of input at ``end_ms`` (default: the last input time / horizon).
+
+        Simulates every consumer join/leave up to ``end_ms`` and, past it, keeps going only while
+        entries are outstanding (so the backlog drains; later joins/leaves still apply), closes
+        the windows (the last one ends at ``max(end_ms, last simulated instant + 1)``), and
+        reports the backlog (rows with null consumer/times) and handoffs still withheld.
+        """
+        if self._finished:
+            raise ValueError("finish called twice")
+        ends = [x for x in (end_ms, self._horizon, self._last_input_time) if x is not None]
+        self._end_ms = max(ends) if ends else None
+        self._run(None, inclusive=True, finishing=True)
+        bounds = [x + 1 for x in (self._horizon, self._last_input_time, self._last_step)
+                  if x is not None]
+        if end_ms is not None:
+            bounds.append(int(end_ms))
+        if self._win_start is not None and bounds:
+            bound = max(bounds)
+            while self._win_start < bound:
+                self._emit_window(self._win_start, min(self._win_start + self.window_ms, bound))
+                self._win_start += self.window_ms
+        leftover: list[_Entry] = [e for _, e in self._queue_pending]
+        for b in self._buckets.values():
+            leftover.extend(b.pending)
+        for e in sorted(leftover, key=lambda x: x.seq):
+            self._out.dispatch.append(self._row(e))
+        for key in sorted(self._buckets):
+            b = self._buckets[key]
+            if b.open_handoff is not None:
+                self._emit_handoff(key, b.open_handoff, None)
+                b.open_handoff = None
+        self._finished = True
+
+    def take_outputs(self) -> DispatchOutputs:
+        """Rows produced so far; the internal buffers are cleared."""
+        out, self._out = self._out, DispatchOutputs()
+        return out
+
+    # ---- input bookkeeping --------------------------------------------------------------------
+    def _check_input_time(self, t: int, what: str) -> None:
+        if self._finished:
+            raise ValueError(f"{what} after finish")
+        if self._horizon is not None and t <= self._horizon:
+            raise ValueError(f"{what} at {t} is not after the horizon {self._horizon} "
+                             f"(advance_to)")
+        last = self._last_input_time
+        if last is not None and t < last:
+            raise ValueError(f"{what} at {t} is before the previous input at {last}: inputs "
+                             f"must come in time order")
+
+    def _note_input(self, t: int) -> None:
+        if self._win_start is None:
+            self._win_start = t - t % self.window_ms
+        if self._last_input_time is None or t > self._last_input_time:
+            self._last_input_time = t
+
+    # ---- event loop ---------------------------------------------------------------------------
+    def _has_work(self) -> bool:
+        return bool(self._pending_entries or self._unacked_entries or self._entries_q
+                    or self._layouts_q)
+
+    def _next_time(self, finishing: bool) -> int | None:
+        best: int | None = None
+        if self._heap:
+            best = self._heap[0][0]
+        for t in (self._entries_q[0].publish if self._entries_q else None,
+                  self._layouts_q[0][0] if self._layouts_q else None,
+                  self._cfg[self._cfg_i][0] if self._cfg_i < len(self._cfg) else None):
+            if t is not None and (best is None or t < best):
+                best = t
+        if finishing and best is not None and not self._has_work():
+            # Past the end of input only outstanding work keeps the clock running.
+            end = self._end_ms
+            if end is None or best > end:
+                return None
+        return best
+
+    def _run(self, limit: int | None, inclusive: bool, finishing: bool = False) -> None:
+        while True:
+            t = self._next_time(finishing)
+            if t is None:
+                return
+            if limit is not None and (t > limit or (t == limit and not inclusive)):
+                return
+            self._step(t)
+
+    def _push(self, time: int, phase: int, obj: _Entry | str, num: int) -> None:
+        self._counter += 1
+        heapq.heappush(self._heap, (time, phase, self._counter, obj, num))
+
+    def _step(self, t: int) -> None:
+        self._close_windows_upto(t)
+        self._last_step = t
+        heap = self._heap
+        first = True
+        while True:
+            while heap and heap[0][0] == t:
+                _, phase, _, obj, num = heapq.heappop(heap)
+                if isinstance(obj, _Entry):
+                    self._ack(obj, num, t)
+                else:
+                    self._on_free(obj, num, t)
+            if first:
+                first = False
+                cfg = self._cfg
+                while self._cfg_i < len(cfg) and cfg[self._cfg_i][0] == t:
+                    _, name, kind = cfg[self._cfg_i]
+                    self._cfg_i += 1
+                    if kind == 1:
+                        self._join(name, t)
+                    else:
+                        self._leave(name, t)
+                while self._layouts_q and self._layouts_q[0][0] == t:
+                    self._apply_layout(self._layouts_q.popleft()[1], t)
+                while self._entries_q and self._entries_q[0].publish == t:
+                    self._ingest(self._entries_q.popleft())
+            if self._drain_candidates:
+                self._check_drains(t)
+            if self._dirty:
+                self._reassign(t)
+            if self._queue_mode:
+                self._dispatch_queue(t)
+            else:
+                self._dispatch_buckets(t)
+            if not (heap and heap[0][0] == t):
+                return
+
+    # ---- event handlers -----------------------------------------------------------------------
+    def _on_free(self, name: str, gen: int, t: int) -> None:
+        c = self._consumers[name]
+        if not c.connected or c.gen != gen:
+            return
+        if self._queue_mode:
+            self._idle_add(name)
+        else:
+            self._wake.add(name)
+
+    def _idle_add(self, name: str) -> None:
+        i = bisect_left(self._idle, name)
+        if i == len(self._idle) or self._idle[i] != name:
+            self._idle.insert(i, name)
+
+    def _join(self, name: str, t: int) -> None:
+        c = self._consumers[name]
+        c.connected = True
+        c.free_at = t
+        c.period_start = None
+        c.gen += 1
+        c.ready = []
+        self._coord.register(name)
+        self._dirty = True
+        if self._queue_mode:
+            self._idle_add(name)
+        else:
+            self._wake.add(name)
+
+    def _leave(self, name: str, t: int) -> None:
+        c = self._consumers[name]
+        c.connected = False
+        c.gen += 1
+        c.ready = []
+        if c.free_at > t:
+            self._add_busy(c, t, c.free_at, -1)
+            c.free_at = t
+        c.period_start = None
+        self._wake.discard(name)
+        if self._queue_mode:
+            i = bisect_left(self._idle, name)
+            if i < len(self._idle) and self._idle[i] == name:
+                self._idle.pop(i)
+        if c.unacked:
+            grouped: dict[BucketKey, list[_Entry]] = {}
+            for seq in sorted(c.unacked):
+                e = c.unacked[seq]
+                e.consumer = None
+                e.dispatch_time = None
+                e.ack_time = None
+                self._stats.redeliveries += 1
+                self._w_redeliveries += 1
+                self._unacked_entries -= 1
+                self._unacked_msgs -= e.n
+                self._pending_entries += 1
+                self._pending_msgs += e.n
+                if self._queue_mode:
+                    heapq.heappush(self._queue_pending, (e.seq, e))
+                else:
+                    grouped.setdefault((e.segment_id, e.bucket), []).append(e)
+            c.unacked = {}
+            for key in sorted(grouped):
+                es = grouped[key]
+                b = self._buckets[key]
+                msgs = sum(e.n for e in es)
+                b.unacked_entries -= len(es)
+                b.unacked_msgs -= msgs
+                b.pending_msgs += msgs
+                if not b.pending or es[-1].seq < b.pending[0].seq:
+                    b.pending.extendleft(reversed(es))
+                else:  # pragma: no cover - a bucket is held by one consumer at a time
+                    b.pending = deque(sorted([*b.pending, *es], key=lambda x: x.seq))
+                self._step_redelivered[key] = self._step_redelivered.get(key, 0) + len(es)
+                if b.unacked_entries == 0:
+                    self._release(key, b, t)
+        self._coord.unregister(name)
+        self._dirty = True
+
+    def _apply_layout(self, layout: SegmentLayout, t: int) -> None:
+        self._layout = layout
+        present = layout.segments
+        for sid in sorted(present):
+            if not present[sid].is_active and sid not in self._sealed_at:
+                self._sealed_at[sid] = t
+                self._drain_candidates.add(sid)
+        self._sealed_at = {sid: v for sid, v in self._sealed_at.items() if sid in present}
+        self._drained = {sid for sid in self._drained if sid in present}
+        self._dirty = True
+
+    def _ingest(self, e: _Entry) -> None:
+        st = self._stats
+        st.entries_received += 1
+        st.messages_received += e.n
+        self._seg_outstanding[e.segment_id] = self._seg_outstanding.get(e.segment_id, 0) + 1
+        self._pending_entries += 1
+        self._pending_msgs += e.n
+        if self._queue_mode:
+            heapq.heappush(self._queue_pending, (e.seq, e))
+            return
+        key = (e.segment_id, e.bucket)
+        b = self._buckets.get(key)
+        if b is None:
+            b = self._buckets[key] = _Bucket()
+        b.pending.append(e)
+        b.pending_msgs += e.n
+        if len(b.pending) == 1:
+            owner = self._owners.get(key)
+            if owner is not None and (b.holder is None or b.holder == owner):
+                heapq.heappush(self._consumers[owner].ready, (e.seq, key))
+                self._wake.add(owner)
+
+    def _ack(self, e: _Entry, delivery: int, t: int) -> None:
+        if e.deliveries != delivery or e.consumer is None:
+            return  # stale: redelivered after its consumer left
+        c = self._consumers[e.consumer]
+        if c.unacked.pop(e.seq, None) is None:
+            return
+        st = self._stats
+        st.entries_acked += 1
+        st.messages_acked += e.n
+        self._unacked_entries -= 1
+        self._unacked_msgs -= e.n
+        left = self._seg_outstanding[e.segment_id] - 1
+        if left:
+            self._seg_outstanding[e.segment_id] = left
+        else:
+            del self._seg_outstanding[e.segment_id]
+            self._drain_candidates.add(e.segment_id)
+        if self._queue_mode:
+            return
+        key = (e.segment_id, e.bucket)
+        b = self._buckets[key]
+        b.unacked_entries -= 1
+        b.unacked_msgs -= e.n
+        if b.unacked_entries == 0:
+            self._release(key, b, t)
+        if b.is_empty():
+            del self._buckets[key]
+
+    def _release(self, key: BucketKey, b: _Bucket, t: int) -> None:
+        """The bucket's holder has nothing unacked left (all acked, or it left)."""
+        b.holder = None
+        if key in self._withheld:
+            self._withheld.discard(key)
+            self._stats.draining_hashes_cleared_total += 1
+            self._w_cleared += 1
+        if b.open_handoff is not None:
+            self._emit_handoff(key, b.open_handoff, t)
+            b.open_handoff = None
+        owner = self._owners.get(key)
+        if owner is not None and b.pending and self._consumers[owner].connected:
+            heapq.heappush(self._consumers[owner].ready, (b.pending[0].seq, key))
+            self._wake.add(owner)
+
+    def _check_drains(self, t: int) -> None:
+        layout = self._layout
+        for sid in sorted(self._drain_candidates):
+            seg = layout.segments.get(sid) if layout is not None else None
+            if seg is None or seg.is_active or sid in self._drained:
+                continue
+            if self._seg_outstanding.get(sid, 0):
+                continue
+            self._drained.add(sid)
+            sealed = self._sealed_at.get(sid, t)
+            self._out.segment_drains.append(
+                SegmentDrainRow(self.subscription, sid, sealed, t, t - sealed))
+            self._stats.segments_drained += 1
+            if self._coord.uses_drain_checker:
+                self._dirty = True
+        self._drain_candidates.clear()
+
+    # ---- assignment ---------------------------------------------------------------------------
+    def _reassign(self, t: int) -> None:
+        self._dirty = False
+        if self._queue_mode:
+            self._step_redelivered.clear()
+            return
+        if self._layout is None:
+            new: dict[BucketKey, str] = {}
+        else:
+            asg = self._coord.compute_assignment(self._layout, self._drained)
+            new = bucket_owners(asg.by_consumer, self._layout)
+        old = self._owners
+        self._owners = new
+        changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]
+        for key in sorted(changed):
+            self._move(key, old.get(key), new.get(key), t)
+        self._step_redelivered.clear()
+
+    def _move(self, key: BucketKey, old: str | None, new: str | None, t: int) -> None:
+        b = self._buckets.get(key)
+        if b is not None and b.open_handoff is not None:  # moved again while withheld
+            self._emit_handoff(key, b.open_handoff, t)
+            b.open_handoff = None
+        withheld = (new is not None and b is not None and b.holder is not None
+                    and b.holder != new)
+        if withheld:
+            if key not in self._withheld:
+                self._withheld.add(key)
+                n = len(self._withheld)
+                self._w_max = max(self._w_max, n)
+                self._stats.draining_hashes_max = max(self._stats.draining_hashes_max, n)
+        elif key in self._withheld:
+            self._withheld.discard(key)
+            self._stats.draining_hashes_cleared_total += 1
+            self._w_cleared += 1
+        if old is not None and new is not None:
+            self._stats.reassignments += 1
+            self._w_reassignments += 1
+            redelivered = self._step_redelivered.get(key, 0)
+            if withheld:
+                assert b is not None
+                b.open_handoff = (old, new, t, b.unacked_msgs, redelivered)
+                self._stats.handoffs_withheld += 1
+            else:
+                self._emit_handoff(key, (old, new, t, 0, redelivered), t)
+        if new is not None and not withheld and b is not None and b.pending:
+            heapq.heappush(self._consumers[new].ready, (b.pending[0].seq, key))
+            self._wake.add(new)
+        if b is not None and b.is_empty():
+            del self._buckets[key]
+
+    def _emit_handoff(self, key: BucketKey, rec: _OpenHandoff, until: int | None) -> None:
+        frm, to, since, pending, redelivered = rec
+        self._out.handoffs.append(HandoffRow(self.subscription, key[0], key[1], frm, to, since,
+                                             until, pending, redelivered))
+
+    # ---- dispatch -----------------------------------------------------------------------------
+    def _dispatch_buckets(self, t: int) -> None:
+        if not self._wake:
+            return
+        names = sorted(self._wake)
+        self._wake.clear()
+        for name in names:
+            c = self._consumers[name]
+            if not c.connected:
+                continue
+            while c.free_at <= t:
+                key = self._pop_ready(c)
+                if key is None:
+                    break
+                b = self._buckets[key]
+                e = b.pending.popleft()
+                b.pending_msgs -= e.n
+                if b.pending:
+                    heapq.heappush(c.ready, (b.pending[0].seq, key))
+                b.holder = name
+                b.unacked_entries += 1
+                b.unacked_msgs += e.n
+                self._deliver(e, c, t)
+
+    def _pop_ready(self, c: _Consumer) -> BucketKey | None:
+        ready = c.ready
+        while ready:
+            seq, key = heapq.heappop(ready)
+            if self._owners.get(key) != c.name:
+                continue
+            b = self._buckets.get(key)
+            if b is None or not b.pending or b.pending[0].seq != seq:
+                continue
+            if b.holder is not None and b.holder != c.name:
+                continue  # withheld; pushed again when released
+            return key
+        return None
+
+    def _dispatch_queue(self, t: int) -> None:
+        idle = self._idle
+        pending = self._queue_pending
+        while pending and idle:
+            i = 0 if self._rr_last is None else bisect_right(idle, self._rr_last)
+            if i >= len(idle):
+                i = 0
+            name = idle[i]
+            c = self._consumers[name]
+            _, e = heapq.heappop(pending)
+            self._deliver(e, c, t)
+            self._rr_last = name
+            if c.free_at > t:
+                idle.pop(i)
+
+    def _deliver(self, e: _Entry, c: _Consumer, t: int) -> None:
+        n = e.n
+        if c.cap_num is None or n == 0:
+            end = t
+        else:
+            if c.period_start is not None and c.free_at == t:
+                c.period_msgs += n
+            else:
+                c.period_start = t
+                c.period_msgs = n
+            end = c.period_start - (-(c.period_msgs * 1000 * c.cap_den) // c.cap_num)
+            end = max(end, t)
+        ack = end + c.spec.ack_delay_ms
+        e.consumer = c.name
+        e.dispatch_time = t
+        e.ack_time = ack
+        e.deliveries += 1
+        c.unacked[e.seq] = e
+        c.free_at = end
+        self._pending_entries -= 1
+        self._pending_msgs -= n
+        self._unacked_entries += 1
+        self._unacked_msgs += n
+        self._stats.deliveries += 1
+        if end > t:
+            self._push(end, _PH_FREE, c.name, c.gen)
+            self._add_busy(c, t, end, 1)
+        self._push(ack, _PH_ACK, e, e.deliveries)
+        ws = t - t % self.window_ms
+        c.win_msgs[ws] = c.win_msgs.get(ws, 0) + n
+        c.win_bytes[ws] = c.win_bytes.get(ws, 0) + e.nbytes
+        leave = c.spec.leave_ms
+        if leave is None or ack <= leave:  # this delivery will be acked: its row is final
+            self._out.dispatch.append(self._row(e))
+
+    def _row(self, e: _Entry) -> DispatchRow:
+        redeliveries = e.deliveries - 1 if e.consumer is not None else e.deliveries
+        return DispatchRow(self.subscription, e.segment_id, e.bucket, e.producer, e.entry_id,
+                           e.publish, e.n, e.nbytes, e.consumer, e.dispatch_time, e.ack_time,
+                           redeliveries)
+
+    # ---- windows ------------------------------------------------------------------------------
+    def _add_busy(self, c: _Consumer, start: int, end: int, sign: int) -> None:
+        w = self.window_ms
+        ws = start - start % w
+        while start < end:
+            stop = min(end, ws + w)
+            c.win_busy[ws] = c.win_busy.get(ws, 0) + sign * (stop - start)
+            start = stop
+            ws += w
+
+    def _close_windows_upto(self, t: int) -> None:
+        """Emit every window that ends at or before ``t``."""
+        while self._win_start is not None and self._win_start + self.window_ms <= t:
+            self._emit_window(self._win_start, self._win_start + self.window_ms)
+            self._win_start += self.window_ms
+
+    def _emit_window(self, ws: int, we: int) -> None:
+        backlog: dict[str, int] = {}
+        seg_owners: dict[int, set[str]] = {}
+        if not self._queue_mode:
+            for key, name in self._owners.items():
+                seg_owners.setdefault(key[0], set()).add(name)
+                b = self._buckets.get(key)
+                if b is not None and b.pending_msgs:
+                    backlog[name] = backlog.get(name, 0) + b.pending_msgs
+        for name in sorted(self._consumers):
+            c = self._consumers[name]
+            leave = c.spec.leave_ms
+            conn = max(0, min(we, leave if leave is not None else we) - max(ws, c.spec.join_ms))
+            msgs = c.win_msgs.pop(ws, 0)
+            nbytes = c.win_bytes.pop(ws, 0)
+            busy = c.win_busy.pop(ws, 0)
+            if conn <= 0 and msgs == 0 and busy == 0:
+                continue
+            if self._queue_mode:
+                waiting = self._pending_msgs if c.connected else 0
+            else:
+                waiting = backlog.get(name, 0)
+            self._out.consumer_load.append(ConsumerLoadRow(
+                self.subscription, name, ws, we, msgs, nbytes, busy, max(conn - busy, 0),
+                waiting))
+        layout = self._layout
+        sealed_undrained = 0
+        drain_mode = 0
+        if layout is not None:
+            for sid, seg in layout.segments.items():
+                if not seg.is_active and sid not in self._drained:
+                    sealed_undrained += 1
+                    if len(seg_owners.get(sid, ())) > 1:
+                        drain_mode += 1
+        draining_pending = sum(self._buckets[k].unacked_msgs for k in self._withheld
+                               if k in self._buckets)
+        self._out.window_stats.append(WindowStatsRow(
+            self.subscription, ws, we, self._pending_msgs, self._unacked_msgs,
+            len(self._withheld), max(self._w_max, len(self._withheld)), draining_pending,
+            self._w_cleared, self._w_reassignments, self._w_redeliveries,
+            sum(1 for names in seg_owners.values() if len(names) > 1), drain_mode,
+            sealed_undrained))
+        self._w_max = len(self._withheld)
+        self._w_cleared = 0
+        self._w_reassignments = 0
+        self._w_redeliveries = 0

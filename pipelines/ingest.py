@@ -1,0 +1,560 @@
+"""Ingest: read message logs, map them to the input contract, validate, quarantine, hash.
+
+Two readers produce the same *raw* DataFrame (columns ``source_file``, ``raw_record`` and, for
+Parquet, ``record``: the row as a struct):
+
+- :func:`read_raw_stream`: a streaming DataFrame (``spark.readStream``, ``maxFilesPerTrigger``),
+  meant to be fed to ``foreachBatch``;
+- :func:`read_raw_batch`: the same as a static DataFrame (tests, ad-hoc runs).
+
+CSV, JSON lines and ``text`` logs are read with Spark's ``text`` source, one raw line per record
+(``.gz`` files are decompressed transparently), so a rejected record keeps its exact text;
+``source_file`` is ``_metadata.file_path`` (available for streaming text sources too). Parquet
+uses the Parquet source (schema from a static read of the inputs) with ``raw_record =
+to_json(struct(*))``. A consequence of line-based reading: a CSV field with an embedded line
+break is not supported (each physical line is one record).
+
+:func:`parse_records` turns a *static* raw DataFrame (a micro-batch inside ``foreachBatch``, or
+a batch read) into ``(accepted, quarantine)``. It is meant for static DataFrames because the
+minute spreading of some presets (online-retail) uses a window function, which streaming
+DataFrames do not allow (it accepts a stream only for specs without spreading). Both outputs
+derive from the same input: cache the micro-batch when writing both.
+
+Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
+record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
+the first failing rule in :data:`QUARANTINE_REASONS` order.
+"""
+
+from __future__ import annotations
+
+import csv
+import decimal
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from pipelines.presets import InputSpec, is_identifier, normalize_format
+from pipelines.udfs import key_hashes
+
+MALFORMED_RECORD = "malformed_record"
+MISSING_TOPIC = "missing_topic"
+MISSING_PUBLISH_TIME = "missing_publish_time"
+BAD_PUBLISH_TIME = "bad_publish_time"
+PUBLISH_TIME_OUT_OF_RANGE = "publish_time_out_of_range"
+MISSING_PAYLOAD_SIZE = "missing_payload_size"
+BAD_PAYLOAD_SIZE = "bad_payload_size"
+NEGATIVE_PAYLOAD_SIZE = "negative_payload_size"
+BAD_SEQUENCE_ID = "bad_sequence_id"
+
+QUARANTINE_REASONS: tuple[str, ...] = (
+    MALFORMED_RECORD,
+    MISSING_TOPIC,
+    MISSING_PUBLISH_TIME,
+    BAD_PUBLISH_TIME,
+    PUBLISH_TIME_OUT_OF_RANGE,
+    MISSING_PAYLOAD_SIZE,
+    BAD_PAYLOAD_SIZE,
+    NEGATIVE_PAYLOAD_SIZE,
+    BAD_SEQUENCE_ID,
+)
+"""Quarantine reasons assigned at ingest, in the order the rules are checked (a record gets the
+first that applies):
+
+- ``malformed_record``: the line is not a record of the format: wrong CSV field count, invalid
+  or non-object JSON, a blank line, a ``text`` line not matching ``record_regex``.
+- ``missing_topic``: no topic (null or blank) and the spec has no constant ``topic``.
+- ``missing_publish_time``: publish time null or blank.
+- ``bad_publish_time``: publish time not parseable in the spec's ``publish_time_format``.
+- ``publish_time_out_of_range``: before 1970-01-01T00:00:00Z or after
+  2262-04-11T23:47:16.854775Z (the int64-nanosecond limit).
+- ``missing_payload_size``: payload size null or blank.
+- ``bad_payload_size``: payload size not an integer (``12``, ``12.0`` and ``1.2e3`` are) or
+  beyond int64.
+- ``negative_payload_size``: payload size < 0.
+- ``bad_sequence_id``: sequence id present but not an integer, beyond int64, or negative.
+
+(Later stages add ``late``: a record older than what the watermark already finalized.)
+"""
+
+MIN_PUBLISH_MICROS = 0
+"""1970-01-01T00:00:00Z in epoch microseconds (inclusive lower bound)."""
+MAX_PUBLISH_MICROS = (2**63 - 1) // 1000
+"""2262-04-11T23:47:16.854775Z in epoch microseconds (inclusive upper bound): the last
+microsecond representable as int64 nanoseconds (pandas ``datetime64[ns]``)."""
+
+ACCEPTED_COLUMNS: tuple[str, ...] = (
+    "topic",
+    "key",
+    "producer_name",
+    "sequence_id",
+    "publish_time",
+    "payload_size",
+    "source_file",
+    "order_key",
+    "event_ms",
+    "hash32",
+    "segment_hash",
+    "hash_b",
+)
+"""Columns of the accepted DataFrame, in order (see :func:`parse_records`)."""
+
+QUARANTINE_COLUMNS: tuple[str, ...] = ("source_file", "raw_record", "reason")
+"""Columns of the quarantine DataFrame (the job adds ``run_id`` and ``batch_id``)."""
+
+UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "UTC+0", "Zulu"})
+
+# Internal column names (prefixed so they cannot shadow source columns).
+_RAW = "__tr_raw"
+_FILE = "__tr_file"
+_MALFORMED = "__tr_malformed"
+_HEADER = "__tr_header"
+_CORRUPT = "__tr_corrupt"
+
+_NUMBER_DECIMAL = "decimal(38,9)"
+_EPOCH_FACTORS = {"epoch_s": 1_000_000, "epoch_ms": 1000, "epoch_us": 1, "epoch_ns": 0.001}
+_ZONE_AT_END = (
+    r"[0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]*)?)?\s*(Z|z|UTC|GMT|[+-][0-9]{1,2}(:?[0-9]{2})?)$"
+)
+
+
+# ----------------------------------------------------------------------------------- reading
+
+
+def _as_list(paths: str | Sequence[str]) -> list[str]:
+    return [paths] if isinstance(paths, str) else [str(p) for p in paths]
+
+
+def _text_raw(df: DataFrame) -> DataFrame:
+    return df.select(
+        F.col("_metadata.file_path").alias("source_file"),
+        F.col("value").alias("raw_record"),
+    )
+
+
+def _parquet_raw(df: DataFrame) -> DataFrame:
+    cols = [F.col(f"`{c}`") for c in df.columns]
+    return df.select(
+        F.col("_metadata.file_path").alias("source_file"),
+        F.to_json(F.struct(*cols)).alias("raw_record"),
+        F.struct(*cols).alias("record"),
+    )
+
+
+def read_raw_batch(
+    spark: SparkSession,
+    paths: str | Sequence[str],
+    fmt: str,
+    path_glob_filter: str | None = None,
+) -> DataFrame:
+    """Static raw DataFrame of the files (or folders / globs) ``paths`` in format ``fmt``.
+
+    Columns: ``source_file``, ``raw_record`` (+ ``record`` struct for Parquet).
+    ``path_glob_filter``: read only files whose name matches (e.g. ``spec.file_glob``).
+    """
+    fmt = normalize_format(fmt)
+    paths = _as_list(paths)
+    reader = spark.read
+    if path_glob_filter:
+        reader = reader.option("pathGlobFilter", path_glob_filter)
+    if fmt == "parquet":
+        return _parquet_raw(reader.parquet(*paths))
+    return _text_raw(reader.text(paths))
+
+
+def read_raw_stream(
+    spark: SparkSession,
+    paths: str | Sequence[str],
+    fmt: str,
+    max_files_per_trigger: int | None = None,
+    path_glob_filter: str | None = None,
+) -> DataFrame:
+    """Streaming raw DataFrame over ``paths`` (folders or globs; several paths are unioned).
+
+    Same columns as :func:`read_raw_batch`. ``max_files_per_trigger`` bounds each micro-batch
+    (whole files only, so a file is never split across micro-batches). For Parquet the schema
+    is taken from a static read of the inputs. ``path_glob_filter`` as in
+    :func:`read_raw_batch`.
+    """
+    fmt = normalize_format(fmt)
+    paths = _as_list(paths)
+    if not paths:
+        raise ValueError("read_raw_stream needs at least one path")
+    schema = None
+    if fmt == "parquet":
+        schema = read_raw_batch(spark, paths, fmt, path_glob_filter).schema["record"].dataType
+    frames = []
+    for path in paths:
+        reader = spark.readStream
+        if max_files_per_trigger is not None:
+            reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
+        if path_glob_filter:
+            reader = reader.option("pathGlobFilter", path_glob_filter)
+        if fmt == "parquet":
+            frames.append(_parquet_raw(reader.schema(schema).parquet(path)))
+        else:
+            frames.append(_text_raw(reader.format("text").load(path)))
+    result = frames[0]
+    for frame in frames[1:]:
+        result = result.unionByName(frame)
+    return result
+
+
+def read_csv_header(spark: SparkSession, path: str) -> tuple[str, ...]:
+    """Column names from the first line of the CSV file ``path`` (gzip aware, any filesystem)."""
+    first = spark.read.text(path).limit(1).collect()
+    if not first:
+        raise ValueError(f"{path}: empty file, cannot read a CSV header")
+    line = first[0][0].lstrip("\ufeff")
+    return tuple(next(csv.reader([line])))
+
+
+def resolve_input_spec(
+    spec: InputSpec, spark: SparkSession, paths: str | Sequence[str]
+) -> InputSpec:
+    """``spec`` with ``csv_columns`` filled from the header of the first input file (in path
+    order) when it is a CSV spec without them (e.g. the ``contract`` preset); otherwise ``spec``
+    unchanged."""
+    if spec.format != "csv" or spec.csv_columns is not None:
+        return spec
+    reader = spark.read
+    if spec.file_glob:
+        reader = reader.option("pathGlobFilter", spec.file_glob)
+    files = sorted(reader.text(_as_list(paths)).inputFiles())
+    if not files:
+        raise ValueError(f"{paths}: no input files to read a CSV header from")
+    return spec.replace(csv_columns=read_csv_header(spark, files[0]))
+
+
+# ----------------------------------------------------------------------------------- parsing
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _ddl(names: Sequence[str]) -> str:
+    return ", ".join(f"{_quote(n)} STRING" for n in names)
+
+
+def _blank(c: Column) -> Column:
+    return c.isNull() | (F.trim(c) == "")
+
+
+def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]]:
+    """Raw DataFrame → one row per line with the source columns, ``_MALFORMED``, ``_HEADER``.
+
+    Returns the frame and the names of its source columns.
+    """
+    base = [F.col("source_file").alias(_FILE), F.col("raw_record").alias(_RAW)]
+    raw_col = F.col("raw_record")
+    blank = _blank(raw_col)
+    if spec.format == "parquet":
+        names = [f.name for f in raw.schema["record"].dataType.fields]  # type: ignore[attr-defined]
+        parsed = raw.select(
+            *base,
+            *[F.col("record").getField(n).alias(n) for n in names],
+            F.lit(False).alias(_MALFORMED),
+            F.lit(False).alias(_HEADER),
+        )
+        return parsed, names
+    if spec.format == "csv":
+        if spec.csv_columns is None:
+            raise ValueError(
+                "CSV spec without csv_columns: call resolve_input_spec(spec, spark, paths) "
+                "first (it reads the header of the first file)"
+            )
+        names = list(spec.csv_columns)
+        line = F.regexp_replace(raw_col, "^\ufeff", "")
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        struct = F.from_csv(line, _ddl([*names, _CORRUPT]), options)
+        header = F.lit(True)
+        for n in names:
+            header = header & F.coalesce(struct.getField(n) == F.lit(n), F.lit(False))
+        malformed = blank | struct.getField(_CORRUPT).isNotNull()
+        parsed = raw.select(
+            *base,
+            *[struct.getField(n).alias(n) for n in names],
+            malformed.alias(_MALFORMED),
+            (header & ~malformed).alias(_HEADER),
+        )
+        return parsed, names
+    if spec.format == "json":
+        names = list(spec.source_fields())
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        struct = F.from_json(raw_col, _ddl([*names, _CORRUPT]), options)
+        malformed = blank | struct.isNull() | struct.getField(_CORRUPT).isNotNull()
+        parsed = raw.select(
+            *base,
+            *[struct.getField(n).alias(n) for n in names],
+            malformed.alias(_MALFORMED),
+            F.lit(False).alias(_HEADER),
+        )
+        return parsed, names
+    # text: capture groups of record_regex → fields
+    regex = spec.record_regex or ""
+    names = list(spec.fields)
+    groups = re.compile(regex).groups
+    if len(names) > groups:
+        raise ValueError(f"record_regex has {groups} groups but fields names {len(names)}")
+    matches = raw_col.rlike(regex)
+    parsed = raw.select(
+        *base,
+        *[
+            F.when(matches, F.regexp_extract(raw_col, regex, i + 1)).alias(n)
+            for i, n in enumerate(names)
+        ],
+        (blank | ~matches).alias(_MALFORMED),
+        F.lit(False).alias(_HEADER),
+    )
+    return parsed, names
+
+
+def _mapped(value: str | None, available: set[str]) -> Column:
+    """Column for a mapping value: a source column, null for an absent one, or an expression."""
+    if value is None:
+        return F.lit(None)
+    if is_identifier(value):
+        return F.col(_quote(value)) if value in available else F.lit(None).cast("string")
+    return F.expr(value)
+
+
+def _integer(c: Column, dtype: T.DataType) -> tuple[Column, Column]:
+    """(value as bigint, is-bad) for an integer-valued field of any type; null → not bad."""
+    if isinstance(dtype, T.IntegralType):
+        return c.cast("bigint"), F.lit(False)
+    d = F.trim(c.cast("string")).try_cast(_NUMBER_DECIMAL)
+    value = F.when(d == F.floor(d), F.floor(d).try_cast("bigint"))
+    present = ~_blank(c.cast("string"))
+    return value, present & value.isNull()
+
+
+def _epoch_micros(number: Column, unit: str) -> Column:
+    """Epoch number (decimal) in ``unit`` → epoch microseconds (decimal, floored), null on
+    overflow."""
+    factor = F.lit(decimal.Decimal(str(_EPOCH_FACTORS[unit])))
+    return F.floor(F.try_multiply(number, factor))
+
+
+def _pattern_has_zone(pattern: str) -> bool:
+    unquoted = re.sub(r"'[^']*'", "", pattern)
+    return re.search(r"[XxZzOV]", unquoted) is not None
+
+
+def _publish_micros(c: Column, dtype: T.DataType, spec: InputSpec) -> tuple[Column, Column]:
+    """(epoch microseconds as decimal or bigint, is-missing) of the mapped publish time.
+
+    Null microseconds with not-missing means unparseable (``bad_publish_time``).
+    """
+    fmt = spec.publish_time_format
+    tz = spec.time_zone
+    local = tz not in UTC_ZONES
+
+    def from_local(ts: Column, has_zone: Column | bool) -> Column:
+        if not local:
+            return ts
+        if isinstance(has_zone, bool):
+            return ts if has_zone else F.to_utc_timestamp(ts, tz)
+        return F.when(has_zone, ts).otherwise(F.to_utc_timestamp(ts, tz))
+
+    if isinstance(dtype, T.TimestampType):
+        return F.unix_micros(c), c.isNull()
+    if isinstance(dtype, T.TimestampNTZType | T.DateType):
+        return F.unix_micros(from_local(c.cast("timestamp"), False)), c.isNull()
+    unit = fmt if fmt in _EPOCH_FACTORS else "epoch_ms"
+    if isinstance(dtype, T.NumericType):
+        return _epoch_micros(c.cast(_NUMBER_DECIMAL), unit), c.isNull()
+    s = F.trim(c.cast("string"))
+    missing = _blank(s)
+    number = s.try_cast(_NUMBER_DECIMAL)
+    if fmt in _EPOCH_FACTORS:
+        return _epoch_micros(number, fmt), missing
+    if fmt in ("auto", "iso"):
+        ts = from_local(F.try_to_timestamp(s), s.rlike(_ZONE_AT_END))
+        micros = F.unix_micros(ts)
+        if fmt == "auto":
+            micros = F.when(number.isNotNull(), _epoch_micros(number, "epoch_ms")).otherwise(
+                micros.cast("decimal(38,0)")
+            )
+        return micros, missing
+    ts = from_local(F.try_to_timestamp(s, F.lit(fmt)), _pattern_has_zone(fmt))
+    return F.unix_micros(ts), missing
+
+
+def _check_session_time_zone(df: DataFrame) -> None:
+    try:
+        tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
+    except Exception:  # pragma: no cover - Spark Connect without conf access
+        return
+    if tz not in UTC_ZONES:
+        raise ValueError(
+            f"parse_records needs the Spark session time zone to be UTC (got {tz!r}); "
+            "pipelines.spark_session.build_session sets it"
+        )
+
+
+def parse_records(raw_df: DataFrame, spec: InputSpec) -> tuple[DataFrame, DataFrame]:
+    """Map a static raw DataFrame to the input contract: ``(accepted, quarantine)``.
+
+    ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
+    :func:`read_raw_stream`. A streaming ``raw_df`` is accepted only for specs that do not
+    spread minutes (``spread_within_minute`` uses a window function, which streams do not
+    allow); the pipeline always calls it on the static micro-batch. The Spark session time zone
+    must be UTC.
+
+    ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),
+    ``producer_name``, ``sequence_id`` (bigint, null = assign later), ``publish_time``
+    (timestamp, UTC), ``payload_size`` (bigint bytes), ``source_file``, ``order_key`` (SHA-256
+    hex of the raw record: a tie-break that does not depend on chunking), ``event_ms`` (the
+    emulated clock: ``floor(publish_time_us / 1000 / speed)``), ``hash32`` (bigint),
+    ``segment_hash`` and ``hash_b`` (int; all three null for a keyless message).
+
+    ``quarantine`` columns (:data:`QUARANTINE_COLUMNS`): ``source_file``, ``raw_record``,
+    ``reason`` (one of :data:`QUARANTINE_REASONS`). CSV header lines are in neither.
+    """
+    if raw_df.isStreaming and spec.spread_within_minute:
+        raise ValueError(
+            f"preset {spec.preset!r} spreads records within a minute (a window function, not "
+            "allowed on streams): call parse_records inside foreachBatch on the micro-batch "
+            "of read_raw_stream"
+        )
+    _check_session_time_zone(raw_df)
+    parsed, names = _parse_source(raw_df, spec)
+    parsed = parsed.where(~F.col(_HEADER))
+
+    available = set(names)
+    # Scope: source columns, raw_record / source_file (unless a source column has that name).
+    scope_cols = [F.col(_quote(n)) for n in names]
+    if "raw_record" not in available:
+        scope_cols.append(F.col(_RAW).alias("raw_record"))
+    if "source_file" not in available:
+        scope_cols.append(F.col(_FILE).alias("source_file"))
+    declared = [n for n in spec.source_fields() if n not in available]
+    scope_cols += [F.lit(None).cast("string").alias(n) for n in declared]
+    available |= set(declared) | {"raw_record", "source_file"}
+    scope = parsed.select(F.col(_FILE), F.col(_RAW), F.col(_MALFORMED), *scope_cols)
+
+    mapping = spec.columns
+    m_cols = {
+        c: _mapped(mapping.get(c), available).alias(f"__m_{c}")
+        for c in ("topic", "key", "producer_name", "sequence_id", "publish_time", "payload_size")
+    }
+    spread = [_mapped(v, available).alias(f"__o_{i}") for i, v in enumerate(spec.spread_order)]
+    mapped = scope.select(F.col(_FILE), F.col(_RAW), F.col(_MALFORMED), *m_cols.values(), *spread)
+    types = {f.name: f.dataType for f in mapped.schema.fields}
+
+    topic_raw = F.col("__m_topic").cast("string")
+    topic = F.when(_blank(topic_raw), F.lit(spec.topic).cast("string")).otherwise(topic_raw)
+    producer_raw = F.col("__m_producer_name").cast("string")
+    producer = F.when(_blank(producer_raw), F.lit(spec.producer_name)).otherwise(producer_raw)
+    micros, time_missing = _publish_micros(
+        F.col("__m_publish_time"), types["__m_publish_time"], spec
+    )
+    size, size_bad = _integer(F.col("__m_payload_size"), types["__m_payload_size"])
+    size_missing = _blank(F.col("__m_payload_size").cast("string"))
+    seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
+
+    checked = mapped.select(
+        F.col(_FILE),
+        F.col(_RAW),
+        F.col(_MALFORMED),
+        topic.alias("topic"),
+        F.col("__m_key").cast("string").alias("key"),
+        producer.alias("producer_name"),
+        seq.alias("sequence_id"),
+        seq_bad.alias("__seq_bad"),
+        micros.alias("__micros"),
+        time_missing.alias("__time_missing"),
+        size.alias("payload_size"),
+        size_bad.alias("__size_bad"),
+        size_missing.alias("__size_missing"),
+        *[F.col(f"__o_{i}") for i in range(len(spread))],
+    )
+    m = F.col("__micros")
+    reason = (
+        F.when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
+        .when(F.col("topic").isNull(), F.lit(MISSING_TOPIC))
+        .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
+        .when(m.isNull(), F.lit(BAD_PUBLISH_TIME))
+        .when(
+            (m < F.lit(MIN_PUBLISH_MICROS)) | (m > F.lit(MAX_PUBLISH_MICROS)),
+            F.lit(PUBLISH_TIME_OUT_OF_RANGE),
+        )
+        .when(F.col("__size_missing"), F.lit(MISSING_PAYLOAD_SIZE))
+        .when(F.col("__size_bad"), F.lit(BAD_PAYLOAD_SIZE))
+        .when(F.col("payload_size") < 0, F.lit(NEGATIVE_PAYLOAD_SIZE))
+        .when(F.col("__seq_bad") | (F.col("sequence_id") < 0), F.lit(BAD_SEQUENCE_ID))
+    )
+    checked = checked.withColumn("__reason", reason)
+
+    quarantine = checked.where(F.col("__reason").isNotNull()).select(
+        F.col(_FILE).alias("source_file"),
+        F.col(_RAW).alias("raw_record"),
+        F.col("__reason").alias("reason"),
+    )
+
+    ok = checked.where(F.col("__reason").isNull()).select(
+        "*",
+        F.sha2(F.col(_RAW), 256).alias("order_key"),
+        m.try_cast("bigint").alias("__us"),
+    )
+    if spec.spread_within_minute:
+        minute_us = F.col("__us") - F.pmod(F.col("__us"), F.lit(60_000_000))
+        ok = ok.withColumn("__minute", minute_us)
+        order = [F.col(f"__o_{i}").asc_nulls_first() for i in range(len(spread))]
+        w = Window.partitionBy("__minute").orderBy(*order, F.col("order_key").asc())
+        n = F.count(F.lit(1)).over(Window.partitionBy("__minute"))
+        i = F.row_number().over(w) - 1
+        offset_ms = F.floor(i * F.lit(60_000) / n).cast("bigint")
+        ok = ok.withColumn("__us", F.col("__minute") + offset_ms * 1000)
+
+    us = F.col("__us")
+    if spec.speed == 1.0:
+        event_ms = F.floor(us / F.lit(1000))
+    else:
+        divisor = decimal.Decimal(repr(spec.speed)) * 1000
+        event_ms = F.floor(us.cast("decimal(20,0)") / F.lit(divisor))
+    hashes = key_hashes(F.col("key"))
+    accepted = ok.select(
+        "topic",
+        "key",
+        "producer_name",
+        "sequence_id",
+        F.timestamp_micros(us).alias("publish_time"),
+        "payload_size",
+        F.col(_FILE).alias("source_file"),
+        "order_key",
+        event_ms.cast("bigint").alias("event_ms"),
+        hashes.alias("__h"),
+    ).select(
+        *ACCEPTED_COLUMNS[:-3],
+        F.col("__h.hash32").alias("hash32"),
+        F.col("__h.segment_hash").alias("segment_hash"),
+        F.col("__h.hash_b").alias("hash_b"),
+    )
+    return accepted, quarantine
+
+
+def ingest_batch(
+    spark: SparkSession, paths: str | Sequence[str], spec: InputSpec
+) -> tuple[DataFrame, DataFrame]:
+    """Batch convenience: :func:`resolve_input_spec`, :func:`read_raw_batch`,
+    :func:`parse_records`."""
+    spec = resolve_input_spec(spec, spark, paths)
+    return parse_records(read_raw_batch(spark, paths, spec.format, spec.file_glob), spec)
+
+
+__all__: list[Any] = [
+    "ACCEPTED_COLUMNS",
+    "QUARANTINE_COLUMNS",
+    "QUARANTINE_REASONS",
+    "ingest_batch",
+    "parse_records",
+    "read_csv_header",
+    "read_raw_batch",
+    "read_raw_stream",
+    "resolve_input_spec",
+]

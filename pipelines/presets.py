@@ -1,0 +1,313 @@
+"""Input specs and presets: how a message log's records map onto the input contract.
+
+The input contract (DESIGN, "Input contract") has the columns ``topic``, ``key``,
+``publish_time``, ``payload_size``, ``producer_name`` and ``sequence_id``. An :class:`InputSpec`
+says how to read one kind of file and how to compute each contract column from it:
+
+``columns`` maps a contract column to either
+
+- a **bare identifier** (``[A-Za-z_][A-Za-z0-9_]*``): the source column of that name, or null
+  when the source has no such column (so optional columns may be absent), or
+- any other string: a **Spark SQL expression** over the source columns, e.g.
+  ``"octet_length(raw_record)"``. Expressions may use the source columns, ``raw_record`` (the raw
+  line, or the JSON of a Parquet row) and ``source_file``. Source fields an expression uses must
+  be listed in ``fields`` (for JSON they are the fields extracted; absent ones are null).
+
+A contract column missing from ``columns`` is null (then ``topic`` falls back to ``topic`` and
+``producer_name`` to ``producer_name``; ``sequence_id`` stays null and is assigned later as the
+order within the producer).
+
+Presets are ready-made specs in :data:`PRESETS`; :func:`get_preset` returns one with overrides
+(e.g. ``get_preset("pulsar-export", format="parquet", speed=100)``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+CONTRACT_COLUMNS: tuple[str, ...] = (
+    "topic",
+    "key",
+    "publish_time",
+    "payload_size",
+    "producer_name",
+    "sequence_id",
+)
+"""Columns of the input contract, in the order of DESIGN's table."""
+
+FORMATS: tuple[str, ...] = ("csv", "json", "parquet", "text")
+"""Supported input formats (gzip-compressed ``.gz`` files are read transparently)."""
+
+FORMAT_ALIASES: Mapping[str, str] = MappingProxyType(
+    {"jsonl": "json", "ndjson": "json", "log": "text", "txt": "text"}
+)
+
+TIME_FORMATS: tuple[str, ...] = ("auto", "iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
+"""Named publish-time formats; anything else is a Spark datetime pattern (``yyyy-MM-dd HH:mm``).
+
+``auto``: a number is epoch milliseconds, a string is an ISO-8601 timestamp (``T`` or space,
+optional fraction and offset). ``iso``: ISO-8601 only. ``epoch_*``: numbers only, in that unit.
+Timestamps without an explicit offset are wall-clock times in the spec's ``time_zone``.
+"""
+
+DEFAULT_PRODUCER_NAME = "default-producer"
+"""``producer_name`` when a record has none and the spec sets no other default."""
+
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_identifier(value: str) -> bool:
+    """True when a mapping value names a source column (rather than being an expression)."""
+    return _IDENTIFIER.fullmatch(value) is not None
+
+
+def normalize_format(fmt: str) -> str:
+    """Canonical format name (``jsonl`` → ``json`` ...); ``ValueError`` for unknown formats."""
+    f = FORMAT_ALIASES.get(fmt.lower(), fmt.lower())
+    if f not in FORMATS:
+        raise ValueError(f"unsupported input format {fmt!r}; use one of {', '.join(FORMATS)}")
+    return f
+
+
+CONTRACT_MAPPING: Mapping[str, str] = MappingProxyType({c: c for c in CONTRACT_COLUMNS})
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to read and map one kind of message log (see the module docstring).
+
+    Attributes:
+        format: ``csv`` | ``json`` (JSON lines) | ``parquet`` | ``text`` (one record per line,
+            split by ``record_regex``).
+        columns: contract column → source column name or Spark SQL expression.
+        csv_columns: CSV column order. ``None`` = the header row of the first input file (see
+            ``pipelines.ingest.resolve_input_spec``). A line equal to this header is not a record.
+        fields: extra source fields expressions may use (JSON: fields to extract, all read as
+            strings; ``text``: the names of ``record_regex``'s capture groups, in order). Bare
+            identifiers in ``columns`` are always included.
+        record_regex: ``text`` format only: a Java regex a line must match (else it is
+            ``malformed_record``); its capture groups become ``fields``.
+        topic: constant topic used when the record has none (``None``: such records are
+            quarantined as ``missing_topic``).
+        producer_name: default producer name when the record has none (null or blank).
+        publish_time_format: one of :data:`TIME_FORMATS` or a Spark datetime pattern.
+        time_zone: zone of publish times written without an offset (e.g. ``Europe/London``).
+        speed: replay speed factor (> 0): the emulated clock is ``publish_time / speed``.
+        spread_within_minute: spread records sharing a publish-time minute evenly over it
+            (for traces with minute resolution), ordered by ``spread_order`` then ``order_key``.
+        spread_order: source columns / expressions ordering records within a minute.
+        file_glob: only files whose *name* matches this glob are read from folder inputs
+            (Spark ``pathGlobFilter``, e.g. ``*.csv``; note ``*.csv`` does not match
+            ``x.csv.gz``). ``None`` reads every file.
+        preset: name of the preset this spec came from (``custom`` otherwise).
+        description: one line on what the spec is for.
+    """
+
+    format: str = "json"
+    columns: Mapping[str, str] = field(default_factory=lambda: dict(CONTRACT_MAPPING))
+    csv_columns: tuple[str, ...] | None = None
+    fields: tuple[str, ...] = ()
+    record_regex: str | None = None
+    topic: str | None = None
+    producer_name: str = DEFAULT_PRODUCER_NAME
+    publish_time_format: str = "auto"
+    time_zone: str = "UTC"
+    speed: float = 1.0
+    spread_within_minute: bool = False
+    spread_order: tuple[str, ...] = ()
+    file_glob: str | None = None
+    preset: str = "custom"
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "format", normalize_format(self.format))
+        unknown = [c for c in self.columns if c not in CONTRACT_COLUMNS]
+        if unknown:
+            raise ValueError(
+                f"columns maps unknown contract column(s) {', '.join(unknown)}; "
+                f"contract columns are {', '.join(CONTRACT_COLUMNS)}"
+            )
+        object.__setattr__(self, "columns", MappingProxyType(dict(self.columns)))
+        if self.csv_columns is not None:
+            object.__setattr__(self, "csv_columns", tuple(self.csv_columns))
+        object.__setattr__(self, "fields", tuple(self.fields))
+        object.__setattr__(self, "spread_order", tuple(self.spread_order))
+        if not float(self.speed) > 0:
+            raise ValueError(f"speed must be > 0, got {self.speed}")
+        object.__setattr__(self, "speed", float(self.speed))
+        if self.format == "text" and not self.record_regex:
+            raise ValueError("format 'text' needs record_regex (its groups become fields)")
+        for required in ("publish_time", "payload_size"):
+            if required not in self.columns:
+                raise ValueError(f"columns must map the required contract column {required!r}")
+        if "topic" not in self.columns and self.topic is None:
+            raise ValueError("map 'topic' in columns or give a constant topic")
+
+    def source_fields(self) -> tuple[str, ...]:
+        """Source fields the spec refers to: ``fields`` plus bare identifiers in ``columns``
+        and ``spread_order`` (order kept, no duplicates)."""
+        names = list(self.fields)
+        for value in [*self.columns.values(), *self.spread_order]:
+            if is_identifier(value):
+                names.append(value)
+        return tuple(dict.fromkeys(n for n in names if n not in ("raw_record", "source_file")))
+
+    def replace(self, **changes: Any) -> InputSpec:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+CONTRACT = InputSpec(
+    format="json",
+    preset="contract",
+    description="Columns already named as the input contract (any format).",
+)
+"""``contract`` (default): records already carry the contract columns ``topic``, ``key``,
+``publish_time`` (epoch ms or ISO-8601), ``payload_size``, ``producer_name``, ``sequence_id``.
+CSV column order comes from the file header."""
+
+ONLINE_RETAIL_CSV_COLUMNS = (
+    "InvoiceNo",
+    "StockCode",
+    "Description",
+    "Quantity",
+    "InvoiceDate",
+    "UnitPrice",
+    "CustomerID",
+    "Country",
+)
+
+ONLINE_RETAIL = InputSpec(
+    format="csv",
+    csv_columns=ONLINE_RETAIL_CSV_COLUMNS,
+    columns={
+        "topic": "Country",
+        "key": "StockCode",
+        "producer_name": "regexp_replace(CustomerID, '[.]0$', '')",
+        "publish_time": "InvoiceDate",
+        "payload_size": "octet_length(raw_record)",
+    },
+    producer_name="anonymous",
+    publish_time_format="yyyy-MM-dd HH:mm:ss",
+    time_zone="Europe/London",
+    spread_within_minute=True,
+    spread_order=("InvoiceNo", "StockCode"),
+    file_glob="*.csv",
+    preset="online-retail",
+    description="UCI Online Retail invoice lines (../shared/traces/online-retail).",
+)
+"""``online-retail``: UCI Online Retail CSV (header ``InvoiceNo,StockCode,Description,Quantity,
+InvoiceDate,UnitPrice,CustomerID,Country``). topic = Country, key = StockCode, producer_name =
+CustomerID without a trailing ``.0`` (``anonymous`` when empty), payload_size = UTF-8 byte length
+of the CSV line, publish_time = InvoiceDate (``yyyy-MM-dd HH:mm:ss``, Europe/London). InvoiceDate
+has minute resolution, so the rows of one minute are spread evenly over it: row ``i`` of ``n``
+(ordered by InvoiceNo, StockCode, order_key) gets ``minute + floor(i * 60000 / n)`` ms. The
+spreading runs within one micro-batch; the trace has one file per day, so a minute never spans
+files (and a micro-batch always holds whole files). Only ``*.csv`` files are read from a folder
+(the trace folder also holds ``SOURCE.md``)."""
+
+PULSAR_EXPORT = InputSpec(
+    format="json",
+    columns={
+        "topic": "__topic__",
+        "key": "__key__",
+        "producer_name": "__producer_name__",
+        "sequence_id": "__sequence_id__",
+        "publish_time": "__publish_time__",
+        "payload_size": "coalesce(__payload_size__, octet_length(__value__))",
+    },
+    fields=("__message_id__", "__payload_size__", "__value__"),
+    preset="pulsar-export",
+    description="Pulsar SQL / Pulsar IO exports with __key__, __publish_time__, ... columns.",
+)
+"""``pulsar-export``: Pulsar SQL / Pulsar IO exports. key = ``__key__``, publish_time =
+``__publish_time__`` (epoch ms or ISO-8601), producer_name = ``__producer_name__``, sequence_id =
+``__sequence_id__``; topic = ``__topic__`` or the spec's constant ``topic``; payload_size =
+``__payload_size__`` if present, else the UTF-8 byte length of ``__value__``. ``__message_id__``
+is read but not used. Set ``format`` to the export's format."""
+
+NYC_TAXI_CSV_COLUMNS = (
+    "VendorID",
+    "lpep_pickup_datetime",
+    "lpep_dropoff_datetime",
+    "store_and_fwd_flag",
+    "RatecodeID",
+    "PULocationID",
+    "DOLocationID",
+    "passenger_count",
+    "trip_distance",
+    "fare_amount",
+    "extra",
+    "mta_tax",
+    "tip_amount",
+    "tolls_amount",
+    "ehail_fee",
+    "improvement_surcharge",
+    "total_amount",
+    "payment_type",
+    "trip_type",
+    "congestion_surcharge",
+)
+
+NYC_TAXI = InputSpec(
+    format="csv",
+    csv_columns=NYC_TAXI_CSV_COLUMNS,
+    columns={
+        "key": "PULocationID",
+        "publish_time": "lpep_pickup_datetime",
+        "payload_size": "octet_length(raw_record)",
+    },
+    topic="green-taxi",
+    producer_name="green-taxi",
+    publish_time_format="auto",
+    time_zone="America/New_York",
+    preset="nyc-taxi",
+    description="NYC TLC green-taxi trips (../shared/traces/nyc-green-taxi), one per message.",
+)
+"""``nyc-taxi``: NYC TLC green-taxi trip records (CSV with the 20 TLC columns, or the Parquet
+variant with ``format="parquet"``). Topic constant ``green-taxi``, key = PULocationID,
+publish_time = lpep_pickup_datetime (New York wall-clock time), payload_size = byte length of
+the raw line (Parquet: of the row's JSON)."""
+
+APACHE_LOGS = InputSpec(
+    format="text",
+    record_regex=r'^(\S+) \S+ (\S+) \[([^\]]+)\] "([^"]*)" ([0-9]{3}) (\S+).*$',
+    fields=("client", "user", "time", "request", "status", "bytes"),
+    columns={
+        "key": "client",
+        "publish_time": "time",
+        "payload_size": "octet_length(raw_record)",
+    },
+    topic="apache-logs",
+    producer_name="httpd",
+    publish_time_format="dd/MMM/yyyy:HH:mm:ss Z",
+    preset="apache-logs",
+    description="Apache common/combined access logs (../shared/traces/elastic-apache-logs).",
+)
+"""``apache-logs``: Apache common / combined access-log lines, one message per line. Topic
+constant ``apache-logs``, key = client address, publish_time = the ``[dd/MMM/yyyy:HH:mm:ss Z]``
+field, payload_size = byte length of the line; a line not in that format is
+``malformed_record``."""
+
+PRESETS: dict[str, InputSpec] = {
+    "contract": CONTRACT,
+    "online-retail": ONLINE_RETAIL,
+    "pulsar-export": PULSAR_EXPORT,
+    "nyc-taxi": NYC_TAXI,
+    "apache-logs": APACHE_LOGS,
+}
+"""Preset name → spec. Each preset's docstring (above) documents its mapping."""
+
+
+def get_preset(name: str = "contract", **overrides: Any) -> InputSpec:
+    """The preset ``name`` with ``overrides`` (any :class:`InputSpec` field) applied."""
+    try:
+        spec = PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; presets: {', '.join(PRESETS)}") from None
+    return spec.replace(**overrides) if overrides else spec

@@ -1,0 +1,240 @@
+"""Output table contract: one pyarrow schema per Delta table.
+
+Every writer casts to these schemas (:mod:`pipelines.delta_io` does it on each append) and every
+reader can rely on them. Conventions: ``run_id`` (string) is the first column of every table;
+timestamps are ``timestamp[us, tz=UTC]`` (Spark ``TIMESTAMP``; Spark cannot read Parquet
+nanosecond timestamps); rates are float64 msg/s or bytes/s; sizes are bytes; ``*_epoch`` columns
+are layout epochs (integers, not times). A field marked ``nullable=False`` must never hold a
+null: writes with nulls there are rejected.
+
+The docstring after each schema gives its grain (one row = ...).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+TS = pa.timestamp("us", tz="UTC")
+"""Timestamp type of every time column: microseconds, UTC."""
+
+
+def _f(name: str, type_: pa.DataType, nullable: bool = False) -> pa.Field:
+    return pa.field(name, type_, nullable=nullable)
+
+
+def _list(value_type: pa.DataType) -> pa.DataType:
+    return pa.list_(pa.field("element", value_type, nullable=True))
+
+
+RUN_ID = _f("run_id", pa.string())
+
+MESSAGES = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("key", pa.string(), True),
+    _f("producer_name", pa.string()),
+    _f("sequence_id", pa.int64()),
+    _f("publish_time", TS),
+    _f("payload_size", pa.int64()),
+    _f("hash32", pa.int64(), True),
+    _f("segment_hash", pa.int32(), True),
+    _f("hash_b", pa.int32(), True),
+    _f("segment_id", pa.int64()),
+    _f("bucket_index", pa.int32()),
+    _f("layout_epoch", pa.int64()),
+    _f("entry_id", pa.int64()),
+])
+"""messages — one accepted message. ``payload_size`` in bytes; ``hash32`` is the unsigned
+murmur3-32 (seed 0) of the key as int64, ``segment_hash`` its high 16 bits, ``hash_b`` its low 16
+bits (all null for a keyless message); ``segment_id`` / ``bucket_index`` / ``layout_epoch`` are the
+routing in force at ``publish_time``; ``entry_id`` is the entry (batch) that carries it."""
+
+ENTRIES = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("producer_name", pa.string()),
+    _f("segment_id", pa.int64()),
+    _f("bucket_index", pa.int32()),
+    _f("entry_id", pa.int64()),
+    _f("entry_hash_min", pa.int32()),
+    _f("entry_hash_max", pa.int32()),
+    _f("num_messages", pa.int64()),
+    _f("payload_bytes", pa.int64()),
+    _f("open_time", TS),
+    _f("publish_time", TS),
+    _f("close_reason", pa.string()),
+    _f("first_sequence_id", pa.int64()),
+    _f("last_sequence_id", pa.int64()),
+])
+"""entries — one emitted batch entry. ``entry_hash_min`` / ``entry_hash_max`` are the min / max
+``hash_b`` of its messages; ``payload_bytes`` the sum of their sizes; ``open_time`` when the batch
+opened, ``publish_time`` when it was emitted; ``close_reason`` why it closed."""
+
+SEGMENTS = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("segment_id", pa.int64()),
+    _f("range_start", pa.int32()),
+    _f("range_end", pa.int32()),
+    _f("bucket_count", pa.int32()),
+    _f("bucket_splits", _list(pa.int32())),
+    _f("state", pa.string()),
+    _f("parent_ids", _list(pa.int64())),
+    _f("child_ids", _list(pa.int64())),
+    _f("created_at_epoch", pa.int64()),
+    _f("sealed_at_epoch", pa.int64()),
+    _f("created_at", TS),
+    _f("sealed_at", TS, True),
+    _f("created_by", pa.string()),
+])
+"""segments — one segment ever created. ``range_start`` / ``range_end``: inclusive
+``segment_hash`` range; ``bucket_splits``: the ``bucket_count - 1`` bucket start hashes after
+bucket 0; ``sealed_at_epoch`` is -1 (and ``sealed_at`` null) while active; ``created_by`` is one
+of initial | split | merge | rebucket."""
+
+SEGMENT_LOAD = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("segment_id", pa.int64()),
+    _f("sample_time", TS),
+    _f("msg_rate_in", pa.float64()),
+    _f("bytes_rate_in", pa.float64()),
+    _f("msg_rate_out", pa.float64()),
+    _f("bytes_rate_out", pa.float64()),
+    _f("written", pa.bool_()),
+    _f("modified_at", TS),
+])
+"""segment_load — one segment x load sample (``SegmentLoadStats``). Rates in msg/s and bytes/s;
+``written`` is true when the reporter wrote the sample (material change); ``modified_at`` is the
+time of the last written sample."""
+
+AUTOSCALE_DECISIONS = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("eval_time", TS),
+    _f("trigger", pa.string()),
+    _f("action", pa.string()),
+    _f("segment_ids", _list(pa.int64())),
+    _f("new_bucket_count", pa.int32(), True),
+    _f("reason", pa.string()),
+    _f("suppressed_by", pa.string(), True),
+    _f("active_segments", pa.int32()),
+    _f("consumers", pa.int32()),
+    _f("bucket_capacity", pa.int32()),
+    _f("layout_epoch", pa.int64()),
+])
+"""autoscale_decisions — one evaluation that acted or was suppressed. ``action`` is one of
+split | merge | rebucket | none; ``suppressed_by`` names the rule that stopped it (null if it
+acted); counts are taken at ``eval_time``."""
+
+DISPATCH = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("subscription", pa.string()),
+    _f("producer_name", pa.string()),
+    _f("segment_id", pa.int64()),
+    _f("bucket_index", pa.int32()),
+    _f("entry_id", pa.int64()),
+    _f("num_messages", pa.int64()),
+    _f("consumer_name", pa.string(), True),
+    _f("dispatch_time", TS, True),
+    _f("ack_time", TS, True),
+])
+"""dispatch — one entry x subscription. Null ``consumer_name`` / ``dispatch_time`` /
+``ack_time`` = still in the backlog at end of input."""
+
+CONSUMER_LOAD = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("subscription", pa.string()),
+    _f("consumer_name", pa.string()),
+    _f("window_start", TS),
+    _f("messages", pa.int64()),
+    _f("bytes", pa.int64()),
+    _f("busy_ms", pa.int64()),
+    _f("idle_ms", pa.int64()),
+    _f("backlog_messages", pa.int64()),
+])
+"""consumer_load — one consumer x window starting at ``window_start``: messages and bytes
+delivered, busy / idle time in ms, backlog (messages) at the window's end."""
+
+BUCKET_HANDOFFS = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("subscription", pa.string()),
+    _f("segment_id", pa.int64()),
+    _f("bucket_index", pa.int32()),
+    _f("from_consumer", pa.string(), True),
+    _f("to_consumer", pa.string(), True),
+    _f("withheld_from", TS),
+    _f("withheld_until", TS, True),
+])
+"""bucket_handoffs — one bucket move between consumers. The bucket is withheld (draining) from
+``withheld_from`` to ``withheld_until`` (null = still withheld at end of input)."""
+
+QUARANTINE = pa.schema([
+    RUN_ID,
+    _f("source_file", pa.string()),
+    _f("raw_record", pa.string()),
+    _f("reason", pa.string()),
+    _f("batch_id", pa.int64()),
+])
+"""quarantine — one rejected input record: the file it came from, its raw text (a CSV / JSON
+line, or the JSON of a Parquet row), the reason (``pipelines.ingest.QUARANTINE_REASONS``) and the
+micro-batch that read it."""
+
+RUNS = pa.schema([
+    RUN_ID,
+    _f("status", pa.string()),
+    _f("config", pa.string()),
+    _f("inputs", _list(pa.string())),
+    _f("counts", pa.string()),
+    _f("versions", pa.string()),
+    _f("started_at", TS),
+    _f("ended_at", TS, True),
+    _f("timings", pa.string()),
+])
+"""runs — one run. ``config``, ``counts`` (rows per table), ``versions`` (package versions) and
+``timings`` (seconds per stage) are JSON strings; ``ended_at`` is null while running."""
+
+TABLES: dict[str, pa.Schema] = {
+    "messages": MESSAGES,
+    "entries": ENTRIES,
+    "segments": SEGMENTS,
+    "segment_load": SEGMENT_LOAD,
+    "autoscale_decisions": AUTOSCALE_DECISIONS,
+    "dispatch": DISPATCH,
+    "consumer_load": CONSUMER_LOAD,
+    "bucket_handoffs": BUCKET_HANDOFFS,
+    "quarantine": QUARANTINE,
+    "runs": RUNS,
+}
+"""Every output table by name."""
+
+
+def table_names() -> list[str]:
+    """Names of all output tables."""
+    return list(TABLES)
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    """The pyarrow schema of ``table``; ``KeyError`` naming the known tables otherwise."""
+    try:
+        return TABLES[table]
+    except KeyError:
+        raise KeyError(f"unknown table {table!r}; known tables: {', '.join(TABLES)}") from None
+
+
+def spark_schema(table: str) -> StructType:
+    """The Spark ``StructType`` equivalent of :func:`arrow_schema` (timestamps → ``TIMESTAMP``).
+
+    Nullability is carried over (``nullable=False`` fields become non-nullable).
+    """
+    return from_arrow_schema(arrow_schema(table))
+
+
+def empty_table(table: str) -> pa.Table:
+    """A zero-row pyarrow table with ``table``'s schema."""
+    return arrow_schema(table).empty_table()

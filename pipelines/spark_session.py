@@ -1,0 +1,160 @@
+"""SparkSession factory shared by the jobs and the tests.
+
+``build_session`` applies the settings every stage relies on:
+
+- Python workers run the driver's interpreter (``PYSPARK_PYTHON`` and ``spark.pyspark.python`` =
+  ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (DESIGN,
+  "Environment facts").
+- Session time zone UTC (every output timestamp is UTC) and Arrow enabled for pandas conversion.
+- Master: ``master`` when given; otherwise whatever is already configured (``spark-submit
+  --master``, ``spark.master`` in ``extra_conf``, ``MASTER``, ``PYSPARK_SUBMIT_ARGS`` or
+  ``spark-defaults.conf``); ``local[*]`` only when nothing is configured.
+- Delta Lake native engine: enabled when the Delta classes are on the classpath.
+
+How Delta is detected and enabled
+---------------------------------
+``spark.sql.extensions`` is a static setting, so it must be decided *before* the session exists.
+``build_session`` therefore first starts (or, under ``spark-submit``, connects to) the driver JVM
+with the full configuration (so ``spark.jars`` / ``spark.jars.packages`` are resolved exactly as
+they would be by ``getOrCreate``) and asks that JVM whether
+``io.delta.sql.DeltaSparkSessionExtension`` is loadable through Spark's context class loader (the
+one that sees ``--jars`` / ``--packages``). If it is, and the caller did not set them, it adds
+``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
+``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. If it is
+not (e.g. this machine: no Delta jars, no Maven access), the session is created without them and
+:mod:`pipelines.delta_io` falls back to delta-rs. :func:`delta_spark_available` repeats the class
+check on a live session.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyspark import SparkConf, SparkContext
+from pyspark.sql import SparkSession
+
+DELTA_EXTENSION_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG_CLASS = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+DEFAULT_LOCAL_MASTER = "local[*]"
+
+
+def _defaults_file_master() -> bool:
+    """True when a ``spark-defaults.conf`` visible to spark-submit sets ``spark.master``."""
+    candidates = []
+    if os.environ.get("SPARK_CONF_DIR"):
+        candidates.append(Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf")
+    if os.environ.get("SPARK_HOME"):
+        candidates.append(Path(os.environ["SPARK_HOME"]) / "conf" / "spark-defaults.conf")
+    for path in candidates:
+        try:
+            for line in path.read_text().splitlines():
+                parts = line.strip().split(None, 1)
+                if parts and parts[0] == "spark.master":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def _master_configured(conf: Mapping[str, str]) -> bool:
+    """Whether a master URL is already set somewhere other than :func:`build_session`'s default."""
+    if conf.get("spark.master"):
+        return True
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # Launched by spark-submit (or a notebook kernel owning the JVM): it always sets a master.
+        return True
+    if SparkContext._active_spark_context is not None:
+        return True
+    if os.environ.get("MASTER"):
+        return True
+    submit_args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    if "--master" in submit_args or any(a.startswith("--master=") for a in submit_args):
+        return True
+    if any(a.startswith("spark.master=") for a in submit_args):
+        return True
+    return _defaults_file_master()
+
+
+def _jvm_class_loadable(jvm: Any, class_name: str) -> bool:
+    """Whether ``class_name`` loads through Spark's context-or-Spark class loader in ``jvm``."""
+    try:
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm.java.lang.Class.forName(class_name, False, loader)
+        return True
+    except Exception:  # Py4JJavaError (ClassNotFoundException) or no Spark Utils: not loadable
+        return False
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """True when the Delta Lake Spark classes are loadable in ``spark``'s driver JVM.
+
+    False for Spark Connect sessions (no local JVM) and when the jars are absent.
+    """
+    jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
+    if jvm is None:
+        return False
+    return _jvm_class_loadable(jvm, DELTA_EXTENSION_CLASS)
+
+
+def delta_extension_enabled(spark: SparkSession) -> bool:
+    """True when the session was created with the Delta SQL extension configured."""
+    try:
+        extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    except Exception:
+        return False
+    return DELTA_EXTENSION_CLASS in extensions
+
+
+def _delta_classes_before_start(conf: SparkConf) -> bool:
+    """Start (or attach to) the driver JVM with ``conf`` and check for the Delta classes."""
+    try:
+        SparkContext._ensure_initialized(conf=conf)
+    except Exception:
+        return False
+    jvm = SparkContext._jvm
+    return jvm is not None and _jvm_class_loadable(jvm, DELTA_EXTENSION_CLASS)
+
+
+def build_session(
+    app_name: str = "topic-replay",
+    master: str | None = None,
+    shuffle_partitions: int | None = None,
+    extra_conf: Mapping[str, Any] | None = None,
+) -> SparkSession:
+    """Create (or return the active) SparkSession configured for the pipeline.
+
+    ``extra_conf`` values win over the defaults set here (except the Python interpreter, which
+    must match the driver's). ``shuffle_partitions`` sets ``spark.sql.shuffle.partitions``.
+    See the module docstring for how the master and Delta are chosen.
+    """
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    settings: dict[str, str] = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    if shuffle_partitions is not None:
+        settings["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
+    for k, v in (extra_conf or {}).items():
+        settings[str(k)] = str(v)
+    settings["spark.pyspark.python"] = sys.executable
+    settings["spark.app.name"] = app_name
+    if master is not None:
+        settings["spark.master"] = master
+    elif not _master_configured(settings):
+        settings["spark.master"] = DEFAULT_LOCAL_MASTER
+
+    conf = SparkConf(loadDefaults=False)
+    conf.setAll(list(settings.items()))
+    if "spark.sql.extensions" not in settings and _delta_classes_before_start(conf):
+        settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
+        settings.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG_CLASS)
+
+    builder = SparkSession.builder.appName(app_name)
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()

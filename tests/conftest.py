@@ -1,0 +1,32 @@
+"""Shared pytest fixtures.
+
+``spark``: ONE SparkSession for the whole test session (starting one takes ~5 s): ``local[2]``,
+2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter (all via
+``pipelines.spark_session.build_session``). Tests that use it should be marked ``spark``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from pipelines.spark_session import build_session
+
+    session = build_session(
+        app_name="topic-replay-tests",
+        master="local[2]",
+        shuffle_partitions=2,
+        extra_conf={
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

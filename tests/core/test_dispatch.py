@@ -1,0 +1,532 @@
+"""Bucket-level dispatch with PIP-379 draining (pipelines.core.dispatch)."""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipelines.core.dispatch import (
+    ConsumerLoadRow,
+    ConsumerSpec,
+    DispatchOutputs,
+    DispatchRow,
+    HandoffRow,
+    SegmentDrainRow,
+    SubscriptionDispatcher,
+)
+from pipelines.core.layout import SegmentLayout
+
+SUB = "sub"
+
+
+@dataclass(frozen=True)
+class E:
+    """One input entry: publish time, segment, entry_hash_min, messages; ``eid`` = its index in
+    the scenario's entry list (publish order), set by :func:`_events`."""
+
+    t: int
+    seg: int
+    h: int = 0
+    n: int = 1
+    eid: int = -1
+
+
+Event = tuple[int, SegmentLayout | E]
+
+
+def _events(layouts: list[tuple[int, SegmentLayout]], entries: list[E]) -> list[Event]:
+    evs: list[tuple[int, int, int, SegmentLayout | E]] = (
+        [(t, 0, i, lay) for i, (t, lay) in enumerate(layouts)]
+        + [(e.t, 1, i, replace(e, eid=i)) for i, e in enumerate(entries)])
+    return [(t, x) for t, _, _, x in sorted(evs, key=lambda v: v[:3])]
+
+
+def _feed(d: SubscriptionDispatcher, events: list[Event]) -> None:
+    """Feed events in order; consecutive entries go in one on_entries call."""
+    batch: list[E] = []
+
+    def flush() -> None:
+        if batch:
+            d.on_entries([e.t for e in batch], [e.seg for e in batch], [e.h for e in batch],
+                         [e.n for e in batch], [10 * e.n for e in batch], ["p"] * len(batch),
+                         [e.eid for e in batch])
+            batch.clear()
+
+    for t, x in events:
+        if isinstance(x, SegmentLayout):
+            flush()
+            d.on_layout(t, x)
+        else:
+            batch.append(x)
+    flush()
+
+
+def _run(sub_type: str, consumers: list[ConsumerSpec], layouts: list[tuple[int, SegmentLayout]],
+         entries: list[E], end_ms: int | None = None,
+         window_ms: int = 60_000) -> tuple[SubscriptionDispatcher, DispatchOutputs]:
+    d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=window_ms)
+    _feed(d, _events(layouts, entries))
+    d.finish(end_ms)
+    return d, d.take_outputs()
+
+
+def _by_entry(out: DispatchOutputs) -> dict[int, tuple[str | None, int | None, int | None]]:
+    return {r.entry_id: (r.consumer_name, r.dispatch_time_ms, r.ack_time_ms)
+            for r in out.dispatch}
+
+
+ONE_N1 = SegmentLayout.initial(1, bucket_budget=1)
+ONE_N2 = SegmentLayout.initial(1, bucket_budget=2)  # buckets [0, 0x7fff] [0x8000, 0xffff]
+ONE_N4 = SegmentLayout.initial(1, bucket_budget=4)
+SPLIT_N2 = ONE_N2.split(0, now_ms=100)  # 0 sealed; children 1 [0, 0x7fff], 2; N=1 each
+
+
+# ---- routing ------------------------------------------------------------------------------------
+def test_sole_owner_gets_every_bucket_at_publish_time() -> None:
+    entries = [E(10, 0, 0x0000), E(20, 0, 0x4000), E(30, 0, 0x8000), E(40, 0, 0xFFFF)]
+    _, out = _run("stream", [ConsumerSpec("a")], [(0, ONE_N4)], entries)
+    assert _by_entry(out) == {0: ("a", 10, 10), 1: ("a", 20, 20), 2: ("a", 30, 30),
+                              3: ("a", 40, 40)}
+    assert [r.bucket_index for r in out.dispatch] == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    ("hash_min", "bucket", "consumer"),
+    [(0x15A0, 0, "c1"), (0x0000, 0, "c1"), (0x69B2, 1, "c1"), (0xA5D1, 2, "c2"),
+     (0xFFFF, 3, "c2")],
+)
+def test_two_sharers_split_the_buckets_of_one_segment(hash_min: int, bucket: int,
+                                                      consumer: str) -> None:
+    _, out = _run("stream", [ConsumerSpec("c2"), ConsumerSpec("c1")], [(0, ONE_N4)],
+                  [E(5, 0, hash_min)])
+    assert [(r.bucket_index, r.consumer_name) for r in out.dispatch] == [(bucket, consumer)]
+
+
+# ---- consumer timing model ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("spec", "entries", "expected"),
+    [
+        # 2 msg/s, ack 50 ms after processing; a back-to-back run keeps its start (no drift).
+        (ConsumerSpec("a", capacity_msgs_per_s=2, ack_delay_ms=50),
+         [E(0, 0, n=3), E(100, 0, n=1), E(5000, 0, n=2)],
+         {0: ("a", 0, 1550), 1: ("a", 1500, 2050), 2: ("a", 5000, 6050)}),
+        # 3 msg/s: ceil(1000/3)=334, ceil(2000/3)=667, 1000 — rounding does not accumulate.
+        (ConsumerSpec("a", capacity_msgs_per_s=3),
+         [E(0, 0), E(0, 0), E(0, 0)],
+         {0: ("a", 0, 334), 1: ("a", 334, 667), 2: ("a", 667, 1000)}),
+        # Unlimited capacity: the consumer is free at once; the ack still waits ack_delay_ms.
+        (ConsumerSpec("a", ack_delay_ms=30),
+         [E(0, 0), E(10, 0)],
+         {0: ("a", 0, 30), 1: ("a", 10, 40)}),
+        # Entries before the consumer joins wait for it.
+        (ConsumerSpec("a", join_ms=700), [E(0, 0), E(10, 0)],
+         {0: ("a", 700, 700), 1: ("a", 700, 700)}),
+    ],
+)
+def test_capacity_and_ack_delay_set_dispatch_and_ack_times(
+        spec: ConsumerSpec, entries: list[E],
+        expected: dict[int, tuple[str, int, int]]) -> None:
+    _, out = _run("stream", [spec], [(0, ONE_N1)], entries)
+    assert _by_entry(out) == expected
+
+
+# ---- PIP-379 handoffs ---------------------------------------------------------------------------
+def test_moving_bucket_is_withheld_until_old_owner_acks() -> None:
+    # a (1 msg/s) takes bucket 1's entry at 0 (ack 1000); b joins at 500 and owns bucket 1.
+    entries = [E(0, 0, 0x9000), E(0, 0, 0x0100), E(600, 0, 0x9000)]
+    d, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1),
+                             ConsumerSpec("b", join_ms=500)], [(0, ONE_N2)], entries)
+    assert out.handoffs == [HandoffRow(SUB, 0, 1, "a", "b", 500, 1000, 1, 0)]
+    assert _by_entry(out) == {0: ("a", 0, 1000), 1: ("a", 1000, 2000), 2: ("b", 1000, 1000)}
+    assert (d.stats.reassignments, d.stats.handoffs_withheld,
+            d.stats.draining_hashes_cleared_total) == (1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("capacity", "withheld_until"),
+    [(None, 500),  # nothing unacked at the move: not withheld
+     (2.0, 500)],  # the ack lands exactly at the move instant: acks apply first
+)
+def test_bucket_move_without_unacked_entries_is_not_withheld(capacity: float | None,
+                                                            withheld_until: int) -> None:
+    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=capacity),
+                             ConsumerSpec("b", join_ms=500)], [(0, ONE_N2)],
+                  [E(0, 0, 0x9000)], end_ms=600)
+    assert out.handoffs == [HandoffRow(SUB, 0, 1, "a", "b", 500, withheld_until, 0, 0)]
+
+
+def test_consumer_leave_redelivers_its_unacked_entries_to_the_new_owner() -> None:
+    # a owns bucket 0 and is processing the entry (0 -> 1000) when it leaves at 500.
+    d, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1, leave_ms=500),
+                             ConsumerSpec("b")], [(0, ONE_N2)], [E(0, 0, 0x0100)])
+    assert out.dispatch == [DispatchRow(SUB, 0, 0, "p", 0, 0, 1, 10, "b", 500, 500, 1)]
+    assert out.handoffs == [HandoffRow(SUB, 0, 0, "a", "b", 500, 500, 0, 1)]
+    assert d.stats.redeliveries == 1
+    load = {r.consumer_name: (r.messages, r.busy_ms, r.idle_ms) for r in out.consumer_load}
+    assert load == {"a": (1, 500, 0), "b": (1, 0, 501)}
+
+
+def test_delivery_acked_exactly_at_leave_is_not_redelivered() -> None:
+    d, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=2, leave_ms=500),
+                             ConsumerSpec("b")], [(0, ONE_N1)], [E(0, 0)])
+    assert _by_entry(out) == {0: ("a", 0, 500)}
+    assert d.stats.redeliveries == 0
+
+
+def test_no_consumers_leaves_entries_in_the_backlog() -> None:
+    d, out = _run("stream", [], [(0, ONE_N2)], [E(10, 0, 0x0100), E(20, 0, 0x9000, n=3)])
+    assert [(r.consumer_name, r.dispatch_time_ms, r.ack_time_ms) for r in out.dispatch] == [
+        (None, None, None), (None, None, None)]
+    assert out.consumer_load == []
+    assert [w.backlog_messages for w in out.window_stats] == [4]
+    assert d.backlog_messages == 4
+
+
+def test_entries_after_last_consumer_left_stay_in_the_backlog() -> None:
+    _, out = _run("stream", [ConsumerSpec("a", leave_ms=100)], [(0, ONE_N1)],
+                  [E(50, 0), E(150, 0)])
+    assert _by_entry(out) == {0: ("a", 50, 50), 1: (None, None, None)}
+
+
+# ---- QUEUE --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("consumers", "expected"),
+    [
+        ([ConsumerSpec("c"), ConsumerSpec("a"), ConsumerSpec("b")],
+         ["a", "b", "c", "a", "b", "c"]),
+        ([ConsumerSpec("a"), ConsumerSpec("b", leave_ms=25), ConsumerSpec("c")],
+         ["a", "b", "c", "a", "c", "a"]),
+        # A busy consumer is skipped: a takes 1 s per message.
+        ([ConsumerSpec("a", capacity_msgs_per_s=1), ConsumerSpec("b")],
+         ["a", "b", "b", "b", "b", "b"]),
+    ],
+)
+def test_queue_round_robins_entries_over_free_connected_consumers(
+        consumers: list[ConsumerSpec], expected: list[str]) -> None:
+    # Entries of different buckets and segments: no ownership in a queue subscription.
+    entries = [E(10 * i, 0, h) for i, h in enumerate([0, 0x9000, 0, 0x9000, 0, 0x9000])]
+    d, out = _run("queue", consumers, [(0, ONE_N2)], entries)
+    assert [r.consumer_name for r in out.dispatch] == expected
+    assert d.stats.reassignments == 0
+
+
+# ---- ordering across segments (STREAM drain checker) ---------------------------------------------
+_GATING = ([ConsumerSpec("a", capacity_msgs_per_s=1), ConsumerSpec("b", ack_delay_ms=500)],
+           [(0, ONE_N2), (100, SPLIT_N2)], [E(0, 0, 0x0100), E(50, 0, 0x0100), E(150, 1)])
+
+
+def test_stream_child_waits_until_its_parent_is_drained() -> None:
+    _, out = _run("stream", *_GATING)
+    assert _by_entry(out) == {0: ("a", 0, 1000), 1: ("a", 1000, 2000), 2: ("a", 2000, 3000)}
+    assert out.segment_drains == [SegmentDrainRow(SUB, 0, 100, 2000, 1900)]
+
+
+def test_checkpoint_dispatches_children_before_parent_drains() -> None:
+    # No drain checker: the whole DAG is assignable; seg 0 moves to b at the split (withheld
+    # until a acks at 1000) while a gets child 1 at once.
+    _, out = _run("checkpoint", *_GATING)
+    assert _by_entry(out) == {0: ("a", 0, 1000), 1: ("b", 1000, 1500), 2: ("a", 1000, 2000)}
+    assert out.segment_drains == [SegmentDrainRow(SUB, 0, 100, 1500, 1400)]
+    assert out.handoffs == [HandoffRow(SUB, 0, 0, "a", "b", 100, 1000, 1, 0)]
+
+
+def test_sealed_segment_with_nothing_outstanding_drains_at_seal_time() -> None:
+    _, out = _run("stream", [ConsumerSpec("a")], [(0, ONE_N2), (100, SPLIT_N2)],
+                  [E(10, 0), E(150, 2, 0x9000)])
+    assert out.segment_drains == [SegmentDrainRow(SUB, 0, 100, 100, 0)]
+    assert _by_entry(out)[1] == ("a", 150, 150)
+
+
+def test_sealed_backlog_fans_out_to_new_consumers_after_scale_up() -> None:
+    # PIP-486 use case 1: one slow consumer, backlog in seg 0 (N=4); the topic splits at 1000
+    # and three consumers join: the sealed segment is shared 4 ways until it drains.
+    layout = ONE_N4
+    split = layout.split(0, now_ms=1000)
+    consumers = [ConsumerSpec("a", capacity_msgs_per_s=1)] + [
+        ConsumerSpec(n, join_ms=1000, capacity_msgs_per_s=1) for n in "bcd"]
+    entries = [E(0, 0, h) for h in (0x0000, 0x4000, 0x8000, 0xC000) * 2]
+    d, out = _run("stream", consumers, [(0, layout), (1000, split)], entries, window_ms=1000)
+    assert {r.consumer_name for r in out.dispatch} == {"a", "b", "c", "d"}
+    assert out.segment_drains == [SegmentDrainRow(SUB, 0, 1000, 3000, 2000)]
+    by_window = {w.window_start_ms: w for w in out.window_stats}
+    assert (by_window[1000].shared_segments, by_window[1000].drain_mode_segments) == (1, 1)
+    assert by_window[3000].sealed_segments_undrained == 0
+    assert d.stats.segments_drained == 1
+
+
+# ---- windows and stats --------------------------------------------------------------------------
+def test_consumer_load_windows_split_busy_time_at_window_boundaries() -> None:
+    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1)], [(0, ONE_N1)],
+                  [E(0, 0), E(2500, 0, n=2)], window_ms=1000)
+    assert out.consumer_load == [
+        ConsumerLoadRow(SUB, "a", 0, 1000, 1, 10, 1000, 0, 0),
+        ConsumerLoadRow(SUB, "a", 1000, 2000, 0, 0, 0, 1000, 0),
+        ConsumerLoadRow(SUB, "a", 2000, 3000, 2, 20, 500, 500, 0),
+        ConsumerLoadRow(SUB, "a", 3000, 4000, 0, 0, 1000, 0, 0),
+        ConsumerLoadRow(SUB, "a", 4000, 4501, 0, 0, 500, 1, 0),
+    ]
+
+
+def test_consumer_load_backlog_counts_messages_waiting_for_the_owner() -> None:
+    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1)], [(0, ONE_N1)],
+                  [E(0, 0), E(0, 0, n=2), E(0, 0, n=3)], window_ms=1000)
+    # Runs 0-1000, 1000-3000, 3000-6000; the last window is [6000, 6001).
+    assert [r.backlog_messages for r in out.consumer_load] == [5, 3, 3, 0, 0, 0, 0]
+
+
+def test_window_stats_track_withheld_buckets() -> None:
+    entries = [E(0, 0, 0x9000), E(600, 0, 0x9000)]
+    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1),
+                             ConsumerSpec("b", join_ms=500)], [(0, ONE_N2)], entries,
+                  window_ms=250)
+    got = [(w.window_start_ms, w.draining_hashes_count, w.draining_hashes_max,
+            w.draining_hashes_pending_messages, w.draining_hashes_cleared, w.reassignments)
+           for w in out.window_stats]
+    assert got == [(0, 0, 0, 0, 0, 0), (250, 0, 0, 0, 0, 0), (500, 1, 1, 1, 0, 1),
+                   (750, 1, 1, 1, 0, 0), (1000, 0, 1, 0, 1, 0)]
+
+
+def test_current_assignment_carries_the_layout_epoch_and_drain_state() -> None:
+    d = SubscriptionDispatcher(SUB, "stream", [ConsumerSpec("a"), ConsumerSpec("b")])
+    assert d.current_assignment() is None
+    d.on_layout(0, ONE_N2)
+    d.on_layout(100, SPLIT_N2)
+    d.advance_to(100)  # seg 0 sealed with nothing outstanding: drained at once
+    asg = d.current_assignment()
+    assert asg is not None and asg.layout_epoch == 1
+    assert {n: [a.segment_id for a in lst] for n, lst in asg.by_consumer.items()} == {
+        "a": [1], "b": [2]}
+    assert d.bucket_owners == {(1, 0): "a", (2, 0): "b"}
+    assert d.drained_segments == {0}
+
+
+def test_output_columns_exist_without_rows() -> None:
+    _, out = _run("stream", [], [(0, ONE_N1)], [])
+    assert out.columns("handoffs") == {name: [] for name in HandoffRow._fields}
+    assert out.columns("segment_drains")["drain_ms"] == []
+
+
+# ---- input contract -----------------------------------------------------------------------------
+def _fresh() -> SubscriptionDispatcher:
+    d = SubscriptionDispatcher(SUB, "stream", [ConsumerSpec("a")])
+    d.on_layout(0, ONE_N2)
+    return d
+
+
+def _entry(d: SubscriptionDispatcher, t: int, seg: int = 0) -> None:
+    d.on_entries([t], [seg], [0], [1], [1], ["p"], [0])
+
+
+def _unsorted(d: SubscriptionDispatcher) -> None:
+    d.on_entries([5, 4], [0, 0], [0, 0], [1, 1], [1, 1], ["p", "p"], [0, 1])
+
+
+def _older_than_previous(d: SubscriptionDispatcher) -> None:
+    _entry(d, 10)
+    _entry(d, 9)
+
+
+def _at_horizon(d: SubscriptionDispatcher) -> None:
+    d.advance_to(10)
+    _entry(d, 10)
+
+
+def _unknown_segment(d: SubscriptionDispatcher) -> None:
+    _entry(d, 10, seg=7)
+
+
+def _after_seal(d: SubscriptionDispatcher) -> None:
+    d.on_layout(100, SPLIT_N2)
+    _entry(d, 101, seg=0)
+
+
+def _hash_out_of_range(d: SubscriptionDispatcher) -> None:
+    d.on_entries([1], [0], [70000], [1], [1], ["p"], [0])
+
+
+def _after_finish(d: SubscriptionDispatcher) -> None:
+    d.finish()
+    _entry(d, 10)
+
+
+@pytest.mark.parametrize(
+    ("action", "message"),
+    [
+        (_unsorted, "non-decreasing"),
+        (_older_than_previous, "before the previous input"),
+        (_at_horizon, "not after the horizon"),
+        (_unknown_segment, "segment 7 is not in the layout"),
+        (_after_seal, "after it was sealed"),
+        (_hash_out_of_range, "entry_hash_min"),
+        (_after_finish, "after finish"),
+    ],
+)
+def test_input_contract_violations_raise(action: Callable[[SubscriptionDispatcher], None],
+                                         message: str) -> None:
+    d = _fresh()
+    with pytest.raises(ValueError, match=message):
+        action(d)
+
+
+def test_entries_before_any_layout_raise() -> None:
+    d = SubscriptionDispatcher(SUB, "stream", [])
+    with pytest.raises(ValueError, match="no layout yet"):
+        _entry(d, 0)
+
+
+def test_entry_published_at_the_seal_instant_is_accepted() -> None:
+    d = _fresh()
+    d.on_layout(100, SPLIT_N2)
+    _entry(d, 100, seg=0)
+    d.finish()
+    assert [r.consumer_name for r in d.take_outputs().dispatch] == ["a"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"leave_ms": 0}, "must be after join_ms"), ({"capacity_msgs_per_s": 0}, "> 0"),
+     ({"ack_delay_ms": -1}, ">= 0")],
+)
+def test_consumer_spec_validation(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ConsumerSpec("a", **kwargs)
+
+
+# ---- properties: chunking invariance, single holder per bucket, per-bucket order ----------------
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[str, list[ConsumerSpec], list[Event]]:
+    sub_type = draw(st.sampled_from(["stream", "checkpoint", "queue"]))
+    budget = draw(st.sampled_from([1, 2, 4]))
+    layout0 = SegmentLayout.initial(draw(st.integers(1, 2)), bucket_budget=budget)
+    layouts = [(0, layout0)]
+    change_t = draw(st.one_of(st.none(), st.integers(1, 1500)))
+    if change_t is not None:
+        sid = draw(st.sampled_from(sorted(layout0.active_segments)))
+        op = draw(st.sampled_from(["split", "rebucket"]))
+        seg = layout0.segment(sid)
+        if op == "rebucket":
+            layouts.append((change_t, layout0.rebucket(sid, seg.bucket_count * 2, change_t)))
+        else:
+            layouts.append((change_t, layout0.split(sid, now_ms=change_t)))
+    consumers = []
+    for i in range(draw(st.integers(0, 4))):
+        join = draw(st.sampled_from([0, 0, 100, 700, 1200]))
+        leave = draw(st.one_of(st.none(), st.integers(join + 1, join + 2000)))
+        consumers.append(ConsumerSpec(
+            f"c{i}", join_ms=join, leave_ms=leave,
+            capacity_msgs_per_s=draw(st.sampled_from([None, 2.0, 5.0, 30.0])),
+            ack_delay_ms=draw(st.sampled_from([0, 0, 7, 150]))))
+    times = sorted(draw(st.lists(st.integers(0, 2500), min_size=1, max_size=40)))
+    entries = []
+    for t in times:
+        in_force = [lay for lt, lay in layouts if lt <= t][-1]
+        sid = draw(st.sampled_from(sorted(in_force.active_segments)))
+        entries.append(E(t, sid, draw(st.integers(0, 0xFFFF)), draw(st.integers(1, 3))))
+    return sub_type, consumers, _events(layouts, entries)
+
+
+def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Event],
+                 cuts: list[int], advance: bool, repickle: bool) -> DispatchOutputs:
+    d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=400)
+    total = DispatchOutputs()
+    bounds = [0, *sorted({c % (len(events) + 1) for c in cuts}), len(events)]
+    horizon = -1
+    for lo, hi in zip(bounds, bounds[1:], strict=False):
+        if lo >= hi:
+            continue
+        _feed(d, events[lo:hi])
+        if advance and hi < len(events):
+            h = events[hi][0] - 1
+            if h >= horizon:
+                d.advance_to(h)
+                horizon = h
+        if repickle:
+            d = pickle.loads(pickle.dumps(d))
+        part = d.take_outputs()
+        for name in ("dispatch", "handoffs", "consumer_load", "window_stats", "segment_drains"):
+            getattr(total, name).extend(getattr(part, name))
+    d.finish(3000)
+    part = d.take_outputs()
+    for name in ("dispatch", "handoffs", "consumer_load", "window_stats", "segment_drains"):
+        getattr(total, name).extend(getattr(part, name))
+    return total
+
+
+_PROPS = settings(max_examples=150, deadline=None,
+                  suppress_health_check=[HealthCheck.too_slow])
+
+
+@_PROPS
+@given(scenarios(), st.lists(st.integers(0, 100), max_size=6), st.booleans(), st.booleans())
+def test_outputs_do_not_depend_on_chunking_horizons_or_pickling(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]], cuts: list[int], advance: bool,
+        repickle: bool) -> None:
+    sub_type, consumers, events = scenario
+    whole = _run_chunked(sub_type, consumers, events, [], False, False)
+    assert _run_chunked(sub_type, consumers, events, cuts, advance, repickle) == whole
+
+
+@_PROPS
+@given(scenarios())
+def test_every_entry_has_exactly_one_dispatch_row(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]]) -> None:
+    sub_type, consumers, events = scenario
+    out = _run_chunked(sub_type, consumers, events, [], False, False)
+    n_entries = sum(1 for _, x in events if isinstance(x, E))
+    assert sorted(r.entry_id for r in out.dispatch) == list(range(n_entries))
+
+
+@_PROPS
+@given(scenarios().filter(lambda s: s[0] != "queue"))
+def test_a_bucket_is_never_unacked_at_two_consumers_at_once(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]]) -> None:
+    sub_type, consumers, events = scenario
+    out = _run_chunked(sub_type, consumers, events, [], False, False)
+    held: dict[tuple[int, int], list[tuple[str, int, int]]] = {}  # (consumer, dispatch, ack)
+    for r in out.dispatch:
+        if r.consumer_name is not None:
+            assert r.dispatch_time_ms is not None and r.ack_time_ms is not None
+            held.setdefault((r.segment_id, r.bucket_index), []).append(
+                (r.consumer_name, r.dispatch_time_ms, r.ack_time_ms))
+    for intervals in held.values():
+        for c1, d1, _ in intervals:
+            for c2, d2, a2 in intervals:
+                if c2 != c1 and d2 <= d1:
+                    assert a2 <= d1, ((c2, d2, a2), (c1, d1))
+
+
+@_PROPS
+@given(scenarios().filter(lambda s: s[0] != "queue"))
+def test_entries_of_one_bucket_are_dispatched_in_publish_order(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]]) -> None:
+    sub_type, consumers, events = scenario
+    out = _run_chunked(sub_type, consumers, events, [], False, False)
+    last: dict[tuple[int, int], int] = {}
+    for r in sorted(out.dispatch, key=lambda x: x.entry_id):  # entry_id = publish order
+        if r.dispatch_time_ms is None:
+            last[(r.segment_id, r.bucket_index)] = 1 << 62  # nothing later may be dispatched
+            continue
+        key = (r.segment_id, r.bucket_index)
+        assert r.dispatch_time_ms >= last.get(key, 0), r
+        last[key] = r.dispatch_time_ms
+
+
+@_PROPS
+@given(scenarios().filter(lambda s: s[0] == "stream"))
+def test_stream_child_entries_are_dispatched_only_after_parents_drain(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]]) -> None:
+    sub_type, consumers, events = scenario
+    out = _run_chunked(sub_type, consumers, events, [], False, False)
+    layouts = [x for _, x in events if isinstance(x, SegmentLayout)]
+    final = layouts[-1]
+    drained = {r.segment_id: r.drained_at_ms for r in out.segment_drains}
+    for r in out.dispatch:
+        if r.dispatch_time_ms is None:
+            continue
+        for parent in final.segment(r.segment_id).parent_ids:
+            assert parent in drained and drained[parent] <= r.dispatch_time_ms, (r, drained)

@@ -1,0 +1,229 @@
+"""DeltaStore: idempotent appends, schema casting, reads, engines (delta-rs on this machine)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+
+from pipelines.delta_io import DeltaStore, conform_arrow
+from pipelines.schemas import TABLES, arrow_schema, spark_schema
+from pipelines.spark_session import delta_spark_available
+
+UTC = dt.UTC
+
+
+def _quarantine_rows(run_id: str = "r1", n: int = 2, batch_id: int = 0) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "run_id": [run_id] * n,
+            "source_file": [f"file:/in/{i}.json" for i in range(n)],
+            "raw_record": [f"line {i}" for i in range(n)],
+            "reason": ["malformed_record"] * n,
+            "batch_id": [batch_id] * n,
+        }
+    )
+
+
+def _segment_row(run_id: str = "r1") -> dict[str, object]:
+    return {
+        "run_id": run_id,
+        "topic": "t",
+        "segment_id": 0,
+        "range_start": 0,
+        "range_end": 65535,
+        "bucket_count": 2,
+        "bucket_splits": [32768],
+        "state": "active",
+        "parent_ids": [],
+        "child_ids": [],
+        "created_at_epoch": 0,
+        "sealed_at_epoch": -1,
+        "created_at": dt.datetime(2024, 1, 1, 0, 0, 0, 123456),
+        "created_by": "initial",
+    }
+
+
+@pytest.fixture
+def store(tmp_path):
+    return DeltaStore(str(tmp_path / "tables"), engine="delta-rs")
+
+
+def test_append_same_app_id_and_version_twice_writes_rows_once(store):
+    first = store.append("quarantine", _quarantine_rows(), app_id="run-r1:ingest", version=0)
+    second = store.append("quarantine", _quarantine_rows(), app_id="run-r1:ingest", version=0)
+
+    assert (first, second) == (True, False)
+    assert len(store.read("quarantine")) == 2
+
+
+def test_append_with_lower_version_is_skipped(store):
+    store.append("quarantine", _quarantine_rows(batch_id=5), app_id="a", version=5)
+
+    assert store.append("quarantine", _quarantine_rows(batch_id=3), app_id="a", version=3) is False
+    assert store.read("quarantine")["batch_id"].tolist() == [5, 5]
+
+
+def test_append_with_next_version_adds_rows_and_records_it(store):
+    store.append("quarantine", _quarantine_rows(batch_id=0), app_id="a", version=0)
+    store.append("quarantine", _quarantine_rows(batch_id=1), app_id="a", version=1)
+
+    assert sorted(store.read("quarantine")["batch_id"].tolist()) == [0, 0, 1, 1]
+    assert store.transaction_version("quarantine", "a") == 1
+
+
+def test_app_ids_are_independent(store):
+    store.append("quarantine", _quarantine_rows(), app_id="a", version=3)
+
+    assert store.append("quarantine", _quarantine_rows(), app_id="b", version=0) is True
+    assert len(store.read("quarantine")) == 4
+
+
+def test_empty_append_creates_table_and_records_transaction(store):
+    assert store.append("quarantine", _quarantine_rows(n=0), app_id="a", version=0) is True
+
+    assert store.exists("quarantine")
+    assert store.transaction_version("quarantine", "a") == 0
+    assert store.read("quarantine").empty
+
+
+def test_append_casts_to_table_schema_and_fills_missing_nullable_columns(store):
+    # int64 for int32 columns, naive ns timestamps, no sealed_at (nullable) column.
+    store.append("segments", pd.DataFrame([_segment_row()]), app_id="a", version=0)
+
+    written = DeltaTable(store.path("segments")).to_pyarrow_table()
+    assert written.schema.field("range_end").type == pa.int32()
+    assert written.schema.field("created_at").type == pa.timestamp("us", tz="UTC")
+    assert written.schema.field("bucket_splits").type.value_type == pa.int32()
+    row = store.read("segments").iloc[0]
+    assert row["created_at"] == pd.Timestamp("2024-01-01 00:00:00.123456", tz="UTC")
+    assert pd.isna(row["sealed_at"])
+    assert list(row["bucket_splits"]) == [32768]
+
+
+def test_append_rejects_a_column_not_in_the_schema(store):
+    rows = _quarantine_rows().assign(extra=1)
+
+    with pytest.raises(ValueError, match="extra"):
+        store.append("quarantine", rows, app_id="a", version=0)
+    assert not store.exists("quarantine")
+
+
+def test_append_rejects_a_missing_required_column(store):
+    with pytest.raises(ValueError, match="'reason' is missing"):
+        store.append("quarantine", _quarantine_rows().drop(columns="reason"), "a", 0)
+
+
+def test_append_rejects_nulls_in_a_required_column(store):
+    rows = _quarantine_rows()
+    rows.loc[0, "reason"] = None
+
+    with pytest.raises(ValueError, match="'reason' must not be null"):
+        store.append("quarantine", rows, app_id="a", version=0)
+
+
+def test_conform_arrow_truncates_nanoseconds_to_microseconds():
+    row = _segment_row()
+    row["created_at"] = pd.Timestamp("2024-01-01 00:00:00.123456789")
+
+    table = conform_arrow("segments", pd.DataFrame([row]))
+
+    assert table["created_at"][0].as_py() == dt.datetime(2024, 1, 1, 0, 0, 0, 123456, UTC)
+
+
+def test_read_of_missing_table_is_empty_with_the_table_columns(store):
+    frame = store.read("entries")
+
+    assert frame.empty
+    assert list(frame.columns) == arrow_schema("entries").names
+
+
+def test_read_filters_by_run_id(store):
+    store.append("quarantine", _quarantine_rows("r1"), app_id="a", version=0)
+    store.append("quarantine", _quarantine_rows("r2", n=3), app_id="b", version=0)
+
+    assert store.read("quarantine", run_id="r2")["run_id"].tolist() == ["r2"] * 3
+
+
+def test_delete_run_removes_only_that_run(store):
+    store.append("quarantine", _quarantine_rows("r1"), app_id="a", version=0)
+    store.append("quarantine", _quarantine_rows("it's r2"), app_id="b", version=0)
+
+    store.delete_run("quarantine", "it's r2")
+
+    assert store.read("quarantine")["run_id"].tolist() == ["r1", "r1"]
+
+
+def test_tables_are_partitioned_by_run_id(store):
+    store.append("quarantine", _quarantine_rows(), app_id="a", version=0)
+
+    assert DeltaTable(store.path("quarantine")).metadata().partition_columns == ["run_id"]
+
+
+def test_unknown_table_name_is_rejected(store):
+    with pytest.raises(KeyError, match="unknown table"):
+        store.path("nope")
+
+
+def test_every_table_starts_with_run_id_and_uses_utc_microsecond_timestamps():
+    for name, schema in TABLES.items():
+        assert schema.names[0] == "run_id", name
+        for field in schema:
+            if pa.types.is_timestamp(field.type):
+                assert field.type == pa.timestamp("us", tz="UTC"), (name, field.name)
+
+
+@pytest.mark.spark
+def test_spark_schema_matches_arrow_schema_names_and_nullability():
+    schema = spark_schema("dispatch")
+
+    assert schema.names == arrow_schema("dispatch").names
+    assert schema["ack_time"].nullable and not schema["entry_id"].nullable
+    assert str(schema["dispatch_time"].dataType) == "TimestampType()"
+
+
+@pytest.mark.spark
+def test_auto_engine_without_delta_jars_is_delta_rs(spark, tmp_path):
+    assert delta_spark_available(spark) is False
+    assert DeltaStore(str(tmp_path), spark=spark).engine == "delta-rs"
+
+
+@pytest.mark.spark
+def test_forcing_delta_spark_without_jars_raises_a_clear_error(spark, tmp_path):
+    with pytest.raises(ValueError, match="needs a SparkSession whose classpath holds"):
+        DeltaStore(str(tmp_path), engine="delta-spark", spark=spark)
+
+
+@pytest.mark.spark
+def test_append_spark_dataframe_with_delta_rs_engine(spark, tmp_path):
+    store = DeltaStore(str(tmp_path), engine="delta-rs", spark=spark)
+    df = spark.createDataFrame(_quarantine_rows()).drop("batch_id").selectExpr(
+        "*", "cast(7 as int) as batch_id"
+    )
+
+    assert store.append("quarantine", df, app_id="a", version=0) is True
+    assert store.append("quarantine", df, app_id="a", version=0) is False
+    assert store.read("quarantine")["batch_id"].tolist() == [7, 7]
+
+
+@pytest.mark.spark
+def test_read_spark_returns_rows_of_every_run_with_the_contract_schema(spark, tmp_path):
+    store = DeltaStore(str(tmp_path), engine="delta-rs", spark=spark)
+    store.append("quarantine", _quarantine_rows("run 1/a"), app_id="a", version=0)
+    store.append("quarantine", _quarantine_rows("r2", n=1), app_id="b", version=0)
+
+    df = store.read_spark("quarantine")
+
+    assert df.columns == arrow_schema("quarantine").names
+    assert sorted(r.run_id for r in df.collect()) == ["r2", "run 1/a", "run 1/a"]
+
+
+@pytest.mark.spark
+def test_read_spark_of_missing_table_is_empty(spark, tmp_path):
+    df = DeltaStore(str(tmp_path), engine="delta-rs", spark=spark).read_spark("entries")
+
+    assert df.count() == 0
+    assert df.columns == arrow_schema("entries").names

@@ -1,0 +1,476 @@
+"""Ingest: raw reads (batch and streaming), mapping to the contract, quarantine, presets."""
+
+from __future__ import annotations
+
+import datetime as dt
+import gzip
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import mmh3
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import types as T
+
+from pipelines.core.hashing import hash32
+from pipelines.ingest import (
+    ACCEPTED_COLUMNS,
+    QUARANTINE_REASONS,
+    ingest_batch,
+    parse_records,
+    read_raw_batch,
+    read_raw_stream,
+)
+from pipelines.presets import PRESETS, get_preset
+from pipelines.udfs import key_hashes_arrow
+
+pytestmark = pytest.mark.spark
+
+UTC = dt.UTC
+REPO = Path(__file__).resolve().parents[2]
+ONLINE_RETAIL_DIR = REPO / ".." / "shared" / "traces" / "online-retail"
+ONLINE_RETAIL_HEADER = (
+    "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country"
+)
+
+ACCEPTED_SCHEMA = T.StructType(
+    [
+        T.StructField("topic", T.StringType()),
+        T.StructField("key", T.StringType()),
+        T.StructField("producer_name", T.StringType()),
+        T.StructField("sequence_id", T.LongType()),
+        T.StructField("publish_time", T.TimestampType()),
+        T.StructField("payload_size", T.LongType()),
+        T.StructField("source_file", T.StringType()),
+        T.StructField("order_key", T.StringType()),
+        T.StructField("event_ms", T.LongType()),
+        T.StructField("hash32", T.LongType()),
+        T.StructField("segment_hash", T.IntegerType()),
+        T.StructField("hash_b", T.IntegerType()),
+    ]
+)
+
+
+def _write(tmp_path: Path, name: str, lines: list[str], gz: bool = False) -> Path:
+    path = tmp_path / name
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def _uri(path: Path) -> str:
+    return f"file:{path}"
+
+
+def _expected(
+    raw: str,
+    path: Path,
+    topic: str,
+    key: str | None,
+    producer: str,
+    seq: int | None,
+    publish: dt.datetime,
+    size: int,
+    speed: float = 1.0,
+) -> tuple:
+    micros = (publish - dt.datetime(1970, 1, 1, tzinfo=UTC)) // dt.timedelta(microseconds=1)
+    h = hash32(key)
+    return (
+        topic,
+        key,
+        producer,
+        seq,
+        publish,
+        size,
+        _uri(path),
+        hashlib.sha256(raw.encode("utf-8")).hexdigest(),
+        math.floor(micros / 1000 / speed),
+        h,
+        None if h is None else h >> 16,
+        None if h is None else h & 0xFFFF,
+    )
+
+
+def _assert_accepted(spark, accepted, rows):
+    expected = spark.createDataFrame(rows, ACCEPTED_SCHEMA)
+    assert_df_equality(accepted, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def _quarantined(quarantine) -> list[tuple[str, str, str]]:
+    return sorted((r.source_file, r.raw_record, r.reason) for r in quarantine.collect())
+
+
+# ------------------------------------------------------------------------- formats
+
+
+def test_contract_json_lines_are_mapped_to_accepted_columns(spark, tmp_path):
+    keyed = json.dumps(
+        {
+            "topic": "orders",
+            "key": "k1",
+            "publish_time": "2024-01-01T00:00:00.250Z",
+            "payload_size": 10,
+            "producer_name": "p1",
+            "sequence_id": 7,
+        }
+    )
+    keyless = json.dumps(
+        {"topic": "orders", "publish_time": 1704067201000, "payload_size": "0"}
+    )
+    path = _write(tmp_path, "a.json", [keyed, keyless])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract"))
+
+    t0 = dt.datetime(2024, 1, 1, 0, 0, 0, 250000, UTC)
+    t1 = dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=UTC)
+    _assert_accepted(
+        spark,
+        accepted,
+        [
+            _expected(keyed, path, "orders", "k1", "p1", 7, t0, 10),
+            _expected(keyless, path, "orders", None, "default-producer", None, t1, 0),
+        ],
+    )
+    assert quarantine.count() == 0
+
+
+def test_contract_csv_takes_column_order_from_the_header(spark, tmp_path):
+    line = "7,2024-01-01 00:00:01,12,k,orders,p"
+    header = "sequence_id,publish_time,payload_size,key,topic,producer_name"
+    path = _write(tmp_path, "a.csv", [header, line])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract", format="csv"))
+
+    t = dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=UTC)
+    _assert_accepted(spark, accepted, [_expected(line, path, "orders", "k", "p", 7, t, 12)])
+    assert quarantine.count() == 0
+
+
+def test_contract_parquet_rows_are_accepted_with_json_raw_record(spark, tmp_path):
+    t = dt.datetime(2024, 1, 1, 0, 0, 2, 5, UTC)
+    table = pa.table(
+        {
+            "topic": ["orders"],
+            "key": ["k"],
+            "publish_time": pa.array([t], pa.timestamp("us", tz="UTC")),
+            "payload_size": pa.array([3], pa.int32()),
+        }
+    )
+    path = tmp_path / "a.parquet"
+    pq.write_table(table, path)
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract", format="parquet"))
+
+    raw = read_raw_batch(spark, str(path), "parquet").first().raw_record
+    assert json.loads(raw)["key"] == "k"
+    _assert_accepted(
+        spark, accepted, [_expected(raw, path, "orders", "k", "default-producer", None, t, 3)]
+    )
+    assert quarantine.count() == 0
+
+
+def test_gzip_json_lines_are_read(spark, tmp_path):
+    line = json.dumps({"topic": "t", "key": "k", "publish_time": 1000, "payload_size": 1})
+    path = _write(tmp_path, "a.json.gz", [line, line], gz=True)
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract"))
+
+    assert [(r.key, r.event_ms, r.source_file) for r in accepted.collect()] == [
+        ("k", 1000, _uri(path))
+    ] * 2
+    assert quarantine.count() == 0
+
+
+def test_header_only_csv_gives_no_rows_and_no_quarantine(spark, tmp_path):
+    path = _write(tmp_path, "a.csv", [ONLINE_RETAIL_HEADER])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    assert (accepted.count(), quarantine.count()) == (0, 0)
+
+
+# ------------------------------------------------------------------------- quarantine
+
+_T = '"publish_time": "2024-01-01T00:00:00Z"'
+BAD_RECORDS = {
+    "malformed_record": '{"topic": "t", "publish_time": ',
+    "missing_topic": '{' + _T + ', "payload_size": 1}',
+    "missing_publish_time": '{"topic": "t", "publish_time": " ", "payload_size": 1}',
+    "bad_publish_time": '{"topic": "t", "publish_time": "yesterday", "payload_size": 1}',
+    "publish_time_out_of_range": (
+        '{"topic": "t", "publish_time": "1969-12-31T23:59:59Z", "payload_size": 1}'
+    ),
+    "missing_payload_size": '{"topic": "t", ' + _T + '}',
+    "bad_payload_size": '{"topic": "t", ' + _T + ', "payload_size": "big"}',
+    "negative_payload_size": '{"topic": "t", ' + _T + ', "payload_size": -1}',
+    "bad_sequence_id": '{"topic": "t", ' + _T + ', "payload_size": 1, "sequence_id": "x"}',
+}
+
+
+def test_every_quarantine_reason_has_a_bad_record_case():
+    assert tuple(BAD_RECORDS) == QUARANTINE_REASONS
+
+
+@pytest.mark.parametrize("reason", QUARANTINE_REASONS)
+def test_bad_json_record_is_quarantined_with_its_reason(spark, tmp_path, reason):
+    good = json.dumps({"topic": "t", "publish_time": 0, "payload_size": 0})
+    path = _write(tmp_path, "a.json", [good, BAD_RECORDS[reason]])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract"))
+
+    assert _quarantined(quarantine) == [(_uri(path), BAD_RECORDS[reason], reason)]
+    assert accepted.count() == 1
+
+
+def test_csv_line_with_wrong_field_count_is_malformed(spark, tmp_path):
+    short = "536365,85123A,WHITE HANGING HEART"
+    path = _write(tmp_path, "a.csv", [ONLINE_RETAIL_HEADER, short])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    assert _quarantined(quarantine) == [(_uri(path), short, "malformed_record")]
+    assert accepted.count() == 0
+
+
+def test_first_failing_rule_gives_the_reason(spark, tmp_path):
+    line = '{"publish_time": "never", "payload_size": -5}'
+    path = _write(tmp_path, "a.json", [line])
+
+    _, quarantine = ingest_batch(spark, str(path), get_preset("contract"))
+
+    assert [r.reason for r in quarantine.collect()] == ["missing_topic"]
+
+
+def test_constant_topic_fills_records_without_topic(spark, tmp_path):
+    path = _write(tmp_path, "a.json", ['{"publish_time": 5, "payload_size": 1}'])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("contract", topic="fallback"))
+
+    assert [r.topic for r in accepted.collect()] == ["fallback"]
+
+
+# ------------------------------------------------------------------------- time
+
+
+def test_publish_time_without_offset_is_read_in_the_spec_time_zone(spark, tmp_path):
+    lines = [
+        '{"topic": "t", "publish_time": "2024-07-01 12:00:00", "payload_size": 1}',
+        '{"topic": "t", "publish_time": "2024-07-01T12:00:00+00:00", "payload_size": 1}',
+    ]
+    path = _write(tmp_path, "a.json", lines)
+
+    accepted, _ = ingest_batch(
+        spark, str(path), get_preset("contract", time_zone="Europe/London")
+    )
+
+    times = sorted(r.publish_time for r in accepted.collect())
+    assert times == [dt.datetime(2024, 7, 1, 11, 0), dt.datetime(2024, 7, 1, 12, 0)]
+
+
+def test_speed_compresses_the_event_clock(spark, tmp_path):
+    line = '{"topic": "t", "publish_time": 1704067200123, "payload_size": 1}'
+    path = _write(tmp_path, "a.json", [line])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("contract", speed=100))
+
+    assert [r.event_ms for r in accepted.collect()] == [17040672001]
+
+
+# ------------------------------------------------------------------------- presets
+
+
+def _retail(invoice: str, stock: str, date: str, customer: str, desc: str = "MUG") -> str:
+    return f"{invoice},{stock},{desc},1,{date},1.25,{customer},United Kingdom"
+
+
+def test_online_retail_spreads_rows_of_a_minute_evenly_in_invoice_stock_order(spark, tmp_path):
+    lines = [
+        _retail("536366", "B", "2010-12-01 08:26:00", "17850.0"),
+        _retail("536365", "Z", "2010-12-01 08:26:00", "17850.0"),
+        _retail("536365", "A", "2010-12-01 08:26:00", "17850.0"),
+        _retail("536367", "A", "2010-12-01 08:27:00", "17850.0"),
+    ]
+    path = _write(tmp_path, "2010-12-01.csv", [ONLINE_RETAIL_HEADER, *lines])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    got = sorted((r.publish_time, r.key) for r in accepted.collect())
+    minute = dt.datetime(2010, 12, 1, 8, 26)  # London = UTC in December
+    assert got == [
+        (minute, "A"),
+        (minute + dt.timedelta(milliseconds=20000), "Z"),
+        (minute + dt.timedelta(milliseconds=40000), "B"),
+        (dt.datetime(2010, 12, 1, 8, 27), "A"),
+    ]
+
+
+def test_online_retail_maps_topic_key_producer_and_payload_bytes(spark, tmp_path):
+    line = _retail("536365", "85123A", "2010-12-01 08:26:00", "17850.0", desc="CAFÉ MUG")
+    path = _write(tmp_path, "2010-12-01.csv", [ONLINE_RETAIL_HEADER, line])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    t = dt.datetime(2010, 12, 1, 8, 26, tzinfo=UTC)
+    size = len(line.encode("utf-8"))
+    _assert_accepted(
+        spark, accepted, [_expected(line, path, "United Kingdom", "85123A", "17850", None, t, size)]
+    )
+
+
+def test_online_retail_row_without_customer_has_the_anonymous_producer(spark, tmp_path):
+    line = _retail("536414", "22139", "2010-12-01 11:52:00", "")
+    path = _write(tmp_path, "2010-12-01.csv", [ONLINE_RETAIL_HEADER, line])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    assert [r.producer_name for r in accepted.collect()] == ["anonymous"]
+
+
+def test_online_retail_summer_time_is_converted_from_london_to_utc(spark, tmp_path):
+    line = _retail("550000", "A", "2011-06-01 10:00:00", "1.0")
+    path = _write(tmp_path, "2011-06-01.csv", [ONLINE_RETAIL_HEADER, line])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    assert [r.publish_time for r in accepted.collect()] == [dt.datetime(2011, 6, 1, 9, 0)]
+
+
+def test_online_retail_trace_first_file_conserves_records(spark):
+    if not ONLINE_RETAIL_DIR.is_dir():
+        pytest.skip(f"trace folder {ONLINE_RETAIL_DIR} not present")
+    first = sorted(ONLINE_RETAIL_DIR.glob("*.csv"))[0]
+    lines = first.read_bytes().count(b"\n")
+
+    accepted, quarantine = ingest_batch(spark, str(first), get_preset("online-retail"))
+
+    assert accepted.count() + quarantine.count() == lines - 1
+
+
+def test_pulsar_export_maps_dunder_columns_and_sizes_the_value(spark, tmp_path):
+    line = json.dumps(
+        {
+            "__key__": "k",
+            "__publish_time__": "2024-01-01T00:00:00Z",
+            "__producer_name__": "prod-1",
+            "__sequence_id__": 42,
+            "__message_id__": "(1,2,-1)",
+            "__value__": "héllo",
+        }
+    )
+    path = _write(tmp_path, "export.json", [line])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("pulsar-export", topic="events"))
+
+    t = dt.datetime(2024, 1, 1, tzinfo=UTC)
+    _assert_accepted(spark, accepted, [_expected(line, path, "events", "k", "prod-1", 42, t, 6)])
+
+
+def test_apache_log_line_not_in_log_format_is_malformed(spark, tmp_path):
+    good = (
+        '83.149.9.216 - - [17/May/2015:10:05:03 +0000] "GET / HTTP/1.1" 200 203023 "-" "curl"'
+    )
+    path = _write(tmp_path, "access.log", [good, "not a log line"])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("apache-logs"))
+
+    assert [(r.key, r.publish_time) for r in accepted.collect()] == [
+        ("83.149.9.216", dt.datetime(2015, 5, 17, 10, 5, 3))
+    ]
+    assert [r.reason for r in quarantine.collect()] == ["malformed_record"]
+
+
+def test_every_preset_names_itself():
+    assert all(spec.preset == name for name, spec in PRESETS.items())
+
+
+# ------------------------------------------------------------------------- streaming, hashing
+
+
+def test_stream_micro_batches_parse_like_a_batch_read(spark, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for day, minute in (("01", "08:26"), ("02", "09:00")):
+        lines = [
+            _retail("1", "A", f"2010-12-{day} {minute}:00", "5.0"),
+            _retail("1", "B", f"2010-12-{day} {minute}:00", "5.0"),
+            "bad,line",
+        ]
+        _write(src, f"2010-12-{day}.csv", [ONLINE_RETAIL_HEADER, *lines])
+    _write(src, "SOURCE.md", ["# not a record: the preset reads *.csv only"])
+    spec = get_preset("online-retail")
+    batches: list[int] = []
+    rows: list[tuple] = []
+
+    def handle(batch_df, batch_id):
+        accepted, quarantine = parse_records(batch_df, spec)
+        batches.append(batch_id)
+        rows.extend(tuple(r) for r in accepted.collect())
+        rows.extend(("Q", r.reason) for r in quarantine.collect())
+
+    stream = read_raw_stream(
+        spark, str(src), "csv", max_files_per_trigger=1, path_glob_filter=spec.file_glob
+    )
+    query = (
+        stream.writeStream.foreachBatch(handle)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
+    query.awaitTermination(120)
+
+    accepted, quarantine = ingest_batch(spark, str(src), spec)
+    expected = [tuple(r) for r in accepted.collect()]
+    expected += [("Q", r.reason) for r in quarantine.collect()]
+    assert batches == [0, 1]
+    assert sorted(rows, key=repr) == sorted(expected, key=repr)
+    assert len(expected) == 6
+
+
+def test_parse_records_rejects_a_stream_when_the_spec_spreads_minutes(spark, tmp_path):
+    _write(tmp_path, "a.csv", [ONLINE_RETAIL_HEADER])
+    stream = read_raw_stream(spark, str(tmp_path), "csv")
+
+    with pytest.raises(ValueError, match="foreachBatch"):
+        parse_records(stream, get_preset("online-retail"))
+
+
+def test_parse_records_accepts_a_stream_when_the_spec_does_not_spread(spark, tmp_path):
+    _write(tmp_path, "a.json", ['{"topic": "t"}'])
+    stream = read_raw_stream(spark, str(tmp_path), "json")
+
+    accepted, quarantine = parse_records(stream, get_preset("contract"))
+
+    assert accepted.isStreaming and quarantine.isStreaming
+
+
+def test_folder_read_skips_files_not_matching_the_preset_glob(spark, tmp_path):
+    line = _retail("1", "A", "2010-12-01 08:26:00", "5.0")
+    _write(tmp_path, "2010-12-01.csv", [ONLINE_RETAIL_HEADER, line])
+    _write(tmp_path, "SOURCE.md", ["# trace notes"])
+
+    accepted, quarantine = ingest_batch(spark, str(tmp_path), get_preset("online-retail"))
+
+    assert (accepted.count(), quarantine.count()) == (1, 0)
+
+
+def test_key_hashes_match_murmur3_seed_0_and_keep_keyless_null():
+    result = key_hashes_arrow(pa.array(["a", None, "85123A"])).to_pylist()
+
+    h = mmh3.hash(b"85123A", 0, signed=False)
+    assert result == [
+        {"hash32": 0x3C2569B2, "segment_hash": 0x3C25, "hash_b": 0x69B2},
+        {"hash32": None, "segment_hash": None, "hash_b": None},
+        {"hash32": h, "segment_hash": h >> 16, "hash_b": h & 0xFFFF},
+    ]
+
+
+def test_accepted_columns_are_in_contract_order(spark, tmp_path):
+    path = _write(tmp_path, "a.json", ['{"topic": "t", "publish_time": 0, "payload_size": 0}'])
+
+    accepted, _ = ingest_batch(spark, str(path), get_preset("contract"))
+
+    assert tuple(accepted.columns) == ACCEPTED_COLUMNS
