@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines.presets import InputSpec, is_identifier, normalize_format
+from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
 from pipelines.udfs import key_hashes
 
 MALFORMED_RECORD = "malformed_record"
@@ -183,9 +183,11 @@ def read_raw_stream(
     paths = _as_list(paths)
     if not paths:
         raise ValueError("read_raw_stream needs at least one path")
-    schema = None
+    schema = T.StructType()
     if fmt == "parquet":
-        schema = read_raw_batch(spark, paths, fmt, path_glob_filter).schema["record"].dataType
+        record = read_raw_batch(spark, paths, fmt, path_glob_filter).schema["record"].dataType
+        assert isinstance(record, T.StructType)
+        schema = record
     frames = []
     for path in paths:
         reader = spark.readStream
@@ -203,13 +205,13 @@ def read_raw_stream(
     return result
 
 
-def read_csv_header(spark: SparkSession, path: str) -> tuple[str, ...]:
+def read_csv_header(spark: SparkSession, path: str, sep: str = ",") -> tuple[str, ...]:
     """Column names from the first line of the CSV file ``path`` (gzip aware, any filesystem)."""
     first = spark.read.text(path).limit(1).collect()
     if not first:
         raise ValueError(f"{path}: empty file, cannot read a CSV header")
     line = first[0][0].lstrip("\ufeff")
-    return tuple(next(csv.reader([line])))
+    return tuple(next(csv.reader([line], delimiter=sep)))
 
 
 def resolve_input_spec(
@@ -226,7 +228,8 @@ def resolve_input_spec(
     files = sorted(reader.text(_as_list(paths)).inputFiles())
     if not files:
         raise ValueError(f"{paths}: no input files to read a CSV header from")
-    return spec.replace(csv_columns=read_csv_header(spark, files[0]))
+    sep = spec.csv_options.get("sep", spec.csv_options.get("delimiter", ","))
+    return spec.replace(csv_columns=read_csv_header(spark, files[0], sep))
 
 
 # ----------------------------------------------------------------------------------- parsing
@@ -269,7 +272,12 @@ def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]
             )
         names = list(spec.csv_columns)
         line = F.regexp_replace(raw_col, "^\ufeff", "")
-        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        options = {
+            **CSV_DEFAULT_OPTIONS,
+            **spec.csv_options,
+            "mode": "PERMISSIVE",
+            "columnNameOfCorruptRecord": _CORRUPT,
+        }
         struct = F.from_csv(line, _ddl([*names, _CORRUPT]), options)
         header = F.lit(True)
         for n in names:
@@ -297,7 +305,10 @@ def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]
     # text: capture groups of record_regex → fields
     regex = spec.record_regex or ""
     names = list(spec.fields)
-    groups = re.compile(regex).groups
+    try:
+        groups = re.compile(regex).groups
+    except re.error:  # Java-only syntax: Spark will validate it
+        groups = len(names)
     if len(names) > groups:
         raise ValueError(f"record_regex has {groups} groups but fields names {len(names)}")
     matches = raw_col.rlike(regex)
@@ -366,7 +377,7 @@ def _publish_micros(c: Column, dtype: T.DataType, spec: InputSpec) -> tuple[Colu
         return F.unix_micros(from_local(c.cast("timestamp"), False)), c.isNull()
     unit = fmt if fmt in _EPOCH_FACTORS else "epoch_ms"
     if isinstance(dtype, T.NumericType):
-        return _epoch_micros(c.cast(_NUMBER_DECIMAL), unit), c.isNull()
+        return _epoch_micros(c.try_cast(_NUMBER_DECIMAL), unit), c.isNull()
     s = F.trim(c.cast("string"))
     missing = _blank(s)
     number = s.try_cast(_NUMBER_DECIMAL)

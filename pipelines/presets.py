@@ -74,6 +74,10 @@ def normalize_format(fmt: str) -> str:
     return f
 
 
+CSV_DEFAULT_OPTIONS: Mapping[str, str] = MappingProxyType({"escape": '"'})
+"""CSV parsing defaults: RFC 4180 (a doubled quote inside a quoted field is a literal quote, as
+in the online-retail trace). Spark's own default escape character is a backslash."""
+
 CONTRACT_MAPPING: Mapping[str, str] = MappingProxyType({c: c for c in CONTRACT_COLUMNS})
 
 
@@ -87,6 +91,9 @@ class InputSpec:
         columns: contract column → source column name or Spark SQL expression.
         csv_columns: CSV column order. ``None`` = the header row of the first input file (see
             ``pipelines.ingest.resolve_input_spec``). A line equal to this header is not a record.
+        csv_options: Spark CSV options for parsing a line (``from_csv``), over the default
+            :data:`CSV_DEFAULT_OPTIONS` (RFC 4180 quoting: ``""`` inside quotes is one ``"``);
+            e.g. ``{"sep": ";"}``.
         fields: extra source fields expressions may use (JSON: fields to extract, all read as
             strings; ``text``: the names of ``record_regex``'s capture groups, in order). Bare
             identifiers in ``columns`` are always included.
@@ -111,6 +118,7 @@ class InputSpec:
     format: str = "json"
     columns: Mapping[str, str] = field(default_factory=lambda: dict(CONTRACT_MAPPING))
     csv_columns: tuple[str, ...] | None = None
+    csv_options: Mapping[str, str] = field(default_factory=dict)
     fields: tuple[str, ...] = ()
     record_regex: str | None = None
     topic: str | None = None
@@ -133,6 +141,7 @@ class InputSpec:
                 f"contract columns are {', '.join(CONTRACT_COLUMNS)}"
             )
         object.__setattr__(self, "columns", MappingProxyType(dict(self.columns)))
+        object.__setattr__(self, "csv_options", MappingProxyType(dict(self.csv_options)))
         if self.csv_columns is not None:
             object.__setattr__(self, "csv_columns", tuple(self.csv_columns))
         object.__setattr__(self, "fields", tuple(self.fields))

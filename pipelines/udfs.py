@@ -56,4 +56,5 @@ def key_hashes(key: Column | str) -> Column:
     The UDF is built per call (cheap) rather than at import: workers import this module to
     unpickle :func:`key_hashes_arrow`, and must not need a SparkContext to do so.
     """
-    return arrow_udf(_key_hashes_batch, KEY_HASHES_STRUCT)(key)
+    udf = arrow_udf(_key_hashes_batch, KEY_HASHES_STRUCT)  # type: ignore[call-overload]
+    return udf(key)

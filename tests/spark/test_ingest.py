@@ -236,6 +236,16 @@ def test_csv_line_with_wrong_field_count_is_malformed(spark, tmp_path):
     assert accepted.count() == 0
 
 
+def test_csv_doubled_quotes_and_commas_inside_quotes_are_one_field(spark, tmp_path):
+    line = _retail("536477", "22041", "2010-12-01 12:27:00", "16210.0", '"FRAME 7"", SINGLE"')
+    path = _write(tmp_path, "a.csv", [ONLINE_RETAIL_HEADER, line])
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("online-retail"))
+
+    assert [(r.key, r.producer_name) for r in accepted.collect()] == [("22041", "16210")]
+    assert quarantine.count() == 0
+
+
 def test_first_failing_rule_gives_the_reason(spark, tmp_path):
     line = '{"publish_time": "never", "payload_size": -5}'
     path = _write(tmp_path, "a.json", [line])
