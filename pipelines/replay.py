@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -108,12 +107,7 @@ class Replay:
 
     def _load_state(self) -> ReplayState:
         """Latest committed state (the checkpoint decides which batches re-run)."""
-        files = sorted((self.work_dir / "state").glob("*.pkl"))
-        if not files:
-            return ReplayState()
-        with files[-1].open("rb") as fh:
-            state: ReplayState = pickle.load(fh)
-        return state
+        return self._state_before(2**63)
 
     def _state_before(self, batch_id: int) -> ReplayState:
         """State committed by the last batch before ``batch_id`` (a re-run starts from it)."""
@@ -348,5 +342,3 @@ def format_summary(summary: dict[str, Any]) -> str:
                      f"buckets, {t['segments_created']} segments created")
     return "\n".join(lines)
 
-
-_ = pa  # pyarrow is the interchange format of the stages

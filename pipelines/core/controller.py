@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from pipelines.core.assignment import SubscriptionType
 from pipelines.core.buckets import bucket_of_array
 from pipelines.core.layout import SegmentLayout
 from pipelines.core.load import DEFAULT_RATE_CHANGE_THRESHOLD, RollingRates, SegmentLoadReporter
@@ -53,14 +54,6 @@ from pipelines.core.policy import (
     Split,
     decide,
 )
-
-NEVER = None
-
-
-class SubscriptionType(StrEnum):
-    STREAM = "stream"
-    CHECKPOINT = "checkpoint"
-    QUEUE = "queue"
 
 
 class Trigger(StrEnum):
