@@ -11,6 +11,7 @@ import argparse
 import json
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Replay message logs through an emulation of Pulsar scalable topics.")
     sub = p.add_subparsers(dest="command", required=True)
     for name, help_ in (("run", "batch replay: read all inputs, finalize, print the summary"),
-                        ("stream", "continuous replay: watch the inputs until stopped")):
+                        ("stream", "continuous replay: watch the inputs until stopped"),
+                        ("compare", "replay one log under several scenarios (one run_id each) "
+                                    "and print their metrics side by side")):
         r = sub.add_parser(name, help=help_)
         r.add_argument("--input", action="append", required=True, metavar="PATH",
                        help="message log file or directory (repeatable)")
@@ -37,16 +40,54 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--conf", default=None, metavar="FILE", help="YAML config file")
         r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        dest="sets", help="override a config key (dotted path), repeatable")
-        r.add_argument("--run-id", default=None, help="run id (default: from the config)")
+        if name == "compare":
+            r.add_argument("--scenario", action="append", required=True, dest="scenarios",
+                           metavar="NAME=FILE_OR_SETS",
+                           help="a scenario: its run_id, then a YAML config file or "
+                                "key=value overrides separated by ',' or ';' (repeatable)")
+            r.add_argument("--html", default=None, metavar="FILE",
+                           help="also write the report of the scenarios to FILE")
+        else:
+            r.add_argument("--run-id", default=None, help="run id (default: from the config)")
+        if name == "run":
+            r.add_argument("--engine", choices=("spark", "local"), default="spark",
+                           help="spark (default) or local: the in-process reference replay "
+                                "without Spark, for inputs that fit in memory")
         r.add_argument("--master", default=None, help="Spark master (default: local[*])")
         r.add_argument("--shuffle-partitions", type=int, default=8,
                        help="spark.sql.shuffle.partitions (default 8)")
     s = sub.add_parser("summary", help="print the run summary from the tables")
     s.add_argument("--output", required=True, metavar="DIR")
     s.add_argument("--run-id", default=None)
+    d = sub.add_parser("diff", help="rows that differ between two runs, per table "
+                                    "(exit 0 identical, 1 different)")
+    d.add_argument("--output", required=True, metavar="DIR")
+    d.add_argument("--run-id", action="append", default=[], dest="run_ids", metavar="ID",
+                   help="a run to compare; give it twice (A, then B)")
+    d.add_argument("--table", action="append", default=None, dest="tables", metavar="T",
+                   help="compare only this table (repeatable; default: every table)")
+    d.add_argument("--sample", type=int, default=3, help="differing rows shown per table")
+    v = sub.add_parser("validate", help="Great Expectations checks of a run's tables "
+                                         "(exit 0 all pass, 1 any failed)")
+    v.add_argument("--output", required=True, metavar="DIR")
+    v.add_argument("--run-id", default=None, help="run to check (default: the last run)")
+    rp = sub.add_parser("report", help="write an HTML report (figures and summary) of runs")
+    rp.add_argument("--output", required=True, metavar="DIR")
+    rp.add_argument("--run-id", action="append", default=[], dest="run_ids", metavar="ID",
+                    help="run to report (repeatable: several runs side by side; "
+                         "default: the last run)")
+    rp.add_argument("--html", required=True, metavar="FILE", help="HTML file to write")
+    rp.add_argument("--png-dir", default=None, metavar="DIR",
+                    help="also save every figure as a PNG in DIR")
     g = sub.add_parser("generate", help="write message logs from a workload spec")
-    g.add_argument("--spec", required=True, metavar="FILE")
+    g.add_argument("--spec", required=True, metavar="FILE",
+                   help="workload spec YAML, or an OpenMessaging Benchmark workload YAML "
+                        "(detected by its keys, or forced with --omb)")
     g.add_argument("--output", required=True, metavar="PATH")
+    g.add_argument("--omb", action="store_true", help="SPEC is an OMB workload")
+    g.add_argument("--producer-rate", type=float, default=None, metavar="MSG_S",
+                   help="OMB only: total msg/s to use when the workload's producerRate is 0")
+    g.add_argument("--seed", type=int, default=None, help="OMB only: random seed (default 0)")
     return p
 
 
@@ -57,13 +98,25 @@ def main(argv: list[str] | None = None) -> int:
             return _replay(args, stream=args.command == "stream")
         if args.command == "summary":
             return _summary(args)
+        if args.command == "compare":
+            return _compare(args)
+        if args.command == "report":
+            return _report(args)
+        if args.command == "diff":
+            return _diff(args)
+        if args.command == "validate":
+            return _validate(args)
         return _generate(args)
     except UsageError as exc:
         print(f"topic-replay: error: {exc}", file=sys.stderr)
         return 2
 
 
-def _replay(args: argparse.Namespace, stream: bool) -> int:
+def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
+                     what: str = "") -> tuple[Any, Any]:
+    """Check inputs and config file, load the config (``--conf``, ``--set``, then
+    ``extra_sets``) and the input spec of the preset; ``UsageError`` (prefixed by ``what``) on
+    any problem. No Spark."""
     from pipelines.config import ConfigError, load_config
     from pipelines.presets import get_preset
 
@@ -73,26 +126,68 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     if args.conf and not Path(args.conf).is_file():
         raise UsageError(f"config file {args.conf} does not exist")
     try:
-        cfg = load_config(args.conf, args.sets)
+        cfg = load_config(args.conf, [*args.sets, *extra_sets])
     except ConfigError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(what + str(exc)) from None
     preset = args.preset or cfg.input.preset
     try:
         spec = get_preset(preset)
     except ValueError as exc:
+        raise UsageError(what + str(exc)) from None
+    return cfg, _input_spec(spec, cfg, args.input)
+
+
+def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) -> int:
+    """``run --engine local``: the in-process reference replay (no Spark)."""
+    from pipelines.local import check_spec, resolve_local_spec, run_local
+    from pipelines.replay import format_summary
+
+    try:
+        spec = resolve_local_spec(spec, args.input)
+        check_spec(spec)
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    spec = _input_spec(spec, cfg, args.input)
+    summary = run_local(cfg, spec, args.input, args.output, run_id)
+    if cfg.output.validate_tables:  # output.validate: the same end-of-run checks as Spark's
+        from pipelines.delta_io import DeltaStore
+        from pipelines.replay import run_summary
+        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run
+
+        store = DeltaStore(args.output, engine="delta-rs")
+        validate_run(store, run_id, END_OF_RUN_VALIDATION_ID,
+                     write="validations" in cfg.output.tables)
+        summary = run_summary(store, run_id)
+    print(format_summary(summary))
+    return 0
+
+
+def _replay(args: argparse.Namespace, stream: bool) -> int:
+    cfg, spec = _config_and_spec(args)
     run_id = args.run_id or "default"
+    from pipelines.replay import OutputConflictError, check_output
+
+    try:  # an output written by another version or run config: refuse before Spark starts
+        check_output(args.output, run_id, cfg, spec.preset)
+    except OutputConflictError as exc:
+        raise UsageError(str(exc)) from None
+    if getattr(args, "engine", "spark") == "local":
+        return _replay_local(args, cfg, spec, run_id)
 
     from pipelines.ingest import resolve_input_spec
+    from pipelines.progress import ReplayProgress
     from pipelines.replay import Replay, format_summary
     from pipelines.spark_session import build_session
 
-    spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions)
+    progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
+    # On a terminal our bar replaces Spark's console progress bar (they would overwrite each other).
+    extra = {"spark.ui.showConsoleProgress": "false"} if progress.use_bar else None
+    spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
+                          extra_conf=extra)
     spec = resolve_input_spec(spec, spark, args.input)
-    replay = Replay(spark, cfg, spec, args.input, args.output, run_id)
+    replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
     if not stream:
-        summary = replay.run()
+        with progress:
+            summary = replay.run()
         print(format_summary(summary))
         return 0
     replay.run(stream=True)
@@ -106,6 +201,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     while not stop["now"] and replay.query.isActive:
         replay.query.awaitTermination(1)
     replay.query.stop()  # stops after the current micro-batch
+    progress.close()
     print(f"stopped; tables under {args.output} are current up to batch "
           f"{replay.state.batch_id}")
     return 0
@@ -164,20 +260,154 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _diff(args: argparse.Namespace) -> int:
+    if len(args.run_ids) != 2:
+        raise UsageError(f"diff needs exactly two --run-id (A and B), got {len(args.run_ids)}")
+    if not Path(args.output).is_dir():
+        raise UsageError(f"output directory {args.output} does not exist")
+    from pipelines.delta_io import DeltaStore
+    from pipelines.diff import diff_runs, format_diff, run_ids
+    from pipelines.schemas import table_names
+
+    unknown = [t for t in args.tables or [] if t not in table_names()]
+    if unknown:
+        raise UsageError(f"unknown table {', '.join(unknown)}; tables: "
+                         f"{', '.join(table_names())}")
+    store = DeltaStore(args.output, engine="delta-rs")
+    present = run_ids(store)
+    for run in args.run_ids:
+        if run not in present:
+            raise UsageError(f"run {run} has no rows in {args.output}; runs: "
+                             f"{', '.join(sorted(present)) or 'none'}")
+    a, b = args.run_ids
+    diffs = diff_runs(store, a, b, tables=args.tables, sample=args.sample)
+    print(format_diff(diffs, a, b))
+    return 0 if all(d.identical for d in diffs) else 1
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if not Path(args.output).is_dir():
+        raise UsageError(f"output directory {args.output} does not exist")
+    from pipelines.delta_io import DeltaStore
+    from pipelines.validation import format_validation, validate_run
+
+    store = DeltaStore(args.output, engine="delta-rs")
+    runs = store.read("runs")
+    if runs.empty:
+        raise UsageError(f"{args.output} holds no finished run")
+    run_id = args.run_id or str(runs["run_id"].iloc[-1])
+    if run_id not in set(runs["run_id"]):
+        raise UsageError(f"run {run_id} is not in {args.output}; runs: "
+                         f"{', '.join(sorted(set(runs['run_id'])))}")
+    result = validate_run(store, run_id)
+    print(format_validation(result))
+    return 0 if result.success else 1
+
+
+def _known_runs(output: str, wanted: Sequence[str]) -> list[str]:
+    """``wanted`` run ids (default: the last run) checked against the ``runs`` table."""
+    if not Path(output).is_dir():
+        raise UsageError(f"output directory {output} does not exist")
+    from pipelines.delta_io import DeltaStore
+
+    runs = DeltaStore(output, engine="delta-rs").read("runs")
+    if runs.empty:
+        raise UsageError(f"{output} holds no finished run")
+    present = set(runs["run_id"])
+    chosen = list(dict.fromkeys(wanted)) or [str(runs["run_id"].iloc[-1])]
+    for run_id in chosen:
+        if run_id not in present:
+            raise UsageError(f"run {run_id} is not in {output}; runs: "
+                             f"{', '.join(sorted(present))}")
+    return chosen
+
+
+def _report(args: argparse.Namespace) -> int:
+    run_ids = _known_runs(args.output, args.run_ids)
+    if Path(args.html).is_dir():
+        raise UsageError(f"--html {args.html} is a directory; give a file name")
+    from pipelines.compare import format_comparison, metrics_frame
+    from pipelines.report import write_report
+
+    result = write_report(args.output, run_ids, args.html, png_dir=args.png_dir)
+    print(format_comparison(metrics_frame(result["metrics"])))
+    print(f"report: {result['html']} ({result['figures']} figures)")
+    return 0
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from pipelines.compare import (
+        PreparedScenario,
+        ScenarioError,
+        check_reuse,
+        format_comparison,
+        parse_scenario,
+    )
+
+    prepared: list[PreparedScenario] = []
+    for text in args.scenarios:
+        try:
+            scenario = parse_scenario(text)
+        except ScenarioError as exc:
+            raise UsageError(str(exc)) from None
+        if any(p.scenario.name == scenario.name for p in prepared):
+            raise UsageError(f"scenario {scenario.name} is given twice")
+        cfg, spec = _config_and_spec(args, scenario.sets, what=f"scenario {scenario.name}: ")
+        prepared.append(PreparedScenario(scenario, cfg, spec))
+    if args.html and Path(args.html).is_dir():
+        raise UsageError(f"--html {args.html} is a directory; give a file name")
+    if Path(args.output).is_dir():  # a run of the same name must be this very scenario
+        from pipelines.delta_io import DeltaStore
+
+        store = DeltaStore(args.output, engine="delta-rs")
+        for p in prepared:
+            try:
+                check_reuse(store, p, args.input)
+            except ScenarioError as exc:
+                raise UsageError(str(exc)) from None
+
+    from pipelines.compare import replay_scenarios
+    from pipelines.progress import ReplayProgress
+    from pipelines.spark_session import build_session
+
+    spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions)
+    table = replay_scenarios(spark, prepared, args.input, args.output,
+                             progress_for=lambda _name: ReplayProgress())
+    print(format_comparison(table))
+    if args.html:
+        from pipelines.report import write_report
+
+        result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
+        print(f"report: {result['html']} ({result['figures']} figures)")
+    return 0
+
+
 def _generate(args: argparse.Namespace) -> int:
-    from pipelines.generator import generate, load_spec
+    from pipelines.generator import generate, load_any_spec, result_summary
 
     if not Path(args.spec).is_file():
         raise UsageError(f"workload spec {args.spec} does not exist")
     try:
-        spec = load_spec(args.spec)
+        options = {k: v for k, v in (("seed", args.seed), ("producer_rate", args.producer_rate))
+                   if v is not None}
+        spec = load_any_spec(args.spec, omb=True if args.omb else None, **options)
     except ValueError as exc:
-        raise UsageError(str(exc).splitlines()[0]) from None
+        raise UsageError(f"workload spec {args.spec}: {_first_problem(exc)}") from None
     result = generate(spec, args.output)
-    print(json.dumps(result if isinstance(result, dict) else getattr(result, "__dict__",
-                                                                       str(result)),
-                     default=str))
+    print(json.dumps(result_summary(result, spec), indent=2))
     return 0
+
+
+def _first_problem(exc: ValueError) -> str:
+    """One sentence for a spec error (the first pydantic error, with its location)."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        errs = errors()
+        if errs:
+            loc = ".".join(str(x) for x in errs[0].get("loc", ()))
+            more = f" (and {len(errs) - 1} more)" if len(errs) > 1 else ""
+            return f"{loc + ': ' if loc else ''}{errs[0].get('msg', exc)}{more}"
+    return str(exc).splitlines()[0]
 
 
 if __name__ == "__main__":

@@ -93,7 +93,7 @@ DEFAULT_CONF_ENV = "TOPIC_REPLAY_DEFAULT_CONF"
 
 OUTPUT_TABLES: tuple[str, ...] = (
     "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-    "consumer_load", "bucket_handoffs", "quarantine", "runs",
+    "consumer_load", "bucket_handoffs", "quarantine", "runs", "validations",
 )
 """Every output table, in canonical order (DESIGN "Output tables")."""
 
@@ -110,7 +110,7 @@ TIMESTAMP_FORMATS: tuple[str, ...] = ("iso", "epoch_s", "epoch_ms", "epoch_us", 
 
 TableName = Literal[
     "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-    "consumer_load", "bucket_handoffs", "quarantine", "runs",
+    "consumer_load", "bucket_handoffs", "quarantine", "runs", "validations",
 ]
 ContractColumn = Literal[
     "topic", "key", "publish_time", "payload_size", "producer_name", "sequence_id",
@@ -386,6 +386,9 @@ class ReplaySection(_Model):
     load_report_rate_change_threshold: NonNegativeFloat
     max_files_per_trigger: PositiveInt
     consumer_window_s: PositiveInt
+    # Bytes of input per streaming micro-batch (whole files; Spark's ``maxBytesPerTrigger``);
+    # when set it replaces ``max_files_per_trigger``. null = bound by file count.
+    max_bytes_per_trigger: PositiveInt | None = None
 
 
 class TopicSection(_Model):

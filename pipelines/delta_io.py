@@ -30,8 +30,9 @@ topic per micro-batch. Per-topic queries are served by Delta's per-file min/max 
 
 from __future__ import annotations
 
+import json
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -40,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
-from pipelines.schemas import arrow_schema, spark_schema
+from pipelines.schemas import arrow_schema, spark_schema, table_names
 
 PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
@@ -59,6 +60,15 @@ def _is_spark_dataframe(data: Any) -> bool:
 def _sql_string(value: str) -> str:
     """A SQL string literal for ``value`` (single quotes doubled)."""
     return "'" + value.replace("'", "''") + "'"
+
+
+def _describe(field: Mapping[str, Any]) -> str:
+    """``long not null`` / ``array<integer> null``: a Delta schema field's type, for messages."""
+    t = field["type"]
+    if isinstance(t, dict):
+        t = f"{t.get('type')}<{t.get('elementType', '?')}>" if t.get("type") == "array" else \
+            json.dumps(t, sort_keys=True)
+    return f"{t} {'null' if field['nullable'] else 'not null'}"
 
 
 def conform_arrow(table: str, data: pa.Table | pd.DataFrame) -> pa.Table:
@@ -205,7 +215,8 @@ class DeltaStore:
 
     def _append_rs(self, table: str, data: Any, app_id: str, version: int) -> None:
         if _is_spark_dataframe(data):
-            data = data.toArrow()
+            self._append_rs_spark(table, data, app_id, version)
+            return
         arrow = conform_arrow(table, data)
         write_deltalake(
             self.path(table),
@@ -217,6 +228,46 @@ class DeltaStore:
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
         )
+
+    def _append_rs_spark(self, table: str, data: Any, app_id: str, version: int) -> None:
+        """delta-rs append of a Spark DataFrame without holding it on the driver: the executors
+        stage it as Parquet under ``<root>/_tmp_writes/<uuid>``, and the driver streams those
+        files (one Arrow record batch at a time, each cast by :func:`conform_arrow`) into ONE
+        delta-rs commit carrying the app transaction; the staging folder is removed after."""
+        import uuid
+
+        import pyarrow.dataset as ds
+        import pyarrow.fs as pafs
+
+        staging = posixpath.join(self.root, "_tmp_writes", f"{table}-{uuid.uuid4().hex}")
+        data.write.mode("overwrite").parquet(staging)
+        local = "://" not in staging
+        fs, base = pafs.FileSystem.from_uri(posixpath.abspath(staging) if local else staging)
+        try:
+            dataset = ds.dataset(base, filesystem=fs, format="parquet")
+            schema = arrow_schema(table)
+            if dataset.count_rows() == 0:
+                self._append_rs(table, schema.empty_table(), app_id, version)
+                return
+
+            def batches() -> Any:
+                for batch in dataset.to_batches(batch_size=64 * 1024):
+                    if batch.num_rows:
+                        yield from conform_arrow(table, pa.Table.from_batches([batch])).to_batches()
+
+            write_deltalake(
+                self.path(table),
+                pa.RecordBatchReader.from_batches(schema, batches()),
+                mode="append",
+                partition_by=list(PARTITION_COLUMNS),
+                storage_options=self.storage_options,
+                commit_properties=CommitProperties(
+                    app_transactions=[Transaction(app_id=app_id, version=version)]
+                ),
+            )
+        finally:
+            fs.delete_dir_contents(base, missing_dir_ok=True)
+            fs.delete_dir(base)
 
     def _conform_spark(self, table: str, data: Any) -> Any:
         """``data`` as a Spark DataFrame with exactly ``table``'s columns and types."""
@@ -258,6 +309,95 @@ class DeltaStore:
             .save(path)
         )
 
+    def replace_run(self, table: str, data: Any, run_id: str, app_id: str, version: int) -> bool:
+        """Replace every row of ``run_id`` in ``table`` by ``data``, atomically and idempotently.
+
+        One Delta commit removes the run's rows, adds ``data`` (whose ``run_id`` column must be
+        ``run_id``) and records the app transaction ``(app_id, version)``; like :meth:`append`
+        it is skipped (returns ``False``) when ``app_id`` already holds a version ``>=
+        version``. Use it for snapshot tables (``segments``): a crash can never leave the run
+        without rows (a separate delete + append could, and the append would then be skipped).
+        delta-rs: ``write_deltalake(mode="overwrite", predicate=...)``; delta-spark: the
+        ``replaceWhere`` option with ``txnAppId`` / ``txnVersion``. ``ValueError`` as
+        :meth:`append`.
+        """
+        version = int(version)
+        if version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        committed = self.transaction_version(table, app_id)
+        if committed is not None and committed >= version:
+            return False
+        predicate = f"run_id = {_sql_string(run_id)}"
+        if self.engine == "delta-spark":
+            from delta.tables import DeltaTable as SparkDeltaTable
+
+            path = self.path(table)
+            (
+                SparkDeltaTable.createIfNotExists(self.spark)
+                .location(path)
+                .addColumns(spark_schema(table))
+                .partitionedBy(*PARTITION_COLUMNS)
+                .execute()
+            )
+            (
+                self._conform_spark(table, data)
+                .write.format("delta")
+                .mode("overwrite")
+                .option("replaceWhere", predicate)
+                .option("txnAppId", app_id)
+                .option("txnVersion", version)
+                .save(path)
+            )
+            return True
+        if _is_spark_dataframe(data):
+            data = data.toArrow()
+        write_deltalake(
+            self.path(table),
+            conform_arrow(table, data),
+            mode="overwrite",
+            predicate=predicate,
+            partition_by=list(PARTITION_COLUMNS),
+            storage_options=self.storage_options,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+        )
+        return True
+
+    def schema_problems(self, tables: Sequence[str] | None = None) -> list[str]:
+        """One ``"<table>: <problem>"`` per existing table whose Delta schema or partitioning
+        differs from the contract (:mod:`pipelines.schemas`): a missing or extra column, a
+        column of another type or nullability, other partition columns. Tables that do not
+        exist yet are fine (they are created on first write). Read with delta-rs for both
+        engines (the Delta log is engine-independent); ``[]`` when the output is compatible.
+        """
+        from deltalake import Schema
+
+        problems: list[str] = []
+        for table in tables if tables is not None else table_names():
+            if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
+                continue
+            dt = self._delta_table(table)
+            have = {f["name"]: f for f in json.loads(dt.schema().to_json())["fields"]}
+            want = {f["name"]: f for f in
+                    json.loads(Schema.from_arrow(arrow_schema(table)).to_json())["fields"]}
+            missing = [n for n in want if n not in have]
+            extra = [n for n in have if n not in want]
+            if missing:
+                problems.append(f"{table}: missing column(s) {', '.join(missing)}")
+            if extra:
+                problems.append(f"{table}: column(s) not in the schema {', '.join(extra)}")
+            for name in (n for n in want if n in have):
+                a, b = have[name], want[name]
+                if a["type"] != b["type"] or a["nullable"] != b["nullable"]:
+                    problems.append(
+                        f"{table}: column {name} is {_describe(a)}, expected {_describe(b)}")
+            parts = list(dt.metadata().partition_columns)
+            if parts != list(PARTITION_COLUMNS):
+                problems.append(f"{table}: partitioned by {parts or 'nothing'}, expected "
+                                f"{list(PARTITION_COLUMNS)}")
+        return problems
+
     def delete_run(self, table: str, run_id: str) -> None:
         """Delete every row of ``run_id`` from ``table`` (no-op when the table doesn't exist).
 
@@ -290,6 +430,20 @@ class DeltaStore:
         filters = [("run_id", "=", run_id)] if run_id is not None else None
         arrow = self._delta_table(table).to_pyarrow_table(filters=filters)
         return conform_arrow(table, arrow.select(schema.names))
+
+    def column_totals(self, table: str, column: str, run_id: str | None = None) -> tuple[int, int]:
+        """``(rows, sum of column)`` of ``table`` (optionally one run), scanned one record batch
+        at a time (memory bounded by a batch, not the table); ``(0, 0)`` when it doesn't
+        exist. delta-rs reads the log for both engines."""
+        if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
+            return 0, 0
+        dataset = self._delta_table(table).to_pyarrow_dataset()
+        flt = (pc.field("run_id") == run_id) if run_id is not None else None
+        rows = total = 0
+        for batch in dataset.to_batches(columns=[column], filter=flt):
+            rows += batch.num_rows
+            total += int(pc.sum(batch.column(0)).as_py() or 0)
+        return rows, total
 
     def read(self, table: str, run_id: str | None = None) -> pd.DataFrame:
         """``table`` (optionally one run) as a pandas DataFrame (timestamps ``datetime64[us,

@@ -82,8 +82,9 @@ Scale: generation, merge and encoding are vectorized per ~``CHUNK_ROWS`` rows; g
 runs on one I/O thread. Measured on 2 cores: 10 M messages in ~3-5 s (Parquet) and ~15-35 s
 (gzip JSON lines, depending on load), with peak RSS ~450 MB whatever the message count.
 
-Command line: ``python -m pipelines.generator SPEC.yaml OUTPUT_DIR`` (``--omb`` when SPEC is an
-OpenMessaging Benchmark workload; see :func:`load_omb_workload`).
+Command line: ``topic-replay generate --spec SPEC.yaml --output DIR`` (or ``python -m
+pipelines.generator SPEC.yaml OUTPUT_DIR``). An OpenMessaging Benchmark workload YAML is detected
+by its keys (:func:`is_omb_workload`) or forced with ``--omb``; see :func:`load_omb_workload`.
 """
 
 from __future__ import annotations
@@ -134,9 +135,12 @@ __all__ = [
     "UniformPayload",
     "WorkloadSpec",
     "generate",
+    "is_omb_workload",
+    "load_any_spec",
     "load_omb_workload",
     "load_spec",
     "omb_workload_to_spec",
+    "result_summary",
 ]
 
 BLOCK_S = 10
@@ -561,6 +565,53 @@ def omb_workload_to_spec(
     )
 
 
+OMB_MARKER_KEYS = frozenset({"producerRate", "testDurationMinutes", "messageSize"})
+"""Keys every OMB workload has and a workload spec never has (how :func:`load_any_spec` tells
+the two apart)."""
+
+
+def is_omb_workload(data: Any) -> bool:
+    """True when the parsed YAML ``data`` looks like an OMB workload: a mapping holding any of
+    :data:`OMB_MARKER_KEYS` (a workload spec rejects those keys) or an integer ``topics``."""
+    if not isinstance(data, Mapping):
+        return False
+    return bool(OMB_MARKER_KEYS & set(data)) or isinstance(data.get("topics"), int)
+
+
+def load_any_spec(path: str | Path, omb: bool | None = None, **options: Any) -> WorkloadSpec:
+    """Read a workload spec or an OMB workload (``omb=None``: detected with
+    :func:`is_omb_workload`; ``options`` go to :func:`omb_workload_to_spec`, OMB only).
+
+    Raises ``ValueError`` (pydantic's ``ValidationError`` is one) naming the problem.
+    """
+    if omb is None:
+        with Path(path).open(encoding="utf-8") as f:
+            omb = is_omb_workload(yaml.safe_load(f))
+    if omb:
+        return load_omb_workload(path, **options)
+    if options:
+        raise ValueError(f"{', '.join(sorted(options))} apply only to an OMB workload")
+    return load_spec(path)
+
+
+def result_summary(result: GenerateResult, spec: WorkloadSpec | None = None) -> dict[str, Any]:
+    """What ``generate`` prints: files, messages, bytes (on disk), messages per topic, the
+    event-time span, and for an OMB workload the subscriptions/consumers to put in the replay
+    config (``omb``)."""
+    summary: dict[str, Any] = {
+        "files": len(result.files),
+        "messages": result.messages,
+        "bytes": result.bytes,
+        "messages_per_topic": result.messages_per_topic,
+    }
+    if spec is not None:
+        summary["start_time"] = spec.start_time.isoformat().replace("+00:00", "Z")
+        summary["duration_s"] = spec.duration_s
+        if spec.omb is not None:
+            summary["omb"] = spec.omb.model_dump()
+    return summary
+
+
 def load_omb_workload(path: str | Path, **options: Any) -> WorkloadSpec:
     """Read an OpenMessaging Benchmark workload YAML and map it with
     :func:`omb_workload_to_spec` (``options`` are its keyword arguments)."""
@@ -983,15 +1034,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("output", type=Path, help="output folder")
     parser.add_argument("--omb", action="store_true", help="spec is an OMB workload YAML")
     args = parser.parse_args(argv)
-    spec = load_omb_workload(args.spec) if args.omb else load_spec(args.spec)
+    spec = load_any_spec(args.spec, omb=True if args.omb else None)
     result = generate(spec, args.output)
-    summary = {
-        "files": len(result.files),
-        "messages": result.messages,
-        "bytes": result.bytes,
-        "messages_per_topic": result.messages_per_topic,
-    }
-    json.dump(summary, sys.stdout, indent=2)
+    json.dump(result_summary(result, spec), sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
 

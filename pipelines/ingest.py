@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import csv
 import decimal
+import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
@@ -40,6 +42,7 @@ from pyspark.sql import types as T
 from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
 from pipelines.udfs import key_hashes
 
+INVALID_UTF8 = "invalid_utf8"
 MALFORMED_RECORD = "malformed_record"
 MISSING_TOPIC = "missing_topic"
 MISSING_PUBLISH_TIME = "missing_publish_time"
@@ -49,8 +52,12 @@ MISSING_PAYLOAD_SIZE = "missing_payload_size"
 BAD_PAYLOAD_SIZE = "bad_payload_size"
 NEGATIVE_PAYLOAD_SIZE = "negative_payload_size"
 BAD_SEQUENCE_ID = "bad_sequence_id"
+KEY_TOO_LONG = "key_too_long"
+UNREADABLE_FILE = "unreadable_file"
+TRUNCATED_FILE = "truncated_file"
 
 QUARANTINE_REASONS: tuple[str, ...] = (
+    INVALID_UTF8,
     MALFORMED_RECORD,
     MISSING_TOPIC,
     MISSING_PUBLISH_TIME,
@@ -60,10 +67,13 @@ QUARANTINE_REASONS: tuple[str, ...] = (
     BAD_PAYLOAD_SIZE,
     NEGATIVE_PAYLOAD_SIZE,
     BAD_SEQUENCE_ID,
+    KEY_TOO_LONG,
 )
 """Quarantine reasons assigned at ingest, in the order the rules are checked (a record gets the
 first that applies):
 
+- ``invalid_utf8``: the line (or a Parquet row's JSON) is not valid UTF-8; its ``raw_record`` is
+  stored with each invalid byte sequence replaced by U+FFFD (``make_valid_utf8``).
 - ``malformed_record``: the line is not a record of the format: wrong CSV field count, invalid
   or non-object JSON, a blank line, a ``text`` line not matching ``record_regex``.
 - ``missing_topic``: no topic (null or blank) and the spec has no constant ``topic``.
@@ -76,9 +86,26 @@ first that applies):
   beyond int64.
 - ``negative_payload_size``: payload size < 0.
 - ``bad_sequence_id``: sequence id present but not an integer, beyond int64, or negative.
+- ``key_too_long``: the key's UTF-8 encoding is longer than :data:`MAX_KEY_BYTES` (Pulsar's
+  default ``maxMessageSize``: no broker would accept the message).
 
-(Later stages add ``late``: a record older than what the watermark already finalized.)
+File-level reasons (:data:`FILE_REASONS`, one quarantine row per file, ``raw_record`` = the read
+error): ``unreadable_file`` (nothing could be read: permissions, a corrupt Parquet footer, a
+gzip stream that is broken from the start) and ``truncated_file`` (the file broke part-way,
+e.g. a truncated gzip: the records before the break are processed, the rest is this row).
+
+(Later stages add :data:`LATE`: a record older than what the watermark already finalized.)
 """
+
+LATE = "late"
+"""Quarantine reason added by the replay (not at ingest): the record is older than the horizon
+the watermark already finalized."""
+
+FILE_REASONS: tuple[str, ...] = (UNREADABLE_FILE, TRUNCATED_FILE)
+"""Quarantine reasons of a whole input file (see :func:`salvage_files`)."""
+
+MAX_KEY_BYTES = 5 * 1024 * 1024
+"""Longest accepted key, bytes (UTF-8): Pulsar's ``maxMessageSize`` default, 5 MiB."""
 
 MIN_PUBLISH_MICROS = 0
 """1970-01-01T00:00:00Z in epoch microseconds (inclusive lower bound)."""
@@ -149,18 +176,25 @@ def read_raw_batch(
     paths: str | Sequence[str],
     fmt: str,
     path_glob_filter: str | None = None,
+    record_schema: T.StructType | None = None,
+    ignore_corrupt_files: bool = False,
 ) -> DataFrame:
     """Static raw DataFrame of the files (or folders / globs) ``paths`` in format ``fmt``.
 
     Columns: ``source_file``, ``raw_record`` (+ ``record`` struct for Parquet).
     ``path_glob_filter``: read only files whose name matches (e.g. ``spec.file_glob``).
+    ``record_schema``: Parquet only, the row schema (default: inferred from the files).
+    ``ignore_corrupt_files``: Spark's ``ignoreCorruptFiles`` (a file that fails part-way gives
+    the records before the failure; one unreadable from the start gives none).
     """
     fmt = normalize_format(fmt)
     paths = _as_list(paths)
-    reader = spark.read
+    reader = spark.read.option("ignoreCorruptFiles", str(ignore_corrupt_files).lower())
     if path_glob_filter:
         reader = reader.option("pathGlobFilter", path_glob_filter)
     if fmt == "parquet":
+        if record_schema is not None:
+            reader = reader.schema(record_schema)
         return _parquet_raw(reader.parquet(*paths))
     return _text_raw(reader.text(paths))
 
@@ -171,13 +205,16 @@ def read_raw_stream(
     fmt: str,
     max_files_per_trigger: int | None = None,
     path_glob_filter: str | None = None,
+    max_bytes_per_trigger: int | None = None,
 ) -> DataFrame:
     """Streaming raw DataFrame over ``paths`` (folders or globs; several paths are unioned).
 
     Same columns as :func:`read_raw_batch`. ``max_files_per_trigger`` bounds each micro-batch
-    (whole files only, so a file is never split across micro-batches). For Parquet the schema
-    is taken from a static read of the inputs. ``path_glob_filter`` as in
-    :func:`read_raw_batch`.
+    (whole files only, so a file is never split across micro-batches);
+    ``max_bytes_per_trigger`` (bytes, Spark's ``maxBytesPerTrigger``; whole files too) replaces
+    it when given (Spark allows only one of the two). For Parquet the schema is taken from a
+    static read of the inputs that skips corrupt files (they are reported when the micro-batch
+    reads them, see :func:`salvage_files`). ``path_glob_filter`` as in :func:`read_raw_batch`.
     """
     fmt = normalize_format(fmt)
     paths = _as_list(paths)
@@ -185,13 +222,16 @@ def read_raw_stream(
         raise ValueError("read_raw_stream needs at least one path")
     schema = T.StructType()
     if fmt == "parquet":
-        record = read_raw_batch(spark, paths, fmt, path_glob_filter).schema["record"].dataType
+        record = read_raw_batch(spark, paths, fmt, path_glob_filter,
+                                ignore_corrupt_files=True).schema["record"].dataType
         assert isinstance(record, T.StructType)
         schema = record
     frames = []
-    for path in paths:
+    for path in map(_stream_path, paths):
         reader = spark.readStream
-        if max_files_per_trigger is not None:
+        if max_bytes_per_trigger is not None:
+            reader = reader.option("maxBytesPerTrigger", int(max_bytes_per_trigger))
+        elif max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
         if path_glob_filter:
             reader = reader.option("pathGlobFilter", path_glob_filter)
@@ -203,6 +243,97 @@ def read_raw_stream(
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+def _stream_path(path: str) -> str:
+    """``path`` as Spark's file stream source accepts it. The source only watches folders and
+    globs, so a local file becomes a glob that matches exactly that file (glob characters in the
+    path escaped, one letter of the name put in a ``[x]`` class): ``/logs/a.json`` →
+    ``/logs/a.jso[n]``."""
+    p = Path(path)
+    if not p.is_file():
+        return path
+    escaped = re.sub(r"([\\*?\[\]{}])", r"\\\1", str(p))
+    for i in range(len(escaped) - 1, len(escaped) - len(p.name) - 1, -1):
+        if escaped[i].isalnum() and (i == 0 or escaped[i - 1] != "\\"):
+            return f"{escaped[:i]}[{escaped[i]}]{escaped[i + 1:]}"
+    return escaped
+
+
+def micro_batch_files(spark: SparkSession, checkpoint: str, batch_id: int) -> list[str]:
+    """The input files of streaming micro-batch ``batch_id`` (sorted), from the file-source log
+    in the query's ``checkpoint`` (``sources/<n>/<batch_id>``, or the ``.compact`` file that
+    holds it), spelled as ``_metadata.file_path`` spells them (``file:/...``). Read with Spark,
+    so any filesystem works; ``[]`` when the log has no entry. Used only after a micro-batch
+    failed to read (a micro-batch DataFrame does not expose its files).
+    """
+    from pyspark.errors import AnalysisException
+
+    pattern = f"{checkpoint.rstrip('/')}/sources/*/{{{batch_id},{batch_id}.compact}}"
+    try:
+        lines = [r[0] for r in spark.read.text(pattern).collect()]
+    except AnalysisException:  # no such log file
+        return []
+    files = set()
+    for line in lines:
+        if not line.startswith("{"):
+            continue  # the "v1" version header
+        entry = json.loads(line)
+        if int(entry.get("batchId", -1)) == batch_id:
+            files.add(re.sub(r"^file:///", "file:/", entry["path"]))
+    return sorted(files)
+
+
+def _read_error(exc: BaseException) -> str:
+    """The root cause of a failed read, one line (``java.io.EOFException: Unexpected end of
+    input stream``)."""
+    text = str(exc)
+    causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)\b[^\n]*)", text)
+    if causes:
+        return causes[-1].strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0][:500] if lines else type(exc).__name__
+
+
+def salvage_files(
+    spark: SparkSession,
+    files: Sequence[str],
+    fmt: str,
+    raw_schema: T.StructType,
+) -> tuple[DataFrame, DataFrame]:
+    """Read a micro-batch that failed to read, losing no readable record: ``(raw, bad_files)``.
+
+    Each of ``files`` is first read on its own (one Spark job per file: this runs only after a
+    failure). The readable ones form ``raw`` as usual; each failing one is read again with
+    ``ignoreCorruptFiles``, which keeps the records before the failure (they join ``raw``), and
+    gives one ``bad_files`` row (:data:`QUARANTINE_COLUMNS`): ``source_file``, ``raw_record`` =
+    the read error's root cause, ``reason`` = ``truncated_file`` when some records were read,
+    else ``unreadable_file``. ``raw`` has ``raw_schema`` (the micro-batch's schema).
+    """
+    fmt = normalize_format(fmt)
+    record = raw_schema["record"].dataType if fmt == "parquet" else None
+    assert record is None or isinstance(record, T.StructType)
+    errors: dict[str, str] = {}
+    for f in files:
+        try:
+            read_raw_batch(spark, [f], fmt, record_schema=record).count()
+        except Exception as exc:  # any read failure of this one file
+            errors[f] = _read_error(exc)
+    good = [f for f in files if f not in errors]
+    frames = [read_raw_batch(spark, good, fmt, record_schema=record)] if good else []
+    rows = []
+    for f in sorted(errors):
+        salvaged = read_raw_batch(spark, [f], fmt, record_schema=record,
+                                  ignore_corrupt_files=True)
+        n = salvaged.count()
+        rows.append((f, errors[f], TRUNCATED_FILE if n else UNREADABLE_FILE))
+        if n:
+            frames.append(salvaged)
+    raw = frames[0] if frames else spark.createDataFrame([], raw_schema)
+    for frame in frames[1:]:
+        raw = raw.unionByName(frame)
+    bad = spark.createDataFrame(rows, "source_file string, raw_record string, reason string")
+    return raw.select(*raw_schema.names), bad
 
 
 def read_csv_header(spark: SparkSession, path: str, sep: str = ",") -> tuple[str, ...]:
@@ -486,7 +617,8 @@ def parse_records(raw_df: DataFrame, spec: InputSpec) -> tuple[DataFrame, DataFr
     )
     m = F.col("__micros")
     reason = (
-        F.when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
+        F.when(~F.is_valid_utf8(F.col(_RAW)), F.lit(INVALID_UTF8))
+        .when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
         .when(F.col("topic").isNull(), F.lit(MISSING_TOPIC))
         .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
         .when(m.isNull(), F.lit(BAD_PUBLISH_TIME))
@@ -498,12 +630,13 @@ def parse_records(raw_df: DataFrame, spec: InputSpec) -> tuple[DataFrame, DataFr
         .when(F.col("__size_bad"), F.lit(BAD_PAYLOAD_SIZE))
         .when(F.col("payload_size") < 0, F.lit(NEGATIVE_PAYLOAD_SIZE))
         .when(F.col("__seq_bad") | (F.col("sequence_id") < 0), F.lit(BAD_SEQUENCE_ID))
+        .when(F.octet_length(F.col("key")) > F.lit(MAX_KEY_BYTES), F.lit(KEY_TOO_LONG))
     )
     checked = checked.withColumn("__reason", reason)
 
     quarantine = checked.where(F.col("__reason").isNotNull()).select(
         F.col(_FILE).alias("source_file"),
-        F.col(_RAW).alias("raw_record"),
+        F.make_valid_utf8(F.col(_RAW)).alias("raw_record"),
         F.col("__reason").alias("reason"),
     )
 
@@ -568,4 +701,6 @@ __all__: list[Any] = [
     "read_raw_batch",
     "read_raw_stream",
     "resolve_input_spec",
+    "salvage_files",
+    "micro_batch_files",
 ]

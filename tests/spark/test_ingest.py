@@ -19,7 +19,9 @@ from pyspark.sql import types as T
 from pipelines.core.hashing import hash32
 from pipelines.ingest import (
     ACCEPTED_COLUMNS,
+    MAX_KEY_BYTES,
     QUARANTINE_REASONS,
+    _stream_path,
     ingest_batch,
     parse_records,
     read_raw_batch,
@@ -57,7 +59,8 @@ ACCEPTED_SCHEMA = T.StructType(
 
 def _write(tmp_path: Path, name: str, lines: list[str], gz: bool = False) -> Path:
     path = tmp_path / name
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    # surrogateescape: a lone surrogate "\udcff" in a test line is written as the raw byte 0xFF
+    data = "".join(line + "\n" for line in lines).encode("utf-8", "surrogateescape")
     path.write_bytes(gzip.compress(data) if gz else data)
     return path
 
@@ -197,6 +200,7 @@ def test_header_only_csv_gives_no_rows_and_no_quarantine(spark, tmp_path):
 
 _T = '"publish_time": "2024-01-01T00:00:00Z"'
 BAD_RECORDS = {
+    "invalid_utf8": '{"topic": "t\udcff", ' + _T + ', "payload_size": 1}',
     "malformed_record": '{"topic": "t", "publish_time": ',
     "missing_topic": '{' + _T + ', "payload_size": 1}',
     "missing_publish_time": '{"topic": "t", "publish_time": " ", "payload_size": 1}',
@@ -208,7 +212,14 @@ BAD_RECORDS = {
     "bad_payload_size": '{"topic": "t", ' + _T + ', "payload_size": "big"}',
     "negative_payload_size": '{"topic": "t", ' + _T + ', "payload_size": -1}',
     "bad_sequence_id": '{"topic": "t", ' + _T + ', "payload_size": 1, "sequence_id": "x"}',
+    "key_too_long": '{"topic": "t", "key": "' + "k" * (MAX_KEY_BYTES + 1) + '", ' + _T
+    + ', "payload_size": 1}',
 }
+
+
+def _stored(line: str) -> str:
+    """A test line as quarantine stores it: invalid UTF-8 bytes become U+FFFD."""
+    return line.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
 def test_every_quarantine_reason_has_a_bad_record_case():
@@ -222,7 +233,7 @@ def test_bad_json_record_is_quarantined_with_its_reason(spark, tmp_path, reason)
 
     accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract"))
 
-    assert _quarantined(quarantine) == [(_uri(path), BAD_RECORDS[reason], reason)]
+    assert _quarantined(quarantine) == [(_uri(path), _stored(BAD_RECORDS[reason]), reason)]
     assert accepted.count() == 1
 
 
@@ -484,3 +495,25 @@ def test_accepted_columns_are_in_contract_order(spark, tmp_path):
     accepted, _ = ingest_batch(spark, str(path), get_preset("contract"))
 
     assert tuple(accepted.columns) == ACCEPTED_COLUMNS
+
+
+@pytest.mark.parametrize(("name", "glob"), [
+    ("a.json", "a.jso[n]"),
+    ("day[1].csv", "day\\[1\\].cs[v]"),
+    ("x.json.gz", "x.json.g[z]"),
+])
+def test_a_single_input_file_is_watched_through_a_glob_matching_only_it(tmp_path, name, glob):
+    (tmp_path / name).write_text("{}\n")
+    assert _stream_path(str(tmp_path / name)) == f"{tmp_path}/{glob}"
+    assert _stream_path(str(tmp_path)) == str(tmp_path)  # folders stay as they are
+
+
+def test_stream_reads_a_single_file_given_as_input(spark, tmp_path):
+    (tmp_path / "a.json").write_text('{"n": 1}\n{"n": 2}\n')
+    (tmp_path / "b.json").write_text('{"n": 3}\n')
+    raw = read_raw_stream(spark, [str(tmp_path / "a.json")], "json")
+    q = raw.writeStream.format("memory").queryName("single_file").trigger(
+        availableNow=True).start()
+    q.awaitTermination()
+    rows = spark.sql("select raw_record from single_file").collect()
+    assert sorted(r[0] for r in rows) == ['{"n": 1}', '{"n": 2}']

@@ -1,0 +1,691 @@
+"""Replay benchmark against its own floor (issue #6): ``make bench``.
+
+Run from the project root::
+
+    .venv/bin/python bench/bench_replay.py [--sizes 1000000,10000000] [--data bench/.data]
+                                           [--profile] [--results bench/results]
+
+For each size (messages; ``--sizes`` or env ``BENCH_SIZES``, ``k``/``M`` suffixes allowed) it
+generates the input with the workload generator (``bench/workload.yaml``: 3 topics, 50
+producers, Zipf keys, Parquet; ``duration_s`` = size / 2,780 msg/s) and runs, one after the
+other, each as a subprocess whose process tree (driver JVM, Python driver, Python workers) is
+sampled with ``psutil`` every 0.5 s:
+
+1. the floor — ``bench/floor_job.py``: read, Spark's ``hash(key)``, group by topic, count,
+   write Parquet;
+2. the full Spark replay — ``topic-replay run`` under ``bench/replay.yaml`` (all tables); its
+   per-stage seconds (ingest+hash, control plane, batching, dispatch, Delta writes) are read back
+   from the ``runs`` table's ``timings``;
+3. the in-process reference replay — ``topic-replay run --engine local`` when the CLI has it
+   (else ``n/a``); a failure (e.g. out of memory at 10 M) is recorded, not fatal.
+
+It prints one table per size plus the ratios (replay / floor, Spark / in-process, throughput and
+driver RSS of the largest size over the smallest), checks them against the issue's targets, and
+writes everything to ``bench/results/<YYYY-MM-DD>.json`` (UTC date of the run). The CPU other
+processes used during each job (machine busy cores minus the job's own) is recorded as
+``other_cpu_cores``: concurrent load distorts the timings, so read them with it.
+
+``--profile`` additionally replays the smallest size once under ``py-spy record
+--subprocesses`` (driver and Python workers) and stores the top functions by own and total
+samples in the results (py-spy slows the replay, so that run is not timed); ``--profile-only``
+does only that and adds the profile to the day's results file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TOTAL_RATE = 2780.0
+"""msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""
+DEFAULT_SIZES = (1_000_000, 10_000_000)
+STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
+STAGE_LABELS = {"ingest_hash": "ingest+hash", "control_plane": "control plane",
+                "batching": "batching", "dispatch": "dispatch", "delta_write": "Delta writes"}
+TARGETS = {
+    "replay_over_floor": 4.0,        # full Spark replay ≤ 4 × floor at the largest size
+    "spark_over_local": 1.0,         # Spark replay at least as fast as in-process
+    "throughput_ratio": 0.8,         # throughput at largest ≥ 80 % of smallest
+    "driver_rss_ratio": 1.2,         # driver RSS at largest ≤ 120 % of smallest
+}
+MB = 1024 * 1024
+
+
+# ----------------------------------------------------------------------------- pure helpers
+
+
+def parse_sizes(text: str) -> list[int]:
+    """``"1000000,10M,100k"`` → ``[1000000, 10000000, 100000]`` (order kept, duplicates dropped).
+
+    Raises ``ValueError`` naming the bad item for anything not a positive integer with an
+    optional ``k``/``M`` suffix.
+    """
+    sizes: list[int] = []
+    for item in (s.strip() for s in text.split(",")):
+        m = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmM]?)", item.replace("_", ""))
+        if not m:
+            raise ValueError(f"benchmark size {item!r} is not a message count like 1000000 or 1M")
+        n = int(float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6}[m.group(2).lower()])
+        if n <= 0:
+            raise ValueError(f"benchmark size {item!r} must be positive")
+        if n not in sizes:
+            sizes.append(n)
+    return sizes
+
+
+def label(n: int) -> str:
+    """``1000000`` → ``"1M"``, ``100000`` → ``"100k"``, ``1500000`` → ``"1.5M"``."""
+    if n >= 1_000_000:
+        return f"{n / 1e6:g}M"
+    if n >= 1_000:
+        return f"{n / 1e3:g}k"
+    return str(n)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return round(a / b, 3)
+
+
+def size_ratios(size: Mapping[str, Any]) -> dict[str, float | None]:
+    """Ratios of one size's result (see :func:`results_document` for the shape).
+
+    ``replay_over_floor`` = Spark replay wall s / floor wall s; ``spark_over_local`` = Spark
+    replay wall s / in-process wall s (≤ 1: Spark at least as fast); ``throughput_msg_s`` =
+    messages / Spark replay wall s. ``None`` when a side is missing or failed.
+    """
+    floor = _wall(size.get("floor"))
+    spark = _wall(size.get("spark"))
+    local = _wall(size.get("local"))
+    msgs = size.get("messages")
+    return {
+        "replay_over_floor": _ratio(spark, floor),
+        "spark_over_local": _ratio(spark, local),
+        "throughput_msg_s": round(msgs / spark, 1) if msgs and spark else None,
+    }
+
+
+def _wall(job: Mapping[str, Any] | None) -> float | None:
+    if not job or job.get("status") != "ok":
+        return None
+    wall = job.get("wall_s")
+    return float(wall) if wall is not None else None
+
+
+def scale_ratios(sizes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Largest size over smallest: ``throughput_ratio`` (msg/s) and ``driver_rss_ratio`` (peak
+    RSS of driver JVM + Python driver of the Spark replay); ``None`` with fewer than 2 sizes."""
+    ok = [s for s in sizes if _wall(s.get("spark")) is not None]
+    if len(ok) < 2:
+        return {"from": None, "to": None, "throughput_ratio": None, "driver_rss_ratio": None}
+    lo, hi = min(ok, key=lambda s: s["messages"]), max(ok, key=lambda s: s["messages"])
+    return {
+        "from": lo["size"], "to": hi["size"],
+        "throughput_ratio": _ratio(size_ratios(hi)["throughput_msg_s"],
+                                   size_ratios(lo)["throughput_msg_s"]),
+        "driver_rss_ratio": _ratio(hi["spark"]["rss_mb"]["driver"],
+                                   lo["spark"]["rss_mb"]["driver"]),
+    }
+
+
+def evaluate_targets(sizes: Sequence[Mapping[str, Any]],
+                     scale: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The issue's four targets, each ``{target, measured_at, value, limit, met}`` where ``met``
+    is ``None`` when the value could not be measured. Replay / floor is judged at the largest
+    size whose Spark replay finished; Spark / in-process at the largest size where both
+    finished (the in-process replay is skipped where it does not fit in memory)."""
+    ok = [s for s in sizes if _wall(s.get("spark")) is not None]
+    top = max(ok, key=lambda s: s["messages"]) if ok else None
+    r = size_ratios(top) if top else {}
+    at = label(top["size"]) if top else None
+    both = [s for s in ok if _wall(s.get("local")) is not None]
+    top_both = max(both, key=lambda s: s["messages"]) if both else None
+    r_both = size_ratios(top_both) if top_both else {}
+    at_both = label(top_both["size"]) if top_both else None
+    span = f"{label(scale['to'])} vs {label(scale['from'])}" if scale.get("to") else None
+    rows = [
+        ("Spark replay <= 4x floor", at, r.get("replay_over_floor"), "<=",
+         TARGETS["replay_over_floor"]),
+        ("Spark replay at least as fast as in-process", at_both,
+         r_both.get("spark_over_local"), "<=", TARGETS["spark_over_local"]),
+        ("throughput within 20 % (largest >= 0.8x smallest)", span,
+         scale.get("throughput_ratio"), ">=", TARGETS["throughput_ratio"]),
+        ("driver RSS within 20 % (largest <= 1.2x smallest)", span,
+         scale.get("driver_rss_ratio"), "<=", TARGETS["driver_rss_ratio"]),
+    ]
+    out = []
+    for name, where, value, op, limit in rows:
+        met = None if value is None else (value <= limit if op == "<=" else value >= limit)
+        out.append({"target": name, "measured_at": where, "value": value, "op": op,
+                    "limit": limit, "met": met})
+    return out
+
+
+def results_document(sizes: Sequence[Mapping[str, Any]], machine: Mapping[str, Any],
+                     profile: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The JSON written to ``bench/results/<date>.json``: ``{"benchmark", "machine",
+    "sizes": [{size, messages, input, floor, spark, local, ratios}], "scale", "targets",
+    "profile"}``; each job is ``{status, wall_s, rss_mb: {driver_jvm, driver_python, driver,
+    workers, total}, other_cpu_cores, ...}``."""
+    sized = [{**s, "ratios": size_ratios(s)} for s in sizes]
+    scale = scale_ratios(sized)
+    return {
+        "benchmark": "replay-vs-floor (issue #6)",
+        "machine": dict(machine),
+        "sizes": sized,
+        "scale": scale,
+        "targets": evaluate_targets(sized, scale),
+        "profile": dict(profile) if profile else None,
+    }
+
+
+def _fmt(v: Any, spec: str = ".1f", suffix: str = "") -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:{spec}}{suffix}"
+
+
+def format_report(doc: Mapping[str, Any]) -> str:
+    """Readable tables of a :func:`results_document`."""
+    lines = []
+    head = (f"{'size':>6} {'messages':>11} {'floor s':>8} {'spark s':>8} {'in-proc s':>10} "
+            f"{'replay/floor':>12} {'spark/in-proc':>13} {'msg/s':>9} {'driver MB':>10} "
+            f"{'workers MB':>10} {'other cores':>11}")
+    lines += [head, "-" * len(head)]
+    for s in doc["sizes"]:
+        sp, r = s.get("spark") or {}, s["ratios"]
+        loc = s.get("local") or {}
+        loc_txt = (_fmt(loc.get("wall_s")) if loc.get("status") == "ok"
+                   else str(loc.get("status", "n/a"))[:10])
+        lines.append(
+            f"{label(s['size']):>6} {s['messages']:>11,} {_fmt(_wall(s.get('floor'))):>8} "
+            f"{_fmt(_wall(sp)):>8} {loc_txt:>10} {_fmt(r['replay_over_floor'], '.2f', 'x'):>12} "
+            f"{_fmt(r['spark_over_local'], '.2f', 'x'):>13} "
+            f"{_fmt(r['throughput_msg_s'], ',.0f'):>9} "
+            f"{_fmt((sp.get('rss_mb') or {}).get('driver'), '.0f'):>10} "
+            f"{_fmt((sp.get('rss_mb') or {}).get('workers'), '.0f'):>10} "
+            f"{_fmt(sp.get('other_cpu_cores'), '.2f'):>11}")
+    lines.append("")
+    head2 = f"{'size':>6} " + " ".join(f"{STAGE_LABELS[k]:>13}" for k in STAGES) + \
+        f" {'other':>8} {'replay wall':>11}   (Spark replay, seconds)"
+    lines += [head2, "-" * len(head2)]
+    for s in doc["sizes"]:
+        st = (s.get("spark") or {}).get("stages_s") or {}
+        lines.append(f"{label(s['size']):>6} " + " ".join(f"{_fmt(st.get(k)):>13}"
+                                                           for k in STAGES)
+                     + f" {_fmt(st.get('other')):>8} {_fmt(st.get('wall')):>11}")
+    sc = doc["scale"]
+    lines.append("")
+    if sc.get("to"):
+        lines.append(f"scale {label(sc['to'])} / {label(sc['from'])}: throughput "
+                     f"{_fmt(sc['throughput_ratio'], '.2f', 'x')}, driver RSS "
+                     f"{_fmt(sc['driver_rss_ratio'], '.2f', 'x')}")
+    for t in doc["targets"]:
+        mark = {True: "MET   ", False: "MISSED", None: "n/a   "}[t["met"]]
+        lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], '.2f')} "
+                     f"(limit {t['op']} {t['limit']:g}; at {t['measured_at'] or 'n/a'})")
+    return "\n".join(lines)
+
+
+def summarize_pyspy_raw(text: str, top: int = 15) -> dict[str, Any]:
+    """Top functions of a ``py-spy record --format raw`` file (collapsed stacks, one
+    ``frame;frame;... count`` per line): ``{"samples", "self": [[function, share]],
+    "total": [[function, share]], "project_total": [[function, share]]}``, shares of all
+    samples (0..1), largest first; ``project_total`` keeps this repository's functions
+    (``pipelines/``, ``jobs/``) only."""
+    own: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    project: Counter[str] = Counter()
+    samples = 0
+    for line in text.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        samples += n
+        frames = [_frame_name(f) for f in stack.split(";")]
+        frames = [f for f in frames if f]
+        if not frames:
+            continue
+        own[frames[-1]] += n
+        for f in set(frames):
+            total[f] += n
+            if "(pipelines/" in f or "(jobs/" in f:
+                project[f] += n
+    def share(c: Counter[str]) -> list[list[Any]]:
+        return [[f, round(n / samples, 4)] for f, n in c.most_common(top)] if samples else []
+    return {"samples": samples, "self": share(own), "total": share(total),
+            "project_total": share(project)}
+
+
+def _frame_name(frame: str) -> str:
+    """``"add_messages (pipelines/core/batching.py:120)"`` → ``"add_messages
+    (pipelines/core/batching.py)"``; process/thread pseudo-frames are dropped."""
+    frame = frame.strip()
+    if frame.startswith(("process ", "thread ")):
+        return ""
+    frame = re.sub(r":\d+\)$", ")", frame)
+    frame = re.sub(r"\(/.*?/site-packages/", "(", frame)
+    return frame.replace(str(ROOT) + "/", "")
+
+
+# ----------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class TreeSample:
+    """Peaks of one process tree (bytes) and its CPU use, sampled every ``interval`` s."""
+
+    driver_jvm: int = 0
+    driver_python: int = 0
+    driver: int = 0
+    workers: int = 0
+    total: int = 0
+    samples: int = 0
+    system_cores: list[float] = field(default_factory=list)
+    tree_cores: list[float] = field(default_factory=list)
+
+
+class TreeSampler(threading.Thread):
+    """Samples RSS of ``pid`` and its descendants: the root is the Python driver, ``java`` the
+    driver JVM, every other Python descendant a Python worker (``pyspark.daemon`` and its
+    forks; their RSS is summed, shared copy-on-write pages counted in each)."""
+
+    def __init__(self, pid: int, interval: float = 0.5) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self.psutil = psutil
+        self.root = psutil.Process(pid)
+        self.interval = interval
+        self.peak = TreeSample()
+        self.stop_event = threading.Event()
+        self.procs: dict[int, Any] = {}
+        psutil.cpu_percent(None)
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        ps = self.psutil
+        try:
+            procs = [self.root, *self.root.children(recursive=True)]
+        except ps.Error:
+            return
+        jvm = py_driver = workers = 0
+        cores = 0.0
+        for p in procs:
+            try:
+                p = self.procs.setdefault(p.pid, p)
+                rss = p.memory_info().rss
+                cores += p.cpu_percent(None) / 100.0
+                name = p.name()
+            except ps.Error:
+                continue
+            if p.pid == self.root.pid:
+                py_driver += rss
+            elif name.startswith("java"):
+                jvm += rss
+            else:
+                workers += rss
+        pk = self.peak
+        pk.driver_jvm = max(pk.driver_jvm, jvm)
+        pk.driver_python = max(pk.driver_python, py_driver)
+        pk.driver = max(pk.driver, jvm + py_driver)
+        pk.workers = max(pk.workers, workers)
+        pk.total = max(pk.total, jvm + py_driver + workers)
+        pk.samples += 1
+        pk.system_cores.append(ps.cpu_percent(None) / 100.0 * (os.cpu_count() or 1))
+        pk.tree_cores.append(cores)
+
+
+def run_measured(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
+                 timeout_s: float | None = None) -> dict[str, Any]:
+    """Run ``cmd`` (stdout+stderr → ``log``), sampling its process tree. Returns ``{status
+    ("ok" | "failed (exit N): <last log line>" | "timeout after N s"), wall_s, rss_mb:
+    {driver_jvm, driver_python, driver, workers, total}, cpu_cores, other_cpu_cores, log}``.
+    After ``timeout_s`` seconds the job's process tree is killed."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as fh:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, **(env or {})})
+        sampler = TreeSampler(proc.pid)
+        sampler.start()
+        timed_out = False
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_tree(proc.pid)
+            rc = proc.wait()
+        wall = time.perf_counter() - t0
+        sampler.stop_event.set()
+        sampler.join()
+    pk = sampler.peak
+    status = "ok"
+    if timed_out:
+        status = f"timeout after {timeout_s:g} s"
+    elif rc != 0:
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        status = f"failed (exit {rc}): {tail[-1][:200] if tail else ''}"
+    busy = sum(pk.system_cores) / len(pk.system_cores) if pk.system_cores else None
+    own = sum(pk.tree_cores) / len(pk.tree_cores) if pk.tree_cores else None
+    return {
+        "status": status,
+        "wall_s": round(wall, 2),
+        "rss_mb": {k: round(getattr(pk, k) / MB, 1)
+                   for k in ("driver_jvm", "driver_python", "driver", "workers", "total")},
+        "cpu_cores": round(own, 2) if own is not None else None,
+        "other_cpu_cores": round(max(busy - own, 0.0), 2) if busy is not None and own is not None
+        else None,
+        "log": str(log.relative_to(ROOT) if log.is_relative_to(ROOT) else log),
+    }
+
+
+def _kill_tree(pid: int) -> None:
+    """Kill the job ``pid`` and its descendants (processes this benchmark started)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+def generate_input(size: int, folder: Path) -> dict[str, Any]:
+    """Generate ``size`` (about: Poisson arrivals) messages of ``bench/workload.yaml`` into
+    ``folder``; returns ``{messages, files, bytes, duration_s, generate_s}``."""
+    from pipelines.generator import generate, load_spec
+
+    spec = load_spec(ROOT / "bench" / "workload.yaml")
+    duration = max(1, round(size / TOTAL_RATE))
+    spec = spec.model_copy(update={"duration_s": duration})
+    shutil.rmtree(folder, ignore_errors=True)
+    t0 = time.perf_counter()
+    res = generate(spec, folder)
+    return {"messages": res.messages, "files": len(res.files), "bytes": res.bytes,
+            "duration_s": duration, "generate_s": round(time.perf_counter() - t0, 2)}
+
+
+def read_stage_timings(output: Path, run_id: str) -> dict[str, float | None]:
+    """Per-stage seconds of a finished Spark replay from its ``runs`` table (``timings`` JSON:
+    ``wall_s`` and ``<stage>_s``); ``other`` = wall minus the stages (query start, listing,
+    state files). Missing stages are ``None``."""
+    from deltalake import DeltaTable
+
+    runs = DeltaTable(str(output / "runs")).to_pandas()
+    runs = runs[runs["run_id"] == run_id]
+    timings = json.loads(runs["timings"].iloc[-1]) if len(runs) else {}
+    out: dict[str, float | None] = {k: timings.get(f"{k}_s") for k in STAGES}
+    wall = timings.get("wall_s")
+    out["wall"] = wall
+    known = [v for v in out.values() if v is not None]
+    out["other"] = (round(wall - sum(v for k, v in out.items() if k in STAGES and v is not None),
+                          3) if wall is not None and len(known) > 1 else None)
+    return out
+
+
+def read_counts(output: Path, run_id: str) -> dict[str, int]:
+    """``counts`` JSON of the run's ``runs`` row (accepted, quarantined, entries, …)."""
+    from deltalake import DeltaTable
+
+    runs = DeltaTable(str(output / "runs")).to_pandas()
+    runs = runs[runs["run_id"] == run_id]
+    return dict(json.loads(runs["counts"].iloc[-1])) if len(runs) else {}
+
+
+def local_engine_available(cli: Path) -> bool:
+    """True when ``pipelines/local.py`` exists and ``topic-replay run`` accepts ``--engine``."""
+    if not (ROOT / "pipelines" / "local.py").is_file():
+        return False
+    helptext = subprocess.run([str(cli), "run", "--help"], capture_output=True, text=True,
+                              cwd=ROOT).stdout
+    return "--engine" in helptext
+
+
+def replay_cmd(cli: Path, data: Path, out: Path, run_id: str, engine: str | None) -> list[str]:
+    cmd = [str(cli), "run", "--input", str(data), "--output", str(out),
+           "--conf", str(ROOT / "bench" / "replay.yaml"), "--run-id", run_id,
+           "--set", "input.format=parquet"]
+    if engine:
+        cmd += ["--engine", engine]
+    return cmd
+
+
+def local_memory_estimate_mb(size: int, done: Sequence[Mapping[str, Any]]) -> float | None:
+    """Peak RSS (MB) the in-process replay of ``size`` messages would need, extrapolated
+    linearly from the largest smaller size it finished (``None`` when there is none)."""
+    ok = [s for s in done if s["size"] < size and _wall(s.get("local")) is not None]
+    if not ok:
+        return None
+    ref = max(ok, key=lambda s: s["size"])
+    return round(ref["local"]["rss_mb"]["total"] * size / ref["size"], 1)
+
+
+def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
+               log: Any = print, done: Sequence[Mapping[str, Any]] = (),
+               save: Any = None, timeout_s: float | None = None) -> dict[str, Any]:
+    """All measurements of one size (floor, Spark replay, in-process replay). The in-process
+    replay is skipped when its extrapolated peak RSS exceeds 70 % of the available memory."""
+    folder = data_dir / f"input-{label(size)}"
+    log(f"[{label(size)}] generating input into {folder} ...")
+    inp = generate_input(size, folder)
+    log(f"[{label(size)}]   {inp['messages']:,} messages, {inp['files']} files, "
+        f"{inp['bytes'] / MB:.0f} MB in {inp['generate_s']} s")
+    result: dict[str, Any] = {"size": size, "messages": inp["messages"], "input": inp}
+    logs = data_dir / "logs"
+
+    out = data_dir / f"floor-{label(size)}"
+    shutil.rmtree(out, ignore_errors=True)
+    log(f"[{label(size)}] floor job ...")
+    result["floor"] = run_measured([py, str(ROOT / "bench" / "floor_job.py"), "--input",
+                                    str(folder), "--output", str(out)],
+                                   logs / f"{label(size)}-floor.log", timeout_s=timeout_s)
+    log(f"[{label(size)}]   {result['floor']['status']} in {result['floor']['wall_s']} s")
+
+    out = data_dir / f"spark-{label(size)}"
+    shutil.rmtree(out, ignore_errors=True)
+    run_id = f"bench-{label(size)}"
+    log(f"[{label(size)}] Spark replay ...")
+    spark = run_measured(replay_cmd(cli, folder, out, run_id, None),
+                         logs / f"{label(size)}-spark.log", timeout_s=timeout_s)
+    if spark["status"] == "ok":
+        spark["stages_s"] = read_stage_timings(out, run_id)
+        spark["counts"] = read_counts(out, run_id)
+        accepted = spark["counts"].get("accepted")
+        if accepted != inp["messages"]:
+            spark["status"] = f"wrong count: accepted {accepted} of {inp['messages']}"
+    result["spark"] = spark
+    log(f"[{label(size)}]   {spark['status']} in {spark['wall_s']} s")
+    if save is not None:
+        save(result)
+
+    import psutil
+
+    need = local_memory_estimate_mb(size, done)
+    avail = psutil.virtual_memory().available / MB
+    if not local:
+        result["local"] = {"status": "n/a (engine local not available)"}
+    elif need is not None and need > 0.7 * avail:
+        result["local"] = {"status": f"skipped (does not fit: needs ~{need / 1024:.1f} GB, "
+                                     f"{avail / 1024:.1f} GB available)"}
+        log(f"[{label(size)}] in-process replay {result['local']['status']}")
+    else:
+        out = data_dir / f"local-{label(size)}"
+        shutil.rmtree(out, ignore_errors=True)
+        log(f"[{label(size)}] in-process replay ...")
+        loc = run_measured(replay_cmd(cli, folder, out, run_id, "local"),
+                           logs / f"{label(size)}-local.log", timeout_s=timeout_s)
+        if loc["status"] == "ok":
+            try:
+                loc["counts"] = read_counts(out, run_id)
+            except Exception as exc:  # noqa: BLE001 - the table shape is the other engine's
+                loc["counts"] = {"error": str(exc)[:200]}
+        result["local"] = loc
+        log(f"[{label(size)}]   {loc['status']} in {loc['wall_s']} s")
+    return result
+
+
+def profile_replay(size: int, data_dir: Path, cli: Path, log: Any = print) -> dict[str, Any]:
+    """Replay ``size`` once under ``py-spy record --subprocesses`` and summarize it."""
+    spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+    if spy is None:
+        return {"status": "n/a (py-spy not installed: pip install -e '.[bench]')"}
+    folder = data_dir / f"input-{label(size)}"
+    if not folder.is_dir():
+        generate_input(size, folder)
+    out = data_dir / f"profile-{label(size)}"
+    shutil.rmtree(out, ignore_errors=True)
+    raw = data_dir / f"profile-{label(size)}.txt"
+    log(f"[{label(size)}] profiling the Spark replay with py-spy ...")
+    cmd = [spy, "record", "--subprocesses", "--nonblocking", "--rate", "25", "--format", "raw",
+           "--output", str(raw), "--", *replay_cmd(cli, folder, out, "bench-profile", None)]
+    job = run_measured(cmd, data_dir / "logs" / f"{label(size)}-profile.log")
+    if job["status"] != "ok" or not raw.is_file():
+        return {"status": job["status"], "size": size}
+    summary = summarize_pyspy_raw(raw.read_text(errors="replace"))
+    return {"status": "ok", "size": size, "wall_s_under_pyspy": job["wall_s"],
+            "rate_hz": 25, **summary}
+
+
+def write_results(path: Path, doc: Mapping[str, Any]) -> None:
+    """Write ``doc`` as indented JSON to ``path`` atomically (via ``<path>.tmp``)."""
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(doc, indent=2) + "\n")
+    tmp.replace(path)
+
+
+def machine_info() -> dict[str, Any]:
+    import psutil
+    import pyspark
+
+    return {
+        "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 1024**3, 1),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+        "note": ("other processes (other Spark jobs) may share the CPU: see each job's "
+                 "other_cpu_cores (mean cores busy outside the job while it ran)"),
+    }
+
+
+def _profile_only(size: int, data_dir: Path, results: Path, cli: Path) -> int:
+    """``--profile-only``: profile ``size`` and store it as ``profile`` in today's results."""
+    profile = profile_replay(size, data_dir, cli, lambda m: print(m, flush=True))
+    path = results / f"{datetime.now(UTC):%Y-%m-%d}.json"
+    doc: dict[str, Any] = {"profile": profile}
+    if path.is_file():
+        old = json.loads(path.read_text())
+        doc = results_document(old["sizes"], old["machine"], profile)
+    results.mkdir(parents=True, exist_ok=True)
+    write_results(path, doc)
+    if profile.get("status") == "ok":
+        for name, share in profile["project_total"][:15]:
+            print(f"  {share * 100:5.1f}%  {name}")
+    print(f"profile: {profile.get('status')}; written to {path}")
+    return 0 if profile.get("status") == "ok" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default=os.environ.get("BENCH_SIZES", ""),
+                        help="comma-separated message counts (default 1M,10M; env BENCH_SIZES)")
+    parser.add_argument("--data", type=Path, default=Path(os.environ.get(
+        "BENCH_DATA", ROOT / "bench" / ".data")), help="scratch folder for inputs and outputs")
+    parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results",
+                        help="folder of the <YYYY-MM-DD>.json results")
+    parser.add_argument("--profile", action="store_true",
+                        default=os.environ.get("BENCH_PROFILE", "") not in ("", "0"),
+                        help="also profile the smallest size with py-spy (env BENCH_PROFILE=1)")
+    parser.add_argument("--timeout", type=float, default=float(os.environ.get(
+        "BENCH_TIMEOUT_S", 0)) or None, help="kill a job after this many seconds (env "
+        "BENCH_TIMEOUT_S; default none)")
+    parser.add_argument("--profile-only", action="store_true",
+                        help="only profile the smallest size and add the profile to today's "
+                        "results file")
+    parser.add_argument("--no-local", action="store_true",
+                        help="skip the in-process reference replay")
+    args = parser.parse_args(argv)
+    try:
+        sizes = parse_sizes(args.sizes) if args.sizes.strip() else list(DEFAULT_SIZES)
+    except ValueError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        print("bench: error: psutil is missing; install the bench extra: "
+              ".venv/bin/pip install -e '.[bench]'", file=sys.stderr)
+        return 2
+
+    cli = Path(sys.executable).parent / "topic-replay"
+    if args.profile_only:
+        return _profile_only(min(sizes), args.data, args.results, cli)
+    local = not args.no_local and local_engine_available(cli)
+    machine = machine_info()
+    print(f"replay benchmark: sizes {', '.join(label(s) for s in sizes)}; in-process engine "
+          f"{'yes' if local else 'n/a (engine local not available)'}; data in {args.data}",
+          flush=True)
+
+    def say(msg: str) -> None:
+        print(msg, flush=True)
+
+    args.results.mkdir(parents=True, exist_ok=True)
+    path = args.results / f"{datetime.now(UTC):%Y-%m-%d}.json"
+    results: list[dict[str, Any]] = []
+    def save(partial: dict[str, Any]) -> None:  # after each size and each Spark replay
+        machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        write_results(path, results_document([*results, partial], machine))
+
+    for s in sizes:
+        res = bench_size(s, args.data, cli, local, sys.executable, say, results, save,
+                         args.timeout)
+        save(res)
+        results.append(res)
+    profile = profile_replay(min(sizes), args.data, cli, say) if args.profile else None
+    machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    doc = results_document(results, machine, profile)
+    write_results(path, doc)
+    print()
+    print(format_report(doc))
+    if profile and profile.get("status") == "ok":
+        print(f"\nprofile of the {label(profile['size'])} Spark replay (py-spy, driver + "
+              f"workers, {profile['samples']} samples), top by own time:")
+        for name, share in profile["self"][:10]:
+            print(f"  {share * 100:5.1f}%  {name}")
+    print(f"\nresults: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
+    failed = [s for s in results if _wall(s.get("spark")) is None]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

@@ -1,0 +1,459 @@
+"""What-if scenarios: one log replayed under several configs, compared side by side.
+
+``topic-replay compare --input LOG --output DIR --scenario NAME=FILE_OR_SETS …`` replays the
+log once per scenario, each as its own ``run_id`` (= the scenario NAME) in the same tables, and
+prints :func:`comparison_table`. A scenario starts from the base config (defaults ← ``--conf`` ←
+``--set``) and adds either a YAML file (deep-merged over the base, as ``--conf`` is over the
+defaults) or ``dotted.key=value`` overrides separated by ``,`` or ``;``.
+
+The metrics (:func:`run_metrics`) are read back from the tables, so a comparison can also be
+made later from the tables alone (``topic-replay report --run-id A --run-id B``). This module
+needs no Spark except :func:`replay_scenarios`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from pipelines.delta_io import DeltaStore
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+"""A scenario name (= its run_id and a folder name under ``DIR/_work``)."""
+
+_SET_START = re.compile(r"[;,](?=\s*[A-Za-z_\[][^=;,]*=)")
+"""A ``,`` / ``;`` that starts a new ``dotted.key=`` (commas inside values such as ``[1,2]``
+are kept)."""
+
+
+class ScenarioError(ValueError):
+    """A malformed ``--scenario`` spec (the CLI reports it as a usage error, exit 2)."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One ``--scenario NAME=FILE_OR_SETS``: its name (run_id) and its config overrides as
+    ``dotted.key=value`` strings, applied after the base ``--set`` overrides."""
+
+    name: str
+    sets: tuple[str, ...]
+    source: str  # the FILE_OR_SETS text as given
+
+
+def parse_scenario(spec: str) -> Scenario:
+    """Parse ``NAME=FILE_OR_SETS``.
+
+    ``FILE_OR_SETS`` is a YAML config file (``.yaml`` / ``.yml`` or any existing file), turned
+    into overrides by :func:`yaml_to_sets`, or ``key=value`` overrides separated by ``,`` / ``;``.
+    Raises :class:`ScenarioError` (one sentence) for a missing ``=``, a bad name, a missing or
+    unreadable file, an empty override list or an override without ``=``.
+    """
+    name, sep, rest = spec.partition("=")
+    name, rest = name.strip(), rest.strip()
+    if not sep or not name:
+        raise ScenarioError(f"scenario {spec!r} is not NAME=FILE_OR_SETS")
+    if not NAME_PATTERN.match(name):
+        raise ScenarioError(f"scenario name {name!r} must be letters, digits, '_', '.' or '-' "
+                            "(it becomes the run_id)")
+    if not rest:
+        raise ScenarioError(f"scenario {name} has no config file or overrides after '='")
+    path = Path(rest)
+    if path.is_file():
+        return Scenario(name, tuple(yaml_to_sets(path, name)), rest)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise ScenarioError(f"scenario {name}: config file {rest} does not exist")
+    sets = tuple(s.strip() for s in _SET_START.split(rest) if s.strip())
+    bad = [s for s in sets if "=" not in s]
+    if not sets or bad:
+        raise ScenarioError(f"scenario {name}: {bad[0] if bad else rest!r} is neither a config "
+                            "file nor a dotted.key=value override")
+    return Scenario(name, sets, rest)
+
+
+def yaml_to_sets(path: Path, name: str = "?") -> list[str]:
+    """A YAML config file as ``dotted.key=value`` overrides with the same deep-merge meaning
+    (mappings merge key by key, lists and scalars replace). Values are written as JSON (valid
+    YAML); keys holding ``. [ ] =`` are bracketed. ``ScenarioError`` if the file is not a YAML
+    mapping."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        first = " ".join(str(exc).split())
+        raise ScenarioError(f"scenario {name}: cannot read {path}: {first}") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise ScenarioError(f"scenario {name}: {path} must hold a mapping of config sections")
+    out: list[str] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, dict) and node:
+            for key, value in node.items():
+                k = str(key)
+                part = f"[{k}]" if any(c in k for c in ".[]=") else k
+                walk(part if not prefix else (prefix + part if part.startswith("[")
+                                              else f"{prefix}.{part}"), value)
+        else:
+            out.append(f"{prefix}={json.dumps(node, default=str)}")
+
+    walk("", data)
+    return out
+
+
+# ---- metrics ---------------------------------------------------------------------------------
+
+METRICS: tuple[tuple[str, str], ...] = (
+    ("accepted", "messages accepted"),
+    ("quarantined", "records quarantined"),
+    ("topics", "topics"),
+    ("segments_max", "active segments, max (all topics)"),
+    ("segments_final", "active segments, final"),
+    ("segments_created", "segments created"),
+    ("buckets_max", "entry buckets, max (all topics)"),
+    ("buckets_final", "entry buckets, final"),
+    ("splits", "splits"),
+    ("merges", "merges"),
+    ("rebuckets", "rebuckets"),
+    ("suppressed", "suppressed evaluations"),
+    ("batching_mode", "batching mode"),
+    ("bucket_budget", "bucket budget T"),
+    ("entries", "entries"),
+    ("entries_per_message", "entries per message"),
+    ("mean_batch_size", "mean batch size (messages/entry)"),
+    ("mean_batch_bytes", "mean batch size (bytes/entry)"),
+    ("consumers", "consumers (all subscriptions)"),
+    ("max_consumer_share", "max consumer share of its subscription"),
+    ("idle_consumers", "idle consumers (no message in the run)"),
+    ("handoffs", "bucket handoffs"),
+    ("withheld_bucket_s", "withheld bucket-seconds (handoffs)"),
+    ("sealed_segments", "sealed segments"),
+    ("drain_max_s", "sealed-segment drain time, max (s)"),
+    ("undrained_segments", "sealed segments not drained at end"),
+)
+"""Metric key → label, in the order of the side-by-side table."""
+
+
+@dataclass
+class RunTables:
+    """The output tables of one run as pandas frames (columns of :mod:`pipelines.schemas`)."""
+
+    run_id: str
+    store: DeltaStore
+    runs: pd.DataFrame
+    segments: pd.DataFrame
+    decisions: pd.DataFrame
+    segment_load: pd.DataFrame
+    entries: pd.DataFrame
+    dispatch: pd.DataFrame
+    consumer_load: pd.DataFrame
+    handoffs: pd.DataFrame
+
+    @classmethod
+    def load(cls, store: DeltaStore, run_id: str) -> RunTables:
+        """Read every table but ``messages`` and ``quarantine`` for ``run_id``."""
+        def read(table: str) -> pd.DataFrame:
+            return store.read(table, run_id=run_id)
+
+        return cls(run_id, store, read("runs"), read("segments"), read("autoscale_decisions"),
+                   read("segment_load"), read("entries"), read("dispatch"),
+                   read("consumer_load"), read("bucket_handoffs"))
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's config (``runs.config``, JSON) as a dict; ``{}`` when unknown."""
+        if self.runs.empty:
+            return {}
+        return dict(json.loads(self.runs["config"].iloc[-1]))
+
+    @property
+    def end_time(self) -> pd.Timestamp | None:
+        """Last event time of the run (latest entry publish, ack or load sample), UTC."""
+        times = [self.entries["publish_time"].max(), self.dispatch["ack_time"].max(),
+                 self.segment_load["sample_time"].max(), self.segments["created_at"].max()]
+        times = [t for t in times if pd.notna(t)]
+        return max(times) if times else None
+
+
+def layout_timeline(segments: pd.DataFrame) -> pd.DataFrame:
+    """Active segments and entry buckets per topic after each layout change.
+
+    ``segments``: the ``segments`` table. Returns columns ``topic``, ``time`` (UTC),
+    ``active_segments``, ``buckets`` — one row per (topic, time at which a segment was created or
+    sealed), the counts in force from that time on (changes at the same instant are applied
+    together, so a split never shows a transient extra segment).
+    """
+    if segments.empty:
+        return pd.DataFrame(columns=["topic", "time", "active_segments", "buckets"])
+    born = segments[["topic", "created_at", "bucket_count"]].rename(columns={"created_at": "time"})
+    born = born.assign(d_seg=1, d_buckets=born["bucket_count"].astype("int64"))
+    sealed = segments[segments["sealed_at"].notna()]
+    died = sealed[["topic", "sealed_at", "bucket_count"]].rename(columns={"sealed_at": "time"})
+    died = died.assign(d_seg=-1, d_buckets=-died["bucket_count"].astype("int64"))
+    events = pd.concat([born, died], ignore_index=True)
+    events = events.groupby(["topic", "time"], as_index=False)[["d_seg", "d_buckets"]].sum()
+    events = events.sort_values(["topic", "time"])
+    events["active_segments"] = events.groupby("topic")["d_seg"].cumsum()
+    events["buckets"] = events.groupby("topic")["d_buckets"].cumsum()
+    return events[["topic", "time", "active_segments", "buckets"]].reset_index(drop=True)
+
+
+def _total_timeline(timeline: pd.DataFrame) -> pd.DataFrame:
+    """All topics summed: counts in force from each change time on."""
+    if timeline.empty:
+        return pd.DataFrame(columns=["time", "active_segments", "buckets"])
+    wide = timeline.pivot_table(index="time", columns="topic",
+                                values=["active_segments", "buckets"], aggfunc="last")
+    wide = wide.sort_index().ffill().fillna(0)
+    return pd.DataFrame({"active_segments": wide["active_segments"].sum(axis=1),
+                         "buckets": wide["buckets"].sum(axis=1)}).reset_index()
+
+
+def drain_times(tables: RunTables) -> pd.DataFrame:
+    """Drain time of every sealed segment per subscription (PIP-486 use case 1).
+
+    Returns ``topic``, ``segment_id``, ``subscription``, ``sealed_at``, ``last_ack``,
+    ``drain_s`` (seconds from ``sealed_at`` to the last acknowledgment of the segment's entries,
+    0 when everything was acknowledged before the seal; NaN = not drained at end of input) and
+    ``drained`` (bool).
+    """
+    cols = ["topic", "segment_id", "subscription", "sealed_at", "last_ack", "drain_s", "drained"]
+    sealed = tables.segments[tables.segments["sealed_at"].notna()]
+    if sealed.empty or tables.dispatch.empty:
+        return pd.DataFrame(columns=cols)
+    d = tables.dispatch
+    keys = ["topic", "segment_id", "subscription"]
+    g = d.groupby(keys).agg(last_ack=("ack_time", "max"),
+                            pending=("ack_time", lambda s: int(s.isna().sum()))).reset_index()
+    out = g.merge(sealed[["topic", "segment_id", "sealed_at"]], on=["topic", "segment_id"])
+    out["drained"] = out["pending"] == 0
+    secs = (out["last_ack"] - out["sealed_at"]).dt.total_seconds().clip(lower=0)
+    out["drain_s"] = secs.where(out["drained"])
+    return out[cols].sort_values(["topic", "segment_id", "subscription"]).reset_index(drop=True)
+
+
+def withheld_intervals(tables: RunTables) -> pd.DataFrame:
+    """``bucket_handoffs`` with ``withheld_s`` (seconds the bucket was withheld; a handoff still
+    withheld at end of input counts until :attr:`RunTables.end_time`) and ``open`` (bool)."""
+    h = tables.handoffs.copy()
+    if h.empty:
+        return h.assign(withheld_s=pd.Series(dtype="float64"), open=pd.Series(dtype="bool"))
+    end = tables.end_time
+    h["open"] = h["withheld_until"].isna()
+    until = h["withheld_until"].fillna(end) if end is not None else h["withheld_until"]
+    h["withheld_s"] = (until - h["withheld_from"]).dt.total_seconds().clip(lower=0)
+    return h
+
+
+def consumer_shares(tables: RunTables) -> pd.DataFrame:
+    """Per (subscription, consumer) over all topics: ``messages``, ``share`` of the
+    subscription's messages (0..1), ``busy_ms`` and ``idle_ms`` (ms of the ``consumer_load``
+    time base; per window busy = the sum over topics, capped at the connected time, and idle =
+    connected - busy, connected = the longest over topics), ``windows`` (windows in which it was
+    connected) and ``empty_windows`` (of those, with no message)."""
+    cl = tables.consumer_load
+    cols = ["subscription", "consumer_name", "messages", "share", "busy_ms", "idle_ms",
+            "windows", "empty_windows"]
+    if cl.empty:
+        return pd.DataFrame(columns=cols)
+    # consumer_load has one row per topic: per window, a consumer is connected for the longest of
+    # its topics' (busy + idle), busy for the sum of its topics' busy time, idle for the rest.
+    cl = cl.assign(connected_ms=cl["busy_ms"] + cl["idle_ms"])
+    per_window = cl.groupby(["subscription", "consumer_name", "window_start"], as_index=False).agg(
+        messages=("messages", "sum"), busy_ms=("busy_ms", "sum"),
+        connected_ms=("connected_ms", "max"))
+    per_window["busy_ms"] = per_window[["busy_ms", "connected_ms"]].min(axis=1)
+    per_window["idle_ms"] = per_window["connected_ms"] - per_window["busy_ms"]
+    g = per_window.groupby(["subscription", "consumer_name"]).agg(
+        messages=("messages", "sum"), busy_ms=("busy_ms", "sum"), idle_ms=("idle_ms", "sum"),
+        windows=("window_start", "size"),
+        empty_windows=("messages", lambda s: int((s == 0).sum()))).reset_index()
+    total = g.groupby("subscription")["messages"].transform("sum")
+    g["share"] = (g["messages"] / total.where(total > 0)).fillna(0.0)
+    return g[cols]
+
+
+def _configured_consumers(config: dict[str, Any]) -> list[tuple[str, str]]:
+    return [(s["name"], c["name"]) for s in config.get("subscriptions", [])
+            for c in s.get("consumers", [])]
+
+
+def run_metrics(tables: RunTables) -> dict[str, Any]:
+    """The headline metrics of one run (keys of :data:`METRICS`), computed from its tables.
+
+    Counts of records, actions and entries come from :func:`pipelines.replay.run_summary`.
+    Segments / buckets are summed over topics (max over time and at the end); batch sizes are
+    ``num_messages`` / ``payload_bytes`` per entry; the consumer share is a consumer's part of
+    its subscription's messages (max over consumers); an idle consumer is one configured but
+    delivered no message; withheld bucket-seconds sum :func:`withheld_intervals`; drain times
+    come from :func:`drain_times`. Missing data gives ``None`` (0 for counts).
+    """
+    from pipelines.replay import run_summary
+
+    summary = run_summary(tables.store, tables.run_id)
+    config = tables.config
+    total = _total_timeline(layout_timeline(tables.segments))
+    entries = tables.entries
+    shares = consumer_shares(tables)
+    configured = _configured_consumers(config)
+    delivered = {(r.subscription, r.consumer_name) for r in shares.itertuples()
+                 if r.messages > 0}
+    consumers = sorted(set(configured) | {(r.subscription, r.consumer_name)
+                                          for r in shares.itertuples()})
+    withheld = withheld_intervals(tables)
+    drains = drain_times(tables)
+    per_segment = (drains.groupby(["topic", "segment_id"])
+                   .agg(drain_s=("drain_s", "max"), drained=("drained", "all"))
+                   if len(drains) else drains)
+    n_msgs = int(entries["num_messages"].sum()) if len(entries) else 0
+    return {
+        "accepted": summary["accepted"],
+        "quarantined": summary["quarantined"],
+        "topics": summary["topics"],
+        "segments_max": int(total["active_segments"].max()) if len(total) else 0,
+        "segments_final": int(total["active_segments"].iloc[-1]) if len(total) else 0,
+        "segments_created": int(len(tables.segments)),
+        "buckets_max": int(total["buckets"].max()) if len(total) else 0,
+        "buckets_final": int(total["buckets"].iloc[-1]) if len(total) else 0,
+        "splits": summary["splits"],
+        "merges": summary["merges"],
+        "rebuckets": summary["rebuckets"],
+        "suppressed": summary["suppressed"],
+        "batching_mode": config.get("batching", {}).get("mode"),
+        "bucket_budget": config.get("topic", {}).get("bucket_budget"),
+        "entries": summary["entries"],
+        "entries_per_message": summary["entries_per_message"],
+        "mean_batch_size": round(n_msgs / len(entries), 4) if len(entries) else None,
+        "mean_batch_bytes": (round(float(entries["payload_bytes"].mean()), 1)
+                             if len(entries) else None),
+        "consumers": len(consumers),
+        "max_consumer_share": round(float(shares["share"].max()), 4) if len(shares) else None,
+        "idle_consumers": sum(1 for c in consumers if c not in delivered),
+        "handoffs": int(len(withheld)),
+        "withheld_bucket_s": round(float(withheld["withheld_s"].sum()), 3),
+        "sealed_segments": int(tables.segments["sealed_at"].notna().sum()),
+        "drain_max_s": (round(float(per_segment["drain_s"].max()), 3)
+                        if len(per_segment) and per_segment["drain_s"].notna().any() else None),
+        "undrained_segments": int((~per_segment["drained"]).sum()) if len(per_segment) else 0,
+    }
+
+
+def comparison_table(store: DeltaStore, run_ids: Sequence[str]) -> pd.DataFrame:
+    """Side-by-side metrics: index = metric labels of :data:`METRICS`, one column per run_id
+    (object dtype: ints, floats, strings or None)."""
+    data = {run_id: run_metrics(RunTables.load(store, run_id)) for run_id in run_ids}
+    return metrics_frame(data)
+
+
+def metrics_frame(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """``{run_id: run_metrics(...)}`` → the side-by-side frame of :func:`comparison_table`."""
+    frame = pd.DataFrame({run: [m.get(k) for k, _ in METRICS] for run, m in metrics.items()},
+                         index=[label for _, label in METRICS], dtype=object)
+    frame.index.name = "metric"
+    return frame
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and pd.isna(value)):
+        return "-"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1e6 else f"{value:,.0f}"
+    return str(value)
+
+
+def format_comparison(frame: pd.DataFrame) -> str:
+    """The side-by-side frame as an aligned text table (values formatted, ``-`` for none); a
+    ``*`` marks rows whose values differ between runs."""
+    runs = [str(c) for c in frame.columns]
+    rows = [[str(label), *(_cell(v) for v in frame.loc[label])] for label in frame.index]
+    differs = [len({r for r in row[1:]}) > 1 for row in rows]
+    head = ["metric", *runs]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    lines = ["  ".join([head[0].ljust(widths[0] + 2),
+                        *(h.rjust(w) for h, w in zip(head[1:], widths[1:], strict=True))])]
+    for row, diff in zip(rows, differs, strict=True):
+        lines.append("  ".join([(("* " if diff else "  ") + row[0]).ljust(widths[0] + 2),
+                                *(v.rjust(w) for v, w in zip(row[1:], widths[1:],
+                                                             strict=True))]))
+    return "\n".join(lines)
+
+
+# ---- running the scenarios ---------------------------------------------------------------------
+
+@dataclass
+class PreparedScenario:
+    """A scenario with its validated config and input spec (ready to replay)."""
+
+    scenario: Scenario
+    config: Any  # pipelines.config.ReplayConfig
+    input_spec: Any  # pipelines.presets.InputSpec
+
+
+def existing_run(store: DeltaStore, run_id: str) -> dict[str, Any] | None:
+    """The ``runs`` row of ``run_id`` in ``store`` as a dict (``None`` if absent)."""
+    runs = store.read("runs", run_id=run_id)
+    if runs.empty:
+        return None
+    return dict(runs.iloc[-1])
+
+
+def check_reuse(store: DeltaStore, prepared: PreparedScenario, inputs: Sequence[str]) -> bool:
+    """True when ``store`` already holds a finished run named like the scenario with the same
+    config and inputs (it is reused, not replayed again). ``ScenarioError`` when a run of that
+    name exists with another config or other inputs (its tables would mix two scenarios)."""
+    row = existing_run(store, prepared.scenario.name)
+    if row is None:
+        return False
+    same_config = json.loads(row["config"]) == json.loads(prepared.config.to_json())
+    same_inputs = [str(p) for p in row["inputs"]] == [str(p) for p in inputs]
+    if not (same_config and same_inputs):
+        what = "config" if not same_config else "inputs"
+        raise ScenarioError(f"run {prepared.scenario.name} already exists in {store.root} with "
+                            f"other {what}; pick another scenario name or output directory")
+    return row["status"] == "finished"
+
+
+def _prefixed(name: str) -> Callable[[object], None]:
+    return lambda event: print(f"[{name}] {event}", flush=True)
+
+
+def replay_scenarios(spark: Any, prepared: Sequence[PreparedScenario], inputs: Sequence[str],
+                     output: str, say: Callable[[str], None] = print,
+                     progress_for: Callable[[str], Any] = _prefixed) -> pd.DataFrame:
+    """Replay ``inputs`` once per scenario (run_id = scenario name) into ``output`` and return
+    :func:`comparison_table` over the scenarios, in the given order.
+
+    ``say`` gets one line per scenario; ``progress_for(name)`` gives the ``progress`` callable of
+    that scenario's :class:`pipelines.replay.Replay` (closed after the run when it has
+    ``close()``). A scenario whose finished run already exists with the same config and inputs is
+    not replayed again (:func:`check_reuse`). Everything is written under ``output`` (tables and
+    each run's ``_work`` folder); nothing else is touched.
+    """
+    from pipelines.ingest import resolve_input_spec
+    from pipelines.replay import Replay
+
+    store = DeltaStore(output, engine="delta-rs")
+    for p in prepared:
+        name = p.scenario.name
+        if check_reuse(store, p, inputs):
+            say(f"scenario {name}: already in {output} with the same config and inputs; reused")
+            continue
+        say(f"scenario {name}: replaying with {', '.join(p.scenario.sets) or 'the base config'}")
+        spec = resolve_input_spec(p.input_spec, spark, list(inputs))
+        progress = progress_for(name)
+        try:
+            Replay(spark, p.config, spec, list(inputs), output, name, progress=progress).run()
+        finally:
+            if hasattr(progress, "close"):
+                progress.close()
+    return comparison_table(store, [p.scenario.name for p in prepared])

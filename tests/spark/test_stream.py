@@ -1,0 +1,121 @@
+"""``topic-replay stream``: the continuous replay picks up new files, finalizes what the watermark
+has passed (``replay.allowed_lateness_s``), and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from pipelines.config import load_config
+from pipelines.delta_io import DeltaStore
+from pipelines.presets import get_preset
+from pipelines.replay import Replay
+
+pytestmark = pytest.mark.spark
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = pd.Timestamp("2025-03-01T00:00:00Z")
+LATENESS_S = 30
+
+
+def write_log(path: Path, start_s: int, stop_s: int, step_s: int = 1) -> None:
+    """One message per ``step_s`` seconds of log time in ``[start_s, stop_s)``, topic ``t``."""
+    with path.open("w") as fh:
+        for s in range(start_s, stop_s, step_s):
+            fh.write(json.dumps({"topic": "t", "key": f"k{s % 7}", "producer_name": "p",
+                                 "publish_time": (T0 + pd.Timedelta(seconds=s)).isoformat(),
+                                 "payload_size": 100}) + "\n")
+
+
+@pytest.fixture
+def streaming(spark, tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    cfg = load_config(None, [f"replay.allowed_lateness_s={LATENESS_S}"])
+    spec = get_preset("contract").replace(format="json", speed=1.0)
+    replay = Replay(spark, cfg, spec, [str(logs)], str(tmp_path / "out"), "live",
+                    progress=lambda _: None)
+    replay.run(stream=True, trigger_seconds=0.2)
+    yield logs, replay, DeltaStore(str(tmp_path / "out"), engine="delta-rs")
+    replay.query.stop()
+
+
+def finalized_messages(store: DeltaStore) -> pd.DataFrame:
+    return store.read("messages", "live")
+
+
+def test_stream_finalizes_only_what_the_watermark_has_passed(streaming):
+    logs, replay, store = streaming
+    write_log(logs / "a.json", 0, 120)
+    replay.query.processAllAvailable()
+    published = finalized_messages(store)["publish_time"]
+    # horizon = last publish time - lateness: messages at 0..90 s are final, 91..119 s wait
+    assert published.max() < T0 + pd.Timedelta(seconds=120 - LATENESS_S)
+    assert len(published) == 120 - LATENESS_S
+
+
+def test_stream_picks_up_a_new_file_and_advances_the_tables(streaming):
+    logs, replay, store = streaming
+    write_log(logs / "a.json", 0, 120)
+    replay.query.processAllAvailable()
+    before = len(finalized_messages(store))
+    write_log(logs / "b.json", 120, 240)
+    replay.query.processAllAvailable()
+    assert before == 120 - LATENESS_S
+    assert len(finalized_messages(store)) == 240 - LATENESS_S
+
+
+def test_stream_messages_arrive_in_entries_and_dispatch(streaming):
+    logs, replay, store = streaming
+    write_log(logs / "a.json", 0, 120)
+    replay.query.processAllAvailable()
+    messages = finalized_messages(store)
+    entries = store.read("entries", "live")
+    carried = int(entries["num_messages"].sum())
+    # each finalized message is in a closed entry, except those still in an open batch
+    assert carried == len(messages) == 120 - LATENESS_S
+    # horizon = last publish time (119 s) - lateness + 1 ms = 89.001 s. An entry is dispatched
+    # once the watermark is past its publish time; the last entry, closed by its max-delay timer
+    # exactly at the horizon (89 s + 1 ms), waits in the dispatcher for the next window.
+    horizon = T0 + pd.Timedelta(milliseconds=(119 - LATENESS_S) * 1000 + 1)
+    dispatched = store.read("dispatch", "live")
+    assert entries["publish_time"].max() == horizon
+    assert len(dispatched) == (entries["publish_time"] < horizon).sum() == len(entries) - 1
+
+
+def test_stream_command_stops_cleanly_on_sigterm(tmp_path):
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_log(logs / "a.json", 0, 60)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobs.replay", "stream", "--input", str(logs), "--output",
+         str(tmp_path / "out"), "--run-id", "live", "--master", "local[1]",
+         "--shuffle-partitions", "1"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines = []
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # wait for the first micro-batch's progress line
+            line = proc.stdout.readline() if proc.stdout else ""
+            lines.append(line)
+            if line.startswith("batch 0:") or not line and proc.poll() is not None:
+                break
+        assert any(x.startswith("batch 0:") for x in lines), "".join(lines)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "stopped; tables under" in out
+    assert len(DeltaStore(str(tmp_path / "out"), engine="delta-rs").read("quarantine",
+                                                                         "live")) == 0

@@ -1,0 +1,178 @@
+"""The replay benchmark's pure helpers (bench/bench_replay.py): sizes, ratios, targets, the
+results JSON and the py-spy summary. No timing is asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+_PATH = Path(__file__).resolve().parents[1] / "bench" / "bench_replay.py"
+_spec = importlib.util.spec_from_file_location("bench_replay", _PATH)
+assert _spec is not None and _spec.loader is not None
+bench: Any = importlib.util.module_from_spec(_spec)
+sys.modules["bench_replay"] = bench
+_spec.loader.exec_module(bench)
+
+
+def _job(wall: float | None, driver_mb: float = 1000.0, status: str = "ok") -> dict[str, Any]:
+    return {"status": status, "wall_s": wall,
+            "rss_mb": {"driver_jvm": driver_mb - 100, "driver_python": 100.0,
+                       "driver": driver_mb, "workers": 300.0, "total": driver_mb + 300}}
+
+
+def _size(n: int, floor: float, spark: float, local: float | None,
+          driver_mb: float = 1000.0) -> dict[str, Any]:
+    loc = _job(local) if local is not None else {"status": "n/a (engine local not available)"}
+    return {"size": n, "messages": n, "floor": _job(floor), "spark": _job(spark, driver_mb),
+            "local": loc}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1000000,10000000", [1_000_000, 10_000_000]),
+        ("1M,10M", [1_000_000, 10_000_000]),
+        ("100k", [100_000]),
+        ("1.5M", [1_500_000]),
+        (" 200k , 200000 ", [200_000]),
+        ("1_000_000", [1_000_000]),
+    ],
+)
+def test_parse_sizes_reads_counts_with_suffixes(text: str, expected: list[int]) -> None:
+    assert bench.parse_sizes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["ten", "1G", "", "1M,,10M", "0", "-5"])
+def test_parse_sizes_rejects_what_is_not_a_count(text: str) -> None:
+    with pytest.raises(ValueError, match="benchmark size"):
+        bench.parse_sizes(text)
+
+
+@given(st.lists(st.integers(min_value=1, max_value=10**9), min_size=1, max_size=5, unique=True))
+def test_parse_sizes_round_trips_plain_integers(sizes: list[int]) -> None:
+    assert bench.parse_sizes(",".join(map(str, sizes))) == sizes
+
+
+@pytest.mark.parametrize(("n", "text"), [(1_000_000, "1M"), (10_000_000, "10M"),
+                                         (100_000, "100k"), (1_500_000, "1.5M"), (999, "999")])
+def test_label_names_sizes_like_the_issue(n: int, text: str) -> None:
+    assert bench.label(n) == text
+
+
+def test_size_ratios_divide_spark_wall_by_floor_and_in_process() -> None:
+    r = bench.size_ratios(_size(1_000_000, floor=20.0, spark=100.0, local=50.0))
+    assert r == {"replay_over_floor": 5.0, "spark_over_local": 2.0, "throughput_msg_s": 10000.0}
+
+
+def test_size_ratios_are_none_without_an_in_process_run() -> None:
+    r = bench.size_ratios(_size(1_000_000, floor=20.0, spark=100.0, local=None))
+    assert r["spark_over_local"] is None
+    assert r["replay_over_floor"] == 5.0
+
+
+def test_size_ratios_ignore_a_failed_job() -> None:
+    s = _size(1_000_000, floor=20.0, spark=100.0, local=50.0)
+    s["local"]["status"] = "failed (exit 137): Killed"
+    assert bench.size_ratios(s)["spark_over_local"] is None
+
+
+def test_scale_ratios_compare_largest_with_smallest_size() -> None:
+    sizes = [_size(10_000_000, 60.0, 1250.0, None, driver_mb=1320.0),
+             _size(1_000_000, 30.0, 100.0, None, driver_mb=1200.0)]
+    assert bench.scale_ratios(sizes) == {"from": 1_000_000, "to": 10_000_000,
+                                         "throughput_ratio": 0.8, "driver_rss_ratio": 1.1}
+
+
+def test_scale_ratios_need_two_finished_sizes() -> None:
+    sizes = [_size(1_000_000, 30.0, 100.0, None), _size(10_000_000, 60.0, 100.0, None)]
+    sizes[1]["spark"]["status"] = "failed (exit 1): boom"
+    assert bench.scale_ratios(sizes)["throughput_ratio"] is None
+
+
+@pytest.mark.parametrize(
+    ("spark", "local", "met"),
+    [
+        (80.0, 90.0, [True, True]),     # 4x floor exactly, faster than in-process
+        (81.0, 80.0, [False, False]),   # above 4x floor, slower than in-process
+    ],
+)
+def test_evaluate_targets_judges_the_largest_size(spark: float, local: float,
+                                                  met: list[bool]) -> None:
+    sizes = [_size(1_000_000, 5.0, 1000.0, 1.0), _size(10_000_000, 20.0, spark, local)]
+    targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
+    assert [t["met"] for t in targets[:2]] == met
+    assert {t["measured_at"] for t in targets[:2]} == {"10M"}
+
+
+def test_evaluate_targets_reports_unmeasured_targets_as_none() -> None:
+    sizes = [_size(1_000_000, 5.0, 10.0, None)]
+    targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
+    assert [t["met"] for t in targets] == [True, None, None, None]
+
+
+def test_results_document_is_json_with_sizes_scale_targets() -> None:
+    sizes = [_size(1_000_000, 20.0, 60.0, 30.0), _size(10_000_000, 100.0, 500.0, 400.0)]
+    doc = json.loads(json.dumps(bench.results_document(sizes, {"cpus": 2})))
+    assert set(doc) == {"benchmark", "machine", "sizes", "scale", "targets", "profile"}
+    assert doc["sizes"][1]["ratios"] == {"replay_over_floor": 5.0, "spark_over_local": 1.25,
+                                         "throughput_msg_s": 20000.0}
+    assert doc["scale"]["throughput_ratio"] == 1.2
+    assert len(doc["targets"]) == 4
+
+
+def test_format_report_prints_na_for_a_missing_engine() -> None:
+    doc = bench.results_document([_size(1_000_000, 20.0, 60.0, None)], {})
+    text = bench.format_report(doc)
+    assert "n/a (engin" in text
+    assert "3.00x" in text
+
+
+def test_summarize_pyspy_raw_counts_own_and_total_samples() -> None:
+    raw = ("process 1:\"python\";main (jobs/replay.py:10);add (pipelines/core/batching.py:5) 3\n"
+           "process 1:\"python\";main (jobs/replay.py:12);hash (pipelines/core/hashing.py:9) 1\n")
+    out = bench.summarize_pyspy_raw(raw)
+    assert out["samples"] == 4
+    assert out["self"][0] == ["add (pipelines/core/batching.py)", 0.75]
+    assert ["main (jobs/replay.py)", 1.0] in out["total"]
+
+
+def test_local_memory_estimate_scales_the_largest_smaller_finished_size() -> None:
+    done = [_size(100_000, 5.0, 10.0, 2.0), _size(1_000_000, 5.0, 10.0, 20.0)]
+    done[1]["local"]["rss_mb"]["total"] = 2000.0
+    assert bench.local_memory_estimate_mb(10_000_000, done) == 20000.0
+
+
+def test_local_memory_estimate_is_none_without_a_smaller_in_process_run() -> None:
+    done = [_size(1_000_000, 5.0, 10.0, None)]
+    assert bench.local_memory_estimate_mb(10_000_000, done) is None
+
+
+def test_evaluate_targets_judges_in_process_where_both_engines_finished() -> None:
+    sizes = [_size(1_000_000, 5.0, 30.0, 10.0), _size(10_000_000, 20.0, 60.0, None)]
+    targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
+    assert (targets[1]["measured_at"], targets[1]["value"], targets[1]["met"]) == ("1M", 3.0,
+                                                                                    False)
+    assert targets[0]["measured_at"] == "10M"
+
+
+def test_read_stage_timings_reads_the_runs_table_and_computes_other(tmp_path: Path) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    timings = {"wall_s": 100.0, "ingest_hash_s": 10.0, "control_plane_s": 20.0,
+               "batching_s": 30.0, "dispatch_s": 5.0, "delta_write_s": 15.0}
+    write_deltalake(str(tmp_path / "runs"), pa.table({
+        "run_id": ["other", "bench-1M"],
+        "timings": [json.dumps({"wall_s": 1.0}), json.dumps(timings)],
+        "counts": ["{}", json.dumps({"accepted": 7})]}))
+    assert bench.read_stage_timings(tmp_path, "bench-1M") == {
+        "ingest_hash": 10.0, "control_plane": 20.0, "batching": 30.0, "dispatch": 5.0,
+        "delta_write": 15.0, "wall": 100.0, "other": 20.0}
+    assert bench.read_counts(tmp_path, "bench-1M") == {"accepted": 7}
