@@ -179,10 +179,10 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     from pipelines.spark_session import build_session
 
     progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
-    # On a terminal our bar replaces Spark's console progress bar (they would overwrite each other).
-    extra = {"spark.ui.showConsoleProgress": "false"} if progress.use_bar else None
+    # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
+    # each other; in a log its carriage-return updates are noise).
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
-                          extra_conf=extra)
+                          extra_conf={"spark.ui.showConsoleProgress": "false"})
     spec = resolve_input_spec(spec, spark, args.input)
     replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
     if not stream:
@@ -370,7 +370,8 @@ def _compare(args: argparse.Namespace) -> int:
     from pipelines.progress import ReplayProgress
     from pipelines.spark_session import build_session
 
-    spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions)
+    spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
+                          extra_conf={"spark.ui.showConsoleProgress": "false"})
     table = replay_scenarios(spark, prepared, args.input, args.output,
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +154,7 @@ class RunTables:
     dispatch: pd.DataFrame
     consumer_load: pd.DataFrame
     handoffs: pd.DataFrame
+    drains: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @classmethod
     def load(cls, store: DeltaStore, run_id: str) -> RunTables:
@@ -163,7 +164,7 @@ class RunTables:
 
         return cls(run_id, store, read("runs"), read("segments"), read("autoscale_decisions"),
                    read("segment_load"), read("entries"), read("dispatch"),
-                   read("consumer_load"), read("bucket_handoffs"))
+                   read("consumer_load"), read("bucket_handoffs"), read("segment_drains"))
 
     @property
     def config(self) -> dict[str, Any]:
@@ -216,25 +217,31 @@ def _total_timeline(timeline: pd.DataFrame) -> pd.DataFrame:
 
 
 def drain_times(tables: RunTables) -> pd.DataFrame:
-    """Drain time of every sealed segment per subscription (PIP-486 use case 1).
+    """Drain time of every sealed segment per subscription (PIP-486 use case 1), as the
+    dispatcher recorded it (``segment_drains``, :class:`pipelines.core.dispatch.SegmentDrainRow`).
 
-    Returns ``topic``, ``segment_id``, ``subscription``, ``sealed_at``, ``last_ack``,
-    ``drain_s`` (seconds from ``sealed_at`` to the last acknowledgment of the segment's entries,
-    0 when everything was acknowledged before the seal; NaN = not drained at end of input) and
-    ``drained`` (bool).
+    Returns ``topic``, ``segment_id``, ``subscription``, ``sealed_at``, ``drained_at``,
+    ``drain_s`` (seconds from ``sealed_at`` to ``drained_at``; NaN = not drained at end of
+    input) and ``drained`` (bool): one row per sealed segment × subscription seen in
+    ``dispatch`` or ``segment_drains``.
     """
-    cols = ["topic", "segment_id", "subscription", "sealed_at", "last_ack", "drain_s", "drained"]
-    sealed = tables.segments[tables.segments["sealed_at"].notna()]
-    if sealed.empty or tables.dispatch.empty:
+    cols = ["topic", "segment_id", "subscription", "sealed_at", "drained_at", "drain_s",
+            "drained"]
+    sealed = tables.segments[tables.segments["sealed_at"].notna()] if len(
+        tables.segments) else tables.segments
+    drains = tables.drains
+    subs = sorted((set(tables.dispatch["subscription"]) if len(tables.dispatch) else set())
+                  | (set(drains["subscription"]) if len(drains) else set()))
+    if sealed.empty or not subs:
         return pd.DataFrame(columns=cols)
-    d = tables.dispatch
-    keys = ["topic", "segment_id", "subscription"]
-    g = d.groupby(keys).agg(last_ack=("ack_time", "max"),
-                            pending=("ack_time", lambda s: int(s.isna().sum()))).reset_index()
-    out = g.merge(sealed[["topic", "segment_id", "sealed_at"]], on=["topic", "segment_id"])
-    out["drained"] = out["pending"] == 0
-    secs = (out["last_ack"] - out["sealed_at"]).dt.total_seconds().clip(lower=0)
-    out["drain_s"] = secs.where(out["drained"])
+    grid = sealed[["topic", "segment_id", "sealed_at"]].merge(
+        pd.DataFrame({"subscription": subs}), how="cross")
+    got = (drains[["topic", "segment_id", "subscription", "drained_at", "drain_ms"]]
+           if len(drains) else pd.DataFrame(columns=["topic", "segment_id", "subscription",
+                                                     "drained_at", "drain_ms"]))
+    out = grid.merge(got, on=["topic", "segment_id", "subscription"], how="left")
+    out["drained"] = out["drained_at"].notna()
+    out["drain_s"] = pd.to_numeric(out["drain_ms"], errors="coerce") / 1000.0
     return out[cols].sort_values(["topic", "segment_id", "subscription"]).reset_index(drop=True)
 
 

@@ -13,7 +13,8 @@ Shape (DESIGN "Shape of the pipeline"), per micro-batch ``k``:
    :class:`ReplayState`:
    control plane per topic → routing + ``segment_load`` + ``autoscale_decisions``;
    data plane per (topic, producer) → ``entries`` + ``messages``;
-   dispatch per topic → ``dispatch``, ``consumer_load``, ``bucket_handoffs``.
+   dispatch per topic → ``dispatch``, ``consumer_load``, ``bucket_handoffs``,
+   ``subscription_stats``, ``segment_drains``.
 4. every table write is an idempotent Delta append keyed by (run_id, table) and version ``k``;
    the state of batch ``k`` is stored last, so a restart re-runs batch ``k`` from the state of
    ``k-1`` and the tables skip what they already hold (exactly-once).
@@ -124,12 +125,11 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
             f"output {output} cannot take run {run_id}: {'; '.join(problems)}; use another "
             f"--run-id or --output (or delete the run's rows and {manifest.parent})")
 
-FINALIZE_WINDOW_MESSAGES = 500_000
-"""A batch replay finalizes at most about this many staged messages per window (memory bound)."""
+FINALIZE_WINDOW_MESSAGES = 200_000
+"""A batch replay finalizes at most about this many staged messages per window (memory bound:
+a stage returns each topic's rows of a window as one Arrow batch, so the busiest topic's
+window must fit the JVM's direct memory)."""
 
-OUTPUT_TABLES = ("messages", "entries", "segments", "segment_load", "autoscale_decisions",
-                 "dispatch", "consumer_load", "bucket_handoffs", "quarantine", "runs",
-                 "validations")
 
 
 @dataclass
@@ -273,6 +273,7 @@ class Replay:
         self.streaming = stream
         raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
                               self.config.replay.max_files_per_trigger,
+                              path_glob_filter=self.input_spec.file_glob,
                               max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
         writer = (raw.writeStream.foreachBatch(self._process_batch)
                   .option("checkpointLocation", self.checkpoint))

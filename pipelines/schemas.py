@@ -137,13 +137,17 @@ DISPATCH = pa.schema([
     _f("segment_id", pa.int64()),
     _f("bucket_index", pa.int32()),
     _f("entry_id", pa.int64()),
+    _f("publish_time", TS),
     _f("num_messages", pa.int64()),
+    _f("payload_bytes", pa.int64()),
     _f("consumer_name", pa.string(), True),
     _f("dispatch_time", TS, True),
     _f("ack_time", TS, True),
+    _f("redeliveries", pa.int64()),
 ])
-"""dispatch — one entry x subscription. Null ``consumer_name`` / ``dispatch_time`` /
-``ack_time`` = still in the backlog at end of input."""
+"""dispatch — one entry x subscription. ``publish_time`` is the entry's; null
+``consumer_name`` / ``dispatch_time`` / ``ack_time`` = still in the backlog at end of input;
+``redeliveries`` counts earlier deliveries lost because their consumer left before acking."""
 
 CONSUMER_LOAD = pa.schema([
     RUN_ID,
@@ -151,14 +155,16 @@ CONSUMER_LOAD = pa.schema([
     _f("subscription", pa.string()),
     _f("consumer_name", pa.string()),
     _f("window_start", TS),
+    _f("window_end", TS),
     _f("messages", pa.int64()),
     _f("bytes", pa.int64()),
     _f("busy_ms", pa.int64()),
     _f("idle_ms", pa.int64()),
     _f("backlog_messages", pa.int64()),
 ])
-"""consumer_load — one consumer x window starting at ``window_start``: messages and bytes
-delivered, busy / idle time in ms, backlog (messages) at the window's end."""
+"""consumer_load — one consumer x window ``[window_start, window_end)``: messages and bytes
+delivered, busy / idle time in ms (idle = connected time minus busy), backlog (messages it could
+take) at the window's end."""
 
 BUCKET_HANDOFFS = pa.schema([
     RUN_ID,
@@ -170,9 +176,56 @@ BUCKET_HANDOFFS = pa.schema([
     _f("to_consumer", pa.string(), True),
     _f("withheld_from", TS),
     _f("withheld_until", TS, True),
+    _f("pending_messages", pa.int64()),
+    _f("redelivered_entries", pa.int64()),
 ])
 """bucket_handoffs — one bucket move between consumers. The bucket is withheld (draining) from
-``withheld_from`` to ``withheld_until`` (null = still withheld at end of input)."""
+``withheld_from`` to ``withheld_until`` (null = still withheld at end of input);
+``pending_messages``: unacked messages held at the move (PIP-379
+``draining_hashes_pending_messages`` of this bucket); ``redelivered_entries``: entries of the
+bucket redelivered because ``from_consumer`` left at that instant."""
+
+SUBSCRIPTION_STATS = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("subscription", pa.string()),
+    _f("window_start", TS),
+    _f("window_end", TS),
+    _f("backlog_messages", pa.int64()),
+    _f("unacked_messages", pa.int64()),
+    _f("draining_hashes_count", pa.int64()),
+    _f("draining_hashes_max", pa.int64()),
+    _f("draining_hashes_pending_messages", pa.int64()),
+    _f("draining_hashes_cleared", pa.int64()),
+    _f("reassignments", pa.int64()),
+    _f("redeliveries", pa.int64()),
+    _f("shared_segments", pa.int64()),
+    _f("drain_mode_segments", pa.int64()),
+    _f("sealed_segments_undrained", pa.int64()),
+])
+"""subscription_stats — one subscription x window ``[window_start, window_end)``: gauges at the
+window's end and counts during it, named after Pulsar's metrics. PIP-379:
+``draining_hashes_count`` (buckets withheld at the end; PIP-486's "buckets withheld" gauge),
+``draining_hashes_max`` (most withheld at once in the window),
+``draining_hashes_pending_messages`` (unacked messages holding them),
+``draining_hashes_cleared`` (withholdings ended in the window). PIP-486: ``reassignments``
+(bucket moves), ``shared_segments`` (segments with more than one consumer),
+``drain_mode_segments`` (sealed, undrained segments fanned out to several consumers),
+``sealed_segments_undrained``; ``redeliveries``: entries redelivered in the window."""
+
+SEGMENT_DRAINS = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("subscription", pa.string()),
+    _f("segment_id", pa.int64()),
+    _f("sealed_at", TS),
+    _f("drained_at", TS),
+    _f("drain_ms", pa.int64()),
+])
+"""segment_drains — one sealed segment x subscription that drained: its last entry was acked
+(or it was sealed with nothing outstanding) at ``drained_at``; ``drain_ms = drained_at -
+sealed_at`` in log-time ms (PIP-486 use case 1). A sealed segment without a row here was not
+drained at end of input."""
 
 QUARANTINE = pa.schema([
     RUN_ID,
@@ -228,6 +281,8 @@ TABLES: dict[str, pa.Schema] = {
     "dispatch": DISPATCH,
     "consumer_load": CONSUMER_LOAD,
     "bucket_handoffs": BUCKET_HANDOFFS,
+    "subscription_stats": SUBSCRIPTION_STATS,
+    "segment_drains": SEGMENT_DRAINS,
     "quarantine": QUARANTINE,
     "runs": RUNS,
     "validations": VALIDATIONS,

@@ -183,6 +183,10 @@ def ensure_java() -> str | None:
     return os.environ["JAVA_HOME"]
 
 
+DEFAULT_DRIVER_MEMORY = "2g"
+"""``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
+
+
 def build_session(
     app_name: str = "topic-replay",
     master: str | None = None,
@@ -201,6 +205,10 @@ def build_session(
     settings: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Heap and (by default equal) direct memory of a local driver: Spark's 1g leaves a
+        # finalization window's Arrow batches little room. No effect under spark-submit, whose
+        # --driver-memory has already sized the JVM.
+        "spark.driver.memory": DEFAULT_DRIVER_MEMORY,
     }
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))

@@ -59,7 +59,8 @@ ENTRY_COLUMNS = [*table_columns("entries"), "emu_publish_ms"]
 ``emu_publish_ms`` (int64, the emulated-clock publish time dispatch works on)."""
 
 DISPATCH_TABLES = {"dispatch": "dispatch", "consumer_load": "consumer_load",
-                   "handoff": "bucket_handoffs"}
+                   "handoff": "bucket_handoffs", "window_stats": "subscription_stats",
+                   "segment_drain": "segment_drains"}
 """``_kind`` of a dispatch-stage row → its output table."""
 
 
@@ -377,9 +378,9 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     ``entries``: the topic's entries of the window (at least ``producer_name``, ``segment_id``,
     ``entry_id``, ``entry_hash_min``, ``num_messages``, ``payload_bytes``, ``emu_publish_ms``),
     any order (sorted here by emu_publish_ms, producer_name, entry_id). Returns frames keyed by
-    ``_kind`` — ``dispatch``, ``consumer_load``, ``handoff`` — with the columns of the tables
-    ``dispatch``, ``consumer_load``, ``bucket_handoffs`` (times as UTC timestamps in log time),
-    and the new state blob.
+    ``_kind`` (:data:`DISPATCH_TABLES`) with the columns of the tables ``dispatch``,
+    ``consumer_load``, ``bucket_handoffs``, ``subscription_stats`` and ``segment_drains`` (times
+    as UTC timestamps and durations as ms, both in log time), and the new state blob.
     """
     disp, seen = (pickle.loads(blob) if blob is not None else (new_dispatchers(settings), -1))
     g = entries.sort_values(["emu_publish_ms", "producer_name", "entry_id"], kind="stable")
@@ -387,7 +388,8 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
                            *change_times(layout)] if t > seen]
     hi = horizon_ms if horizon_ms is not None else max([seen, *changes, *times.tolist()]) + 1
-    rows: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [], "handoffs": []}
+    rows: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [], "handoffs": [],
+                                           "window_stats": [], "segment_drains": []}
     for d in disp:
         start = 0
         for t in [c for c in changes if c < hi]:
@@ -406,13 +408,19 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     new_seen = max([seen, *[c for c in changes if c < hi]])
     frames = {t: pd.concat(v, ignore_index=True).assign(topic=topic) for t, v in rows.items()}
     speed = settings.speed
+    window = {"window_start_ms": "window_start", "window_end_ms": "window_end"}
+    drains = frames["segment_drains"]
+    drains["drain_ms"] = (drains["drain_ms"].astype("float64") * speed).round()
     result = {
-        "dispatch": _times(frames["dispatch"], speed, {"dispatch_time_ms": "dispatch_time",
+        "dispatch": _times(frames["dispatch"], speed, {"publish_time_ms": "publish_time",
+                                                      "dispatch_time_ms": "dispatch_time",
                                                       "ack_time_ms": "ack_time"}),
-        "consumer_load": _times(frames["consumer_load"], speed,
-                                {"window_start_ms": "window_start"}),
+        "consumer_load": _times(frames["consumer_load"], speed, window),
         "handoff": _times(frames["handoffs"], speed, {"withheld_from_ms": "withheld_from",
                                                       "withheld_until_ms": "withheld_until"}),
+        "window_stats": _times(frames["window_stats"], speed, window),
+        "segment_drain": _times(drains, speed, {"sealed_at_ms": "sealed_at",
+                                                "drained_at_ms": "drained_at"}),
     }
     result = {k: df.reindex(columns=table_columns(DISPATCH_TABLES[k]))
               for k, df in result.items()}

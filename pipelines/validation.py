@@ -83,12 +83,15 @@ KEYS: dict[str, tuple[str, ...]] = {
     "dispatch": ("topic", "subscription", "producer_name", "entry_id"),
     "consumer_load": ("topic", "subscription", "consumer_name", "window_start"),
     "bucket_handoffs": ("topic", "subscription", "segment_id", "bucket_index", "withheld_from"),
+    "subscription_stats": ("topic", "subscription", "window_start"),
+    "segment_drains": ("topic", "subscription", "segment_id"),
     "quarantine": ("source_file", "raw_record", "reason"),
     "runs": ("run_id",),
 }
 """Columns identifying a row of each table (also the sort order before validation)."""
 
-UNIQUE_KEYS = ("entries", "segments", "segment_load", "dispatch", "consumer_load", "runs")
+UNIQUE_KEYS = ("entries", "segments", "segment_load", "dispatch", "consumer_load",
+               "subscription_stats", "segment_drains", "runs")
 """Tables whose :data:`KEYS` are unique by their grain. (``messages``: a log may legitimately
 repeat a producer's sequence id; ``autoscale_decisions``, ``bucket_handoffs``, ``quarantine``:
 several rows may share the key columns.)"""
@@ -225,6 +228,23 @@ def suites() -> dict[str, list[Any]]:
             *not_null(*KEYS["bucket_handoffs"]),
             *at_least(0, "bucket_index"),
             a_ge_b("withheld_until", "withheld_from"),
+            *at_least(0, "pending_messages", "redelivered_entries"),
+        ],
+        "subscription_stats": [
+            *not_null(*KEYS["subscription_stats"], "window_end"),
+            *unique("subscription_stats"),
+            a_ge_b("window_end", "window_start"),
+            a_ge_b("draining_hashes_max", "draining_hashes_count"),
+            *at_least(0, "backlog_messages", "unacked_messages", "draining_hashes_count",
+                      "draining_hashes_pending_messages", "draining_hashes_cleared",
+                      "reassignments", "redeliveries", "shared_segments", "drain_mode_segments",
+                      "sealed_segments_undrained"),
+        ],
+        "segment_drains": [
+            *not_null(*KEYS["segment_drains"], "sealed_at", "drained_at"),
+            *unique("segment_drains"),
+            a_ge_b("drained_at", "sealed_at"),
+            *at_least(0, "drain_ms"),
         ],
         "quarantine": [
             *not_null(*KEYS["quarantine"]),

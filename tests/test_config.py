@@ -590,3 +590,9 @@ def test_incompatible_output_is_refused_by_the_cli_before_spark(
     assert _run_cli(tmp_path) == 2
     err = capsys.readouterr().err
     assert err.startswith("topic-replay: error: output ") and "use another --run-id" in err
+
+
+def test_output_tables_are_the_schema_tables_in_the_same_order():
+    from pipelines.schemas import TABLES
+
+    assert OUTPUT_TABLES == tuple(TABLES)

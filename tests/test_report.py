@@ -189,22 +189,25 @@ def test_layout_timeline_counts_active_segments_and_buckets(rows, expected):
         (t, _ts(at), n, b) for t, at, n, b in expected]
 
 
-@pytest.mark.parametrize("acks, drain_s, drained", [
-    (["00:30", "01:10"], 10.0, True),   # last ack 10 s after the seal
-    (["00:30", "00:50"], 0.0, True),    # everything acked before the seal
-    (["00:30", None], None, False),     # still unacked at end of input
+@pytest.mark.parametrize("drain_rows, drain_s, drained", [
+    ([("s", "01:10", 10_000)], 10.0, True),   # drained 10 s after the seal
+    ([("s", "01:00", 0)], 0.0, True),         # nothing outstanding at the seal
+    ([], None, False),                        # no drain row: still undrained at end of input
+    ([("other", "01:05", 5_000)], None, False),  # drained for another subscription only
 ])
-def test_drain_time_is_last_ack_after_seal(acks, drain_s, drained):
+def test_drain_time_comes_from_the_dispatchers_segment_drains(drain_rows, drain_s, drained):
     segments = _segments([("a", 0, 1, "00:00", "01:00"), ("a", 1, 1, "01:00", None)])
-    dispatch = pd.DataFrame({
-        "topic": "a", "segment_id": 0, "subscription": "s",
-        "ack_time": pd.to_datetime([f"2025-01-15T09:{a}Z" if a else None for a in acks],
-                                   utc=True)})
+    dispatch = pd.DataFrame({"topic": ["a"], "segment_id": [0], "subscription": ["s"]})
+    drains = pd.DataFrame(
+        [("a", sub, 0, pd.Timestamp("2025-01-15T09:01:00Z"),
+          pd.Timestamp(f"2025-01-15T09:{at}Z"), ms) for sub, at, ms in drain_rows],
+        columns=["topic", "subscription", "segment_id", "sealed_at", "drained_at", "drain_ms"])
     tables = RunTables(**{k: pd.DataFrame() for k in (
         "runs", "decisions", "segment_load", "entries", "consumer_load", "handoffs")},
-        run_id="x", store=None, segments=segments, dispatch=dispatch)
-    row = drain_times(tables).iloc[0]
-    assert row["drained"] == drained
+        run_id="x", store=None, segments=segments, dispatch=dispatch, drains=drains)
+    got = drain_times(tables)
+    row = got[got["subscription"] == "s"].iloc[0]
+    assert (row["segment_id"], row["drained"]) == (0, drained)
     assert (pd.isna(row["drain_s"]) if drain_s is None else row["drain_s"] == drain_s)
 
 

@@ -73,8 +73,9 @@ def good_frames() -> dict[str, pd.DataFrame]:
          "entry_hash_max": 7, "num_messages": 2, "payload_bytes": 20},
     ])
     dispatch = entries[["run_id", "topic", "producer_name", "segment_id", "bucket_index",
-                        "entry_id", "num_messages"]].assign(
-        subscription="s", consumer_name="c1", dispatch_time=ts(3), ack_time=ts(4))
+                        "entry_id", "publish_time", "num_messages", "payload_bytes"]].assign(
+        subscription="s", consumer_name="c1", dispatch_time=ts(3), ack_time=ts(4),
+        redeliveries=0)
     return {
         "messages": messages,
         "entries": entries,
@@ -91,11 +92,21 @@ def good_frames() -> dict[str, pd.DataFrame]:
         "dispatch": dispatch,
         "consumer_load": pd.DataFrame([
             {**base, "subscription": "s", "consumer_name": "c1", "window_start": ts(0),
-             "messages": 3, "bytes": 30, "busy_ms": 5, "idle_ms": 995, "backlog_messages": 0}]),
+             "window_end": ts(60), "messages": 3, "bytes": 30, "busy_ms": 5, "idle_ms": 995,
+             "backlog_messages": 0}]),
         "bucket_handoffs": pd.DataFrame([
             {**base, "subscription": "s", "segment_id": 0, "bucket_index": 1,
              "from_consumer": "c1", "to_consumer": "c2", "withheld_from": ts(5),
-             "withheld_until": ts(6)}]),
+             "withheld_until": ts(6), "pending_messages": 1, "redelivered_entries": 0}]),
+        "subscription_stats": pd.DataFrame([
+            {**base, "subscription": "s", "window_start": ts(0), "window_end": ts(60),
+             "backlog_messages": 0, "unacked_messages": 0, "draining_hashes_count": 0,
+             "draining_hashes_max": 1, "draining_hashes_pending_messages": 0,
+             "draining_hashes_cleared": 1, "reassignments": 1, "redeliveries": 0,
+             "shared_segments": 0, "drain_mode_segments": 0, "sealed_segments_undrained": 0}]),
+        "segment_drains": pd.DataFrame([
+            {**base, "subscription": "s", "segment_id": 0, "sealed_at": ts(7),
+             "drained_at": ts(8), "drain_ms": 1000}]),
         "quarantine": pd.DataFrame([
             {"run_id": RUN, "source_file": "f.json", "raw_record": "{", "reason": LATE,
              "batch_id": 0}]),

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.spark
 
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 TABLES = ("messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-          "consumer_load", "bucket_handoffs", "quarantine", "runs")
+          "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains",
+          "quarantine", "runs")
 
 SPEC = {
     "seed": 11, "start_time": "2025-01-15T09:00:00Z", "duration_s": 600, "format": "json",

@@ -31,7 +31,7 @@ def days(tmp_path_factory) -> Path:
     if not all((TRACE / d).is_file() for d in DAYS):
         pytest.skip(f"online-retail trace not found at {TRACE.resolve()} (../shared/traces)")
     folder = tmp_path_factory.mktemp("online-retail")
-    for d in DAYS:  # a throwaway copy of three day files, never inside the repository
+    for d in (*DAYS, "SOURCE.md"):  # a throwaway copy, never inside the repository
         shutil.copy(TRACE / d, folder / d)
     return folder
 
@@ -57,6 +57,11 @@ def test_every_invoice_line_is_accepted_or_quarantined(store, days):
     counts = json.loads(store.read("runs", "retail")["counts"].iloc[0])
     assert counts["accepted"] + counts["quarantined"] == records
     assert len(store.read("messages", "retail")) == counts["accepted"]
+
+
+def test_only_the_csv_files_of_the_trace_folder_are_read(store):
+    # SOURCE.md beside the CSVs is not an input (the preset reads *.csv), so nothing is rejected
+    assert len(store.read("quarantine", "retail")) == 0
 
 
 def test_topics_are_countries_and_keys_are_stock_codes(store, rows):

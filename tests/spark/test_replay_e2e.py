@@ -119,6 +119,23 @@ def test_each_entry_is_dispatched_once_per_subscription(store):
     assert len(dispatch) == len(entries)  # one subscription in the default config
 
 
+def test_sealed_segments_drain_after_their_seal(store):
+    drains = store.read("segment_drains", "one")
+    segments = store.read("segments", "one").set_index(["topic", "segment_id"])
+    assert len(drains) > 0
+    sealed = segments.loc[list(zip(drains["topic"], drains["segment_id"], strict=True))]
+    assert (drains["sealed_at"].to_numpy() == sealed["sealed_at"].to_numpy()).all()
+    waited = (drains["drained_at"] - drains["sealed_at"]).dt.total_seconds() * 1000
+    assert (waited.round().astype("int64") == drains["drain_ms"]).all()
+    assert (drains["drain_ms"] >= 0).all()
+
+
+def test_subscription_stats_count_the_bucket_handoffs(store):
+    stats = store.read("subscription_stats", "one")
+    handoffs = store.read("bucket_handoffs", "one")
+    assert int(stats["reassignments"].sum()) == len(handoffs)
+
+
 def test_a_bucket_is_unacked_at_one_consumer_at_a_time(store):
     d = store.read("dispatch", "one").dropna(subset=["consumer_name"])
     for _, g in d.groupby(["topic", "segment_id", "bucket_index"]):
