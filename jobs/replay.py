@@ -243,21 +243,29 @@ def _guess_format(inputs: list[str]) -> str:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    if not Path(args.output).is_dir():
-        raise UsageError(f"output directory {args.output} does not exist")
-    from pipelines.delta_io import DeltaStore
     from pipelines.replay import format_summary, run_summary
 
-    store = DeltaStore(args.output, engine="delta-rs")
-    runs = store.read("runs")
-    if runs.empty:
-        raise UsageError(f"{args.output} holds no finished run")
-    run_id = args.run_id or str(runs["run_id"].iloc[-1])
-    if run_id not in set(runs["run_id"]):
-        raise UsageError(f"run {run_id} is not in {args.output}; runs: "
-                         f"{', '.join(sorted(set(runs['run_id'])))}")
+    store, run_id = _finished_run(args.output, args.run_id)
     print(format_summary(run_summary(store, run_id)))
     return 0
+
+
+def _finished_run(output: str, run_id: str | None) -> tuple[Any, str]:
+    """The output's store and ``run_id`` (default: the last finished run); ``UsageError`` when
+    the output, or the run in it, does not exist."""
+    if not Path(output).is_dir():
+        raise UsageError(f"output directory {output} does not exist")
+    from pipelines.delta_io import DeltaStore
+
+    store = DeltaStore(output, engine="delta-rs")
+    runs = store.read("runs")
+    if runs.empty:
+        raise UsageError(f"{output} holds no finished run")
+    run_id = run_id or str(runs["run_id"].iloc[-1])
+    if run_id not in set(runs["run_id"]):
+        raise UsageError(f"run {run_id} is not in {output}; runs: "
+                         f"{', '.join(sorted(set(runs['run_id'])))}")
+    return store, run_id
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -286,19 +294,9 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    if not Path(args.output).is_dir():
-        raise UsageError(f"output directory {args.output} does not exist")
-    from pipelines.delta_io import DeltaStore
     from pipelines.validation import format_validation, validate_run
 
-    store = DeltaStore(args.output, engine="delta-rs")
-    runs = store.read("runs")
-    if runs.empty:
-        raise UsageError(f"{args.output} holds no finished run")
-    run_id = args.run_id or str(runs["run_id"].iloc[-1])
-    if run_id not in set(runs["run_id"]):
-        raise UsageError(f"run {run_id} is not in {args.output}; runs: "
-                         f"{', '.join(sorted(set(runs['run_id'])))}")
+    store, run_id = _finished_run(args.output, args.run_id)
     result = validate_run(store, run_id)
     print(format_validation(result))
     return 0 if result.success else 1

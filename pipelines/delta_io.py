@@ -289,7 +289,8 @@ class DeltaStore:
                 raise ValueError(f"{table}: required column {field.name!r} is missing")
         return data.select(*columns)
 
-    def _append_spark(self, table: str, data: Any, app_id: str, version: int) -> None:
+    def _create_spark_table(self, table: str) -> str:
+        """delta-spark: create ``table`` (schema, ``run_id`` partitions) if missing; its path."""
         from delta.tables import DeltaTable as SparkDeltaTable
 
         path = self.path(table)
@@ -300,6 +301,10 @@ class DeltaStore:
             .partitionedBy(*PARTITION_COLUMNS)
             .execute()
         )
+        return path
+
+    def _append_spark(self, table: str, data: Any, app_id: str, version: int) -> None:
+        path = self._create_spark_table(table)
         (
             self._conform_spark(table, data)
             .write.format("delta")
@@ -329,16 +334,7 @@ class DeltaStore:
             return False
         predicate = f"run_id = {_sql_string(run_id)}"
         if self.engine == "delta-spark":
-            from delta.tables import DeltaTable as SparkDeltaTable
-
-            path = self.path(table)
-            (
-                SparkDeltaTable.createIfNotExists(self.spark)
-                .location(path)
-                .addColumns(spark_schema(table))
-                .partitionedBy(*PARTITION_COLUMNS)
-                .execute()
-            )
+            path = self._create_spark_table(table)
             (
                 self._conform_spark(table, data)
                 .write.format("delta")
