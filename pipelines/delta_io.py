@@ -112,6 +112,12 @@ def conform_arrow(table: str, data: pa.Table | pd.DataFrame) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
+def table_app_id(run_id: str, table: str) -> str:
+    """App-transaction id of one run's writes to one table (every writer of the replay uses it,
+    so a re-run of the same batch is recognised whatever wrote it first)."""
+    return f"topic-replay:{run_id}:{table}"
+
+
 class DeltaStore:
     """Reads and writes the output tables under ``root`` (one folder per table).
 
@@ -202,16 +208,21 @@ class DeltaStore:
         schema (see :func:`conform_arrow`).
         """
         version = int(version)
-        if version < 0:
-            raise ValueError(f"version must be >= 0, got {version}")
-        committed = self.transaction_version(table, app_id)
-        if committed is not None and committed >= version:
+        if self._committed(table, app_id, version):
             return False
         if self.engine == "delta-spark":
-            self._append_spark(table, data, app_id, version)
+            self._write_spark(table, data, app_id, version)
         else:
             self._append_rs(table, data, app_id, version)
         return True
+
+    def _committed(self, table: str, app_id: str, version: int) -> bool:
+        """Whether ``table`` already holds version ``>= version`` of ``app_id`` (the write is
+        then skipped); ``ValueError`` for a negative version."""
+        if version < 0:
+            raise ValueError(f"version must be >= 0, got {version}")
+        committed = self.transaction_version(table, app_id)
+        return committed is not None and committed >= version
 
     def _append_rs(self, table: str, data: Any, app_id: str, version: int) -> None:
         if _is_spark_dataframe(data):
@@ -303,16 +314,17 @@ class DeltaStore:
         )
         return path
 
-    def _append_spark(self, table: str, data: Any, app_id: str, version: int) -> None:
+    def _write_spark(self, table: str, data: Any, app_id: str, version: int,
+                     replace_where: str | None = None) -> None:
+        """delta-spark: append ``data`` (or replace the rows matching ``replace_where``) in one
+        commit carrying the app transaction ``(app_id, version)``."""
         path = self._create_spark_table(table)
-        (
-            self._conform_spark(table, data)
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", version)
-            .save(path)
-        )
+        writer = (self._conform_spark(table, data).write.format("delta")
+                  .option("txnAppId", app_id).option("txnVersion", version))
+        if replace_where is None:
+            writer.mode("append").save(path)
+        else:
+            writer.mode("overwrite").option("replaceWhere", replace_where).save(path)
 
     def replace_run(self, table: str, data: Any, run_id: str, app_id: str, version: int) -> bool:
         """Replace every row of ``run_id`` in ``table`` by ``data``, atomically and idempotently.
@@ -327,23 +339,11 @@ class DeltaStore:
         :meth:`append`.
         """
         version = int(version)
-        if version < 0:
-            raise ValueError(f"version must be >= 0, got {version}")
-        committed = self.transaction_version(table, app_id)
-        if committed is not None and committed >= version:
+        if self._committed(table, app_id, version):
             return False
         predicate = f"run_id = {_sql_string(run_id)}"
         if self.engine == "delta-spark":
-            path = self._create_spark_table(table)
-            (
-                self._conform_spark(table, data)
-                .write.format("delta")
-                .mode("overwrite")
-                .option("replaceWhere", predicate)
-                .option("txnAppId", app_id)
-                .option("txnVersion", version)
-                .save(path)
-            )
+            self._write_spark(table, data, app_id, version, replace_where=predicate)
             return True
         if _is_spark_dataframe(data):
             data = data.toArrow()

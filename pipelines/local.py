@@ -700,8 +700,8 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     ``ValueError`` when the spec needs Spark (:func:`check_spec`). Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
-    from pipelines.delta_io import DeltaStore
-    from pipelines.replay import run_summary
+    from pipelines.delta_io import DeltaStore, table_app_id
+    from pipelines.replay import run_summary, runs_row
 
     started = time.time()
     timings: dict[str, float] = {}
@@ -722,7 +722,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
             return
         keep = [c for c in stages.table_columns(table) if c in data.columns]
         store.append(table, data[keep].assign(run_id=run_id),
-                     app_id=f"topic-replay:{run_id}:{table}", version=version)
+                     app_id=table_app_id(run_id, table), version=version)
 
     accepted, quarantine = read_local(input_spec, inputs, config.replay.max_files_per_trigger)
     for b, q in _groups(quarantine, ["batch_id"]):
@@ -776,16 +776,6 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     counts["dispatched"] = sum(len(f) for f in out["dispatch"])
     lap("dispatch")
 
-    import pyspark
-
-    row = {
-        "status": "finished", "config": config.to_json(), "inputs": [str(p) for p in inputs],
-        "counts": json.dumps(counts, sort_keys=True),
-        "versions": json.dumps({"pyspark": pyspark.__version__, "engine": store.engine}),
-        "started_at": pd.Timestamp(started, unit="s", tz="UTC"),
-        "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
-        "timings": json.dumps({"wall_s": round(time.time() - started, 3), "engine": "local",
-                               **timings}),
-    }
+    row = runs_row(config, inputs, counts, store.engine, started, {"engine": "local", **timings})
     write("runs", pd.DataFrame([row]), version)
     return run_summary(store, run_id)

@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 
 from pipelines import stages
 from pipelines.config import ReplayConfig
-from pipelines.delta_io import DeltaStore
+from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import (
     LATE,
     micro_batch_files,
@@ -212,13 +212,15 @@ class Replay:
             state: ReplayState = pickle.load(fh)
         return state
 
-    def _save_state(self) -> None:
+    def _save_state(self) -> int:
+        """Write the state of the current batch; returns its size in bytes."""
         path = self._state_file(self.state.batch_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        with tmp.open("wb") as fh:
-            pickle.dump(self.state, fh)
+        blob = pickle.dumps(self.state)
+        tmp.write_bytes(blob)
         tmp.replace(path)  # atomic: a state file is whole or absent
+        return len(blob)
 
     # ---- stage timings (wall clock; only in the ``runs`` table's ``timings``) -----------------
     def _tick(self) -> None:
@@ -253,12 +255,12 @@ class Replay:
         if isinstance(data, pd.DataFrame):
             if data.empty:
                 return
-            # Stage-side extras (e.g. dispatch redeliveries) are not table columns (yet).
+            # Stage-side bookkeeping columns are not table columns.
             keep = [c for c in arrow_schema(table).names if c in data.columns]
             data = data[keep].assign(run_id=self.run_id)
         else:
             data = data.withColumn("run_id", F.lit(self.run_id))
-        app_id = f"topic-replay:{self.run_id}:{table}"
+        app_id = table_app_id(self.run_id, table)
         with self._timed("delta_write"):
             if replace:
                 self.store.replace_run(table, data, self.run_id, app_id=app_id, version=version)
@@ -347,14 +349,13 @@ class Replay:
                 and (horizon is None or new_horizon > horizon)):
             self._finalize_window(horizon, new_horizon, batch_id, final=False)
         self.state.batch_id = batch_id
-        self._save_state()
+        state_bytes = self._save_state()
         _fault(f"after_state:{batch_id}")
         self._tock("ingest_hash")
         self.progress(BatchProgress(
             line=f"batch {batch_id}: accepted {stats['n'] or 0}, quarantined {len(q_pdf)}, "
                  f"horizon {self._fmt_time(self.state.horizon_ms)}, "
-                 f"state {len(pickle.dumps(self.state)):,} bytes "
-                 f"({time.time() - t0:.1f}s)",
+                 f"state {state_bytes:,} bytes ({time.time() - t0:.1f}s)",
             records=int(stats["n"] or 0) + len(q_pdf),
             total_accepted=self.state.counts.get("accepted", 0),
             total_quarantined=self.state.counts.get("quarantined", 0),
@@ -416,11 +417,12 @@ class Replay:
                 continue  # finalized before a restart
             t0 = time.time()
             self._finalize_window(done, hi, FINAL_VERSION_OFFSET + i, final=hi is None)
-            if hi is not None:
-                self._save_state()
+            # the last window's state is saved once the run is marked finalized, below
+            state_bytes = (self._save_state() if hi is not None
+                           else len(pickle.dumps(self.state)))
             self.progress(f"window {i + 1}/{len(windows)}: finalized up to "
                           f"{self._fmt_time(hi) if hi is not None else 'end of input'}, "
-                          f"state {len(pickle.dumps(self.state)):,} bytes "
+                          f"state {state_bytes:,} bytes "
                           f"({time.time() - t0:.1f}s)")
         self.state.finalized = True
         # The batch id stays that of the last micro-batch: a later micro-batch (new files on
@@ -503,19 +505,8 @@ class Replay:
 
     # ---- runs & summary ------------------------------------------------------------------------
     def _write_runs(self, version: int) -> None:
-        import pyspark
-
-        row = {
-            "status": "finished", "config": self.config.to_json(),
-            "inputs": [str(p) for p in self.inputs],
-            "counts": json.dumps(self.state.counts, sort_keys=True),
-            "versions": json.dumps({"pyspark": pyspark.__version__,
-                                    "engine": self.store.engine}),
-            "started_at": pd.Timestamp(self.started, unit="s", tz="UTC"),
-            "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
-            "timings": json.dumps({"wall_s": round(time.time() - self.started, 3),
-                                   **{f"{k}_s": round(v, 3) for k, v in self.stage_s.items()}}),
-        }
+        row = runs_row(self.config, self.inputs, self.state.counts, self.store.engine,
+                       self.started, {f"{k}_s": round(v, 3) for k, v in self.stage_s.items()})
         self.write("runs", pd.DataFrame([row]), version, replace=True)
 
     def summary(self) -> dict[str, Any]:
@@ -525,6 +516,23 @@ class Replay:
         if emu_ms is None:
             return "-"
         return str(pd.Timestamp(int(emu_ms * self.config.replay.speed), unit="ms", tz="UTC"))
+
+
+def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, int], engine: str,
+             started: float, timings: dict[str, Any]) -> dict[str, Any]:
+    """The ``runs`` row of a finished run (columns of ``pipelines.schemas.RUNS`` but
+    ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
+    other facts) stored with ``wall_s`` in the ``timings`` JSON."""
+    import pyspark
+
+    return {
+        "status": "finished", "config": config.to_json(), "inputs": [str(p) for p in inputs],
+        "counts": json.dumps(counts, sort_keys=True),
+        "versions": json.dumps({"pyspark": pyspark.__version__, "engine": engine}),
+        "started_at": pd.Timestamp(started, unit="s", tz="UTC"),
+        "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
+        "timings": json.dumps({"wall_s": round(time.time() - started, 3), **timings}),
+    }
 
 
 def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from pipelines.core.controller import (
 )
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
+from pipelines.delta_io import table_app_id
 from pipelines.ingest import LATE, QUARANTINE_REASONS
 from pipelines.schemas import arrow_schema
 
@@ -419,7 +420,7 @@ def validate_run(store: Any, run_id: str, validation_id: int | None = None,
     result = validate_frames(frames, run_id, validation_id)
     if write:
         store.append(VALIDATIONS_TABLE, result.rows,
-                     app_id=f"topic-replay:{run_id}:{VALIDATIONS_TABLE}", version=validation_id)
+                     app_id=table_app_id(run_id, VALIDATIONS_TABLE), version=validation_id)
     return result
 
 
