@@ -71,14 +71,18 @@ def _describe(field: Mapping[str, Any]) -> str:
     return f"{t} {'null' if field['nullable'] else 'not null'}"
 
 
-def conform_arrow(table: str, data: pa.Table | pd.DataFrame) -> pa.Table:
-    """Cast ``data`` to ``table``'s schema: same column order and types.
+def conform_arrow(table: str, data: pa.Table | pd.DataFrame,
+                  columns: Sequence[str] | None = None) -> pa.Table:
+    """Cast ``data`` to ``table``'s schema: same column order and types (only ``columns`` of
+    it, in the schema's order, when given — e.g. all but ``run_id``).
 
     Missing nullable columns are filled with nulls; a missing non-nullable column, an extra
     column, a failed cast or a null in a non-nullable column raises ``ValueError``. Timestamps
     are truncated to microseconds; naive timestamps are taken as UTC.
     """
     schema = arrow_schema(table)
+    if columns is not None:
+        schema = pa.schema([f for f in schema if f.name in set(columns)])
     if isinstance(data, pd.DataFrame):
         data = pa.Table.from_pandas(data, preserve_index=False)
     elif not isinstance(data, pa.Table):
@@ -116,6 +120,11 @@ def table_app_id(run_id: str, table: str) -> str:
     """App-transaction id of one run's writes to one table (every writer of the replay uses it,
     so a re-run of the same batch is recognised whatever wrote it first)."""
     return f"topic-replay:{run_id}:{table}"
+
+
+def _uri(path: str) -> str:
+    """``path`` as a URI pyarrow's filesystems take (local paths made absolute)."""
+    return path if "://" in path else posixpath.abspath(path)
 
 
 class DeltaStore:
@@ -242,43 +251,78 @@ class DeltaStore:
 
     def _append_rs_spark(self, table: str, data: Any, app_id: str, version: int) -> None:
         """delta-rs append of a Spark DataFrame without holding it on the driver: the executors
-        stage it as Parquet under ``<root>/_tmp_writes/<uuid>``, and the driver streams those
-        files (one Arrow record batch at a time, each cast by :func:`conform_arrow`) into ONE
-        delta-rs commit carrying the app transaction; the staging folder is removed after."""
+        stage it as Parquet under ``<root>/_tmp_writes/<uuid>``, the driver streams those files
+        into ONE commit (:meth:`_append_rs_parquet`); the staging folder is removed after."""
         import uuid
 
-        import pyarrow.dataset as ds
         import pyarrow.fs as pafs
 
         staging = posixpath.join(self.root, "_tmp_writes", f"{table}-{uuid.uuid4().hex}")
         data.write.mode("overwrite").parquet(staging)
-        local = "://" not in staging
-        fs, base = pafs.FileSystem.from_uri(posixpath.abspath(staging) if local else staging)
+        fs, base = pafs.FileSystem.from_uri(_uri(staging))
         try:
-            dataset = ds.dataset(base, filesystem=fs, format="parquet")
-            schema = arrow_schema(table)
-            if dataset.count_rows() == 0:
-                self._append_rs(table, schema.empty_table(), app_id, version)
-                return
-
-            def batches() -> Any:
-                for batch in dataset.to_batches(batch_size=64 * 1024):
-                    if batch.num_rows:
-                        yield from conform_arrow(table, pa.Table.from_batches([batch])).to_batches()
-
-            write_deltalake(
-                self.path(table),
-                pa.RecordBatchReader.from_batches(schema, batches()),
-                mode="append",
-                partition_by=list(PARTITION_COLUMNS),
-                storage_options=self.storage_options,
-                commit_properties=CommitProperties(
-                    app_transactions=[Transaction(app_id=app_id, version=version)]
-                ),
-            )
+            self._append_rs_parquet(table, staging, app_id, version, {})
         finally:
             fs.delete_dir_contents(base, missing_dir_ok=True)
             fs.delete_dir(base)
+
+    def _append_rs_parquet(self, table: str, path: str, app_id: str, version: int,
+                           constants: Mapping[str, Any]) -> None:
+        """delta-rs: stream the Parquet files under ``path`` (one Arrow record batch at a time,
+        only ``table``'s columns, ``constants`` added, each batch cast by
+        :func:`conform_arrow`) into ONE commit carrying the app transaction (bounded memory:
+        a batch, not the table)."""
+        import pyarrow.dataset as ds
+        import pyarrow.fs as pafs
+
+        fs, base = pafs.FileSystem.from_uri(_uri(path))
+        dataset = ds.dataset(base, filesystem=fs, format="parquet")
+        schema = arrow_schema(table)
+        columns = [n for n in schema.names if n in dataset.schema.names and n not in constants]
+        if dataset.count_rows() == 0:
+            self._append_rs(table, schema.empty_table(), app_id, version)
+            return
+
+        def batches() -> Any:
+            for batch in dataset.to_batches(columns=columns, batch_size=64 * 1024):
+                if batch.num_rows:
+                    t = pa.Table.from_batches([batch])
+                    for name, value in constants.items():
+                        t = t.append_column(name, pa.array([value] * t.num_rows))
+                    yield from conform_arrow(table, t).to_batches()
+
+        write_deltalake(
+            self.path(table),
+            pa.RecordBatchReader.from_batches(schema, batches()),
+            mode="append",
+            partition_by=list(PARTITION_COLUMNS),
+            storage_options=self.storage_options,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+        )
+
+    def append_parquet(self, table: str, path: str, app_id: str, version: int,
+                       constants: Mapping[str, Any] | None = None) -> bool:
+        """Append the Parquet dataset under ``path`` to ``table``, idempotently (as
+        :meth:`append`): only the columns of ``table`` are taken (the files may hold more, e.g.
+        the union rows of ``pipelines.stages.topic_stage``), ``constants`` (column → value,
+        e.g. ``run_id``) are added. delta-spark reads the files with Spark; delta-rs streams
+        them from the driver one record batch at a time. ``ValueError`` as :meth:`append`."""
+        version = int(version)
+        constants = dict(constants or {})
+        if self._committed(table, app_id, version):
+            return False
+        if self.engine == "delta-spark":
+            from pyspark.sql import functions as F
+
+            df = self.spark.read.parquet(path)
+            keep = [c for c in arrow_schema(table).names if c in df.columns and c not in constants]
+            df = df.select(*keep, *[F.lit(v).alias(k) for k, v in constants.items()])
+            self._write_spark(table, df, app_id, version)
+        else:
+            self._append_rs_parquet(table, path, app_id, version, constants)
+        return True
 
     def _conform_spark(self, table: str, data: Any) -> Any:
         """``data`` as a Spark DataFrame with exactly ``table``'s columns and types."""

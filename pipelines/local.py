@@ -5,9 +5,9 @@ It is the correctness oracle for the Spark orchestration: its tables must equal 
 replay's on the same input and config (``tests/spark/test_local_engine.py``), and the first
 performance anchor (``bench/``). Entry point: :func:`run_local`.
 
-- **Emulation**: the very group functions the Spark stages run inside ``applyInPandas``
-  (:func:`pipelines.stages.control_group`, :func:`~pipelines.stages.batch_group`,
-  :func:`~pipelines.stages.dispatch_group`), called on pandas groups — no rule is duplicated.
+- **Emulation**: the very group function the Spark stage runs inside ``applyInArrow``
+  (:func:`pipelines.stages.topic_group`: control plane, batching, dispatch), called on each
+  topic's pandas group — no rule is duplicated.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under
   ``FINALIZE_WINDOW_MESSAGES``; outputs do not depend on the windows anyway.
 - **Ingest**: :func:`read_local` re-implements ``pipelines.ingest.parse_records`` in pandas
@@ -734,47 +734,27 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     version = FINAL_VERSION_OFFSET
     first = int(accepted["event_ms"].min()) if len(accepted) else None
     settings = stages.StageSettings.from_config(config, first)
-    controllers, routed = {}, []
+    controllers: dict[str, Any] = {}
+    frames: dict[str, list[pd.DataFrame]] = {kind: [] for kind in stages.STAGE_KINDS}
     for (topic,), g in _groups(accepted, ["topic"]):
-        r, controllers[topic] = stages.control_group(topic, g, None, settings, None, True)
-        routed.append(r)
+        r = stages.topic_group(topic, g.reset_index(drop=True), None, {}, None, settings,
+                               None, True)
+        controllers[topic] = r.controller
+        for kind, df in r.frames.items():
+            frames[kind].append(df)
+        for stage, s in r.seconds.items():
+            timings[f"{stage}_s"] = round(timings.get(f"{stage}_s", 0.0) + s, 3)
+    clock = time.perf_counter()  # the stages' seconds are taken from topic_group
     ctl = stages.control_outputs(controllers, settings.speed)
     write("segment_load", ctl.samples, version)
     write("autoscale_decisions", ctl.decisions, version)
     write("segments", ctl.segments, version)
-    lap("control_plane")
-
-    bcfg = settings.batching()
-    facts = {t: stages.LayoutFacts.of(layout) for t, layout in ctl.layouts.items()}
-    messages, entries = [], []
-    all_routed = pd.concat(routed, ignore_index=True) if routed else accepted
-    for (topic, producer), g in _groups(all_routed, ["topic", "producer_name"]):
-        msg, ent, _ = stages.batch_group(topic, producer, g, None, bcfg, facts[topic],
-                                         settings.speed, None, True)
-        messages.append(msg)
-        entries.append(ent)
-    entries_df = (pd.concat(entries, ignore_index=True) if entries
-                  else pd.DataFrame(columns=stages.ENTRY_COLUMNS))
-    write("entries", entries_df, version)
-    write("messages", pd.concat(messages, ignore_index=True) if messages else pd.DataFrame(),
-          version)
-    counts["entries"] = len(entries_df)
-    lap("batching")
-
-    out: dict[str, list[pd.DataFrame]] = {t: [] for t in stages.DISPATCH_TABLES}
-    by_topic = dict(tuple(_groups(entries_df, ["topic"])))
-    for topic in sorted(ctl.layouts):
-        g = by_topic.get((topic,), entries_df.iloc[0:0])
-        result, _ = stages.dispatch_group(topic, g, None, settings, ctl.layouts[topic], None,
-                                          True)
-        for kind, df in result.items():
-            out[kind].append(df)
-    for kind, table in stages.DISPATCH_TABLES.items():
-        frames = [f for f in out[kind] if len(f)]
-        write(table, pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(),
-              version)
-    counts["dispatched"] = sum(len(f) for f in out["dispatch"])
-    lap("dispatch")
+    for kind, table in stages.STAGE_KINDS.items():
+        parts = [f for f in frames[kind] if len(f)]
+        write(table, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), version)
+    counts["entries"] = sum(len(f) for f in frames["entry"])
+    counts["dispatched"] = sum(len(f) for f in frames["dispatch"])
+    lap("delta_write")
 
     row = runs_row(config, inputs, counts, store.engine, started, {"engine": "local", **timings})
     write("runs", pd.DataFrame([row]), version)

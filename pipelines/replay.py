@@ -28,15 +28,17 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -456,44 +458,62 @@ class Replay:
 
     # ---- one finalized window ------------------------------------------------------------------
     def _finalize_window(self, lo: int | None, hi: int | None, version: int, final: bool) -> None:
-        """Run the window ``[lo, hi)`` of staged messages through the three stages and write
-        their tables. Every big output (messages, entries, dispatch rows) stays a Spark
-        DataFrame written from the executors' Parquet; only per-group states and the control
-        plane's rows reach the driver."""
-        msgs = self._staged_window(lo, hi)
+        """Run the window ``[lo, hi)`` of staged messages through the topic stage
+        (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic in
+        one shuffle) and write its tables.
+
+        The stage output is written once by the executors, as Parquet partitioned by kind under
+        ``_work/<run_id>/windows/<version>``; each big table (messages, entries, dispatch, …)
+        is then committed from its partition (:meth:`DeltaStore.append_parquet`), and only the
+        per-topic state rows and the control plane's small tables reach the driver. The folder
+        is removed once the window is written (a re-run recomputes it: the stage is
+        deterministic and the commits are idempotent)."""
         settings = stages.StageSettings.from_config(self.config, self.state.first_event_ms)
-        frames: list[Any] = []
-        try:
-            with self._timed("control_plane"):
-                routed, ctl = stages.control_plane(msgs, self.state.controllers, settings, hi,
-                                                   final)
-            frames.append(ctl.frame)
-            self.state.controllers = ctl.states
-            self.write("segment_load", ctl.samples, version)
-            self.write("autoscale_decisions", ctl.decisions, version)
-            if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
-                self.write("segments", ctl.segments, version, replace=True)
-            layouts = ctl.layouts
-            with self._timed("batching"):
-                batch = stages.data_plane(routed, self.state.batchers, settings, layouts, hi,
-                                          final)
-            frames.append(batch.frame)
-            self.state.batchers = batch.states
-            self.write("entries", batch.entries.drop("emu_publish_ms"), version)
-            self.write("messages", batch.messages, version)
-            self.state.add("entries", batch.entries.count())
-            with self._timed("dispatch"):
-                disp = stages.dispatch(batch.entries, self.state.dispatchers, settings, layouts,
-                                       hi, final)
-            frames.append(disp.frame)
-            self.state.dispatchers = disp.states
-            for table, rows in disp.tables.items():
-                self.write(table, rows, version)
-            self.state.add("dispatched", disp.tables["dispatch"].count())
-        finally:
-            for frame in frames:
-                frame.unpersist()
+        out_dir = self.work_dir / "windows" / str(version)
+        t0 = time.perf_counter()
+        self._tick()
+        stages.topic_stage(self._staged_window(lo, hi), self.state.controllers,
+                           self.state.batchers, self.state.dispatchers, settings, hi, final
+                           ).withColumnRenamed(stages.KIND, OUTPUT_KIND).write.mode(
+            "overwrite").partitionBy(OUTPUT_KIND).parquet(str(out_dir))
+        states = stages.StageStates.of(_state_rows(out_dir / f"{OUTPUT_KIND}=state"))
+        ctl = stages.control_outputs(states.controllers, settings.speed)
+        self._attribute(time.perf_counter() - t0, states.seconds)
+        self.state.controllers = ctl.states
+        self.state.batchers = {**self.state.batchers, **states.producers}
+        self.state.dispatchers = {**self.state.dispatchers, **states.dispatchers}
+        self.write("segment_load", ctl.samples, version)
+        self.write("autoscale_decisions", ctl.decisions, version)
+        if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
+            self.write("segments", ctl.segments, version, replace=True)
+        for kind, table in stages.STAGE_KINDS.items():
+            self.write_staged(table, out_dir / f"{OUTPUT_KIND}={kind}", version)
+        self.state.add("entries", _staged_rows(out_dir / f"{OUTPUT_KIND}=entry"))
+        self.state.add("dispatched", _staged_rows(out_dir / f"{OUTPUT_KIND}=dispatch"))
+        shutil.rmtree(out_dir, ignore_errors=True)
         self.state.horizon_ms = hi
+
+    def _attribute(self, wall_s: float, task_s: Mapping[str, float]) -> None:
+        """Close the timer opened for a topic stage: its ``wall_s`` (Spark job, shuffle and
+        tasks) is split over ``control_plane`` / ``batching`` / ``dispatch`` in proportion to
+        the seconds the tasks spent in each (the three run fused in one task per topic)."""
+        self._clock.pop()
+        total = sum(task_s.values())
+        for stage in ("control_plane", "batching", "dispatch"):
+            share = task_s.get(stage, 0.0) / total if total else 1 / 3
+            self.stage_s[stage] = self.stage_s.get(stage, 0.0) + wall_s * share
+        if self._clock:
+            self._clock[-1][1] += wall_s
+
+    def write_staged(self, table: str, path: Path, version: int) -> None:
+        """Idempotent append of the Parquet files under ``path`` (a kind's partition of the
+        topic stage's output) to ``table``; nothing when the kind has no rows."""
+        if table not in self.config.output.tables or not path.is_dir():
+            return
+        with self._timed("delta_write"):
+            self.store.append_parquet(table, str(path), app_id=table_app_id(self.run_id, table),
+                                      version=version, constants={"run_id": self.run_id})
+        _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
 
     def _staged_window(self, lo: int | None, hi: int | None) -> DataFrame:
         df = self.spark.read.parquet(self.staging)
@@ -516,6 +536,24 @@ class Replay:
         if emu_ms is None:
             return "-"
         return str(pd.Timestamp(int(emu_ms * self.config.replay.speed), unit="ms", tz="UTC"))
+
+
+OUTPUT_KIND = "output_kind"
+"""Partition column of a window's staged topic-stage output (``_work/<run_id>/windows/<v>``)."""
+
+
+def _state_rows(path: Path) -> dict[str, bytes]:
+    """topic → state blob, from a window's ``state`` partition (small: one row per topic)."""
+    if not path.is_dir():
+        return {}
+    t = ds.dataset(str(path), format="parquet").to_table(columns=["topic", stages.BLOB])
+    return dict(zip(t.column("topic").to_pylist(), t.column(stages.BLOB).to_pylist(),
+                    strict=True))
+
+
+def _staged_rows(path: Path) -> int:
+    """Rows of a window's staged partition (0 when the kind had none)."""
+    return ds.dataset(str(path), format="parquet").count_rows() if path.is_dir() else 0
 
 
 def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, int], engine: str,

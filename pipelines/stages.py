@@ -20,6 +20,7 @@ Outputs do not depend on how the input is cut into windows (the core is chunking
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,7 +146,6 @@ class ControlResult:
     decisions: pd.DataFrame
     samples: pd.DataFrame
     segments: pd.DataFrame
-    frame: Any = None  # Spark: the persisted stage output (unpersist when done)
 
 
 def new_controller(topic: str, blob: bytes | None, settings: StageSettings) -> TopicController:
@@ -435,188 +435,188 @@ def _feed(d: Any, g: pd.DataFrame) -> None:
                      g["entry_id"].to_numpy(np.int64))
 
 
-# ---- Spark wrappers ---------------------------------------------------------------------------
-# Imported lazily so that the local engine runs without touching pyspark.
+# ---- one topic's window: control plane → batching → dispatch -------------------------------
 
 
-def _spark() -> tuple[Any, Any, Any]:
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
+@dataclass
+class TopicResult:
+    """One topic's window through all three stages (:func:`topic_group`).
 
-    return SparkSession, F, T
+    ``controller``: the advanced controller, its decisions and samples not yet taken (the driver
+    takes them with :func:`control_outputs`); ``producers``: new state blobs of the producers
+    that ran (the others keep theirs); ``dispatch``: the new dispatch state blob (``None`` while
+    the topic has no layout); ``frames``: output rows by ``_kind`` (:data:`STAGE_KINDS`)."""
 
-
-def _union_schema(parts: list[Any], key_fields: list[Any]) -> Any:
-    """Struct of ``key_fields`` + every field of ``parts`` (first occurrence wins, all nullable)
-    + ``_kind`` + ``_blob``."""
-    _, _, T = _spark()
-    fields, seen = [], set()
-    for f in [*key_fields, *[f for p in parts for f in p.fields]]:
-        if f.name not in seen:
-            seen.add(f.name)
-            fields.append(T.StructField(f.name, f.dataType, True))
-    fields += [T.StructField(KIND, T.StringType()), T.StructField(BLOB, T.BinaryType())]
-    return T.StructType(fields)
+    controller: TopicController
+    producers: dict[str, bytes]
+    dispatch: bytes | None
+    frames: dict[str, pd.DataFrame]
+    seconds: dict[str, float] = field(default_factory=dict)  # per stage (wall, this task)
 
 
-def _table_struct(table: str, extra: list[Any] | None = None) -> Any:
-    from pipelines.schemas import spark_schema
-
-    _, _, T = _spark()
-    return T.StructType([f for f in spark_schema(table).fields if f.name != "run_id"]
-                        + (extra or []))
+STAGE_KINDS = {"msg": "messages", "entry": "entries", **DISPATCH_TABLES}
+"""``_kind`` of a topic-stage output row → its output table (the data plane's and dispatch's
+tables; the control plane's small tables come from the controllers on the driver)."""
 
 
-def _tagged(frames: Mapping[str, pd.DataFrame], columns: list[str], key: Mapping[str, Any],
-            blob: bytes) -> pd.DataFrame:
-    """Concatenate the group's frames (tagged with ``_kind``) and its state row, reindexed to
-    ``columns``. Integer columns become nullable (``Int64``) so no value passes through
-    float."""
+def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
+                producers: Mapping[str, bytes], dispatcher: bytes | None,
+                settings: StageSettings, horizon_ms: int | None, final: bool) -> TopicResult:
+    """One topic's window of messages through :func:`control_group` (routing, autoscale),
+    :func:`batch_group` per producer (bucketed batching) and :func:`dispatch_group`, in that
+    order — a topic's three stages only depend on the topic, so one task runs them all (one
+    shuffle per window instead of three).
+
+    ``pdf``: the topic's accepted messages of the window (``pipelines.ingest.ACCEPTED_COLUMNS``),
+    any order, possibly empty (the topic then only moves through time). ``controller`` /
+    ``producers`` (producer name → blob) / ``dispatcher``: the carried state blobs (``None`` /
+    missing = new). Producers without messages run only while they hold open batches (their
+    timers fire). Returns a :class:`TopicResult`; ``frames`` holds ``msg`` (messages table
+    rows whose entry closed), ``entry`` (:data:`ENTRY_COLUMNS`) and the dispatch kinds
+    (:data:`DISPATCH_TABLES`); ``seconds``: time spent in ``control_plane``, ``batching`` and
+    ``dispatch`` (for the ``runs`` table's timings only)."""
+    clock = [time.perf_counter()]
+    seconds: dict[str, float] = {}
+
+    def lap(stage: str) -> None:
+        now = time.perf_counter()
+        seconds[stage] = seconds.get(stage, 0.0) + now - clock[0]
+        clock[0] = now
+
+    routed, ctl = control_group(topic, pdf, controller, settings, horizon_ms, final)
+    lap("control_plane")
+    facts = LayoutFacts.of(ctl.layout)
+    bcfg = settings.batching()
+    by_producer = dict(tuple(routed.groupby("producer_name", sort=False))) if len(routed) else {}
+    names = sorted(set(by_producer) | {p for p, b in producers.items() if has_open_batches(b)})
+    new_producers, messages, entries = {}, [], []
+    for name in names:
+        group = by_producer.get(name, routed.iloc[0:0])
+        msg, ent, new_producers[name] = batch_group(topic, name, group, producers.get(name),
+                                                    bcfg, facts, settings.speed, horizon_ms,
+                                                    final)
+        messages.append(msg)
+        entries.append(ent)
+    frames = {"msg": (pd.concat(messages, ignore_index=True) if messages
+                      else pd.DataFrame(columns=[*MESSAGE_COLUMNS, "entry_id"])),
+              "entry": (pd.concat(entries, ignore_index=True) if entries
+                        else pd.DataFrame(columns=ENTRY_COLUMNS))}
+    lap("batching")
+    if ctl.layout is not None:
+        tables, dispatcher = dispatch_group(topic, frames["entry"], dispatcher, settings,
+                                            ctl.layout, horizon_ms, final)
+        frames.update(tables)
+    lap("dispatch")
+    return TopicResult(ctl, new_producers, dispatcher, frames, seconds)
+
+
+# ---- Spark wrapper ----------------------------------------------------------------------------
+# pyspark is imported lazily so that the local engine runs without it.
+
+
+def _union_arrow_schema() -> Any:
+    """Arrow schema of the topic stage's output: ``topic``, every column of the
+    :data:`STAGE_KINDS` tables (first occurrence wins; they agree on shared names), all
+    nullable, then ``_kind`` and ``_blob``."""
+    import pyarrow as pa
+
+    fields: dict[str, Any] = {}
+    for table in STAGE_KINDS.values():
+        for f in arrow_schema(table):
+            if f.name != "run_id":
+                fields.setdefault(f.name, pa.field(f.name, f.type, nullable=True))
+    return pa.schema([*fields.values(), pa.field(KIND, pa.string()),
+                      pa.field(BLOB, pa.binary())])
+
+
+def _arrow_rows(schema: Any, frames: Mapping[str, pd.DataFrame], topic: str,
+                blob: bytes) -> Any:
+    """The group's output as one Arrow table of ``schema``: each kind's frame cast to its
+    table's columns (:func:`pipelines.delta_io.conform_arrow`: a null in a required column or a
+    wrong type fails here, in the task), other columns null, then the state row."""
+    import pyarrow as pa
+
+    from pipelines.delta_io import conform_arrow
+
     parts = []
     for kind, df in frames.items():
-        if len(df):
-            df = df.astype({c: "Int64" for c, t in df.dtypes.items()
-                            if pd.api.types.is_integer_dtype(t)})
-            parts.append(df.assign(**{KIND: kind}))
-    parts.append(pd.DataFrame([{**key, KIND: "state", BLOB: blob}]))
-    out = pd.concat(parts, ignore_index=True).reindex(columns=columns)
-    for c in columns:  # all-null columns (NaN floats after reindex) → None, castable to any type
-        if out[c].dtype == float and out[c].isna().all():
-            out[c] = pd.Series([None] * len(out), dtype=object)
-    return out
+        if not len(df):
+            continue
+        table = STAGE_KINDS[kind]
+        columns = table_columns(table)
+        t = conform_arrow(table, df[[c for c in columns if c in df.columns]], columns=columns)
+        n = t.num_rows
+        cols = {**{f.name: pa.nulls(n, f.type) for f in schema},
+                **{name: t.column(name) for name in t.column_names},
+                KIND: pa.array([kind] * n, pa.string())}
+        parts.append(pa.table([cols[f.name] for f in schema], schema=schema))
+    state = {f.name: pa.nulls(1, f.type) for f in schema}
+    state.update(topic=pa.array([topic]), **{KIND: pa.array(["state"]),
+                                             BLOB: pa.array([blob], pa.binary())})
+    parts.append(pa.table([state[f.name] for f in schema], schema=schema))
+    # bounded record batches: the JVM holds one batch of a group's output at a time
+    return pa.Table.from_batches(pa.concat_tables(parts).to_batches(max_chunksize=32_768),
+                                 schema=schema)
 
 
-def _collect_states(out: Any, keys: list[str]) -> dict[Any, bytes]:
-    _, F, _ = _spark()
-    rows = out.where(F.col(KIND) == "state").select(*keys, BLOB).collect()
-    return {(r[keys[0]] if len(keys) == 1 else tuple(r[k] for k in keys)): r[BLOB]
-            for r in rows}
+def topic_stage(msgs: Any, controllers: Mapping[str, bytes],
+                batchers: Mapping[tuple[str, str], bytes], dispatchers: Mapping[str, bytes],
+                settings: StageSettings, horizon_ms: int | None, final: bool) -> Any:
+    """Spark: :func:`topic_group` for every topic in ONE ``groupBy("topic").applyInArrow``.
 
+    ``msgs``: a window of accepted messages (Spark DataFrame); the state dicts are the
+    replay's (``ReplayState``). Every known topic gets a marker row, so topics without
+    messages in the window still advance. Returns a lazy DataFrame of the union schema
+    (:func:`_union_arrow_schema`): output rows tagged by ``_kind`` (:data:`STAGE_KINDS`) plus
+    one ``_kind = "state"`` row per topic whose ``_blob`` is
+    ``pickle((controller, {producer: blob}, dispatcher, seconds))`` (:class:`StageStates`). Write it
+    once (e.g. partitioned by kind); nothing is collected here."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
 
-def control_plane(msgs: Any, states: Mapping[str, bytes], settings: StageSettings,
-                  horizon_ms: int | None, final: bool) -> tuple[Any, ControlResult]:
-    """Spark: :func:`control_group` per topic (``groupBy("topic").applyInPandas``).
+    schema = _union_arrow_schema()
+    src = msgs.withColumn(MARKER, F.lit(False))
+    if controllers:
+        markers = msgs.sparkSession.createDataFrame(
+            pd.DataFrame({"topic": sorted(controllers), MARKER: True}))
+        src = src.unionByName(markers, allowMissingColumns=True)
+    frozen_ctl, frozen_disp = dict(controllers), dict(dispatchers)
+    frozen_prod: dict[str, dict[str, bytes]] = {}
+    for (topic, producer), blob in batchers.items():
+        frozen_prod.setdefault(topic, {})[producer] = blob
 
-    ``msgs``: a window of accepted messages (Spark DataFrame). Returns the routed messages
-    (input columns + ``segment_id``, ``bucket_index``, ``layout_epoch``) and the driver-side
-    :class:`ControlResult` (its ``frame`` is persisted: unpersist when done). Topics without
-    messages in the window advance on the driver (bounded by topics)."""
-    _, F, T = _spark()
-    extra = [T.StructField("segment_id", T.LongType()),
-             T.StructField("bucket_index", T.IntegerType()),
-             T.StructField("layout_epoch", T.LongType())]
-    schema = _union_schema([msgs.schema, T.StructType(extra)], [])
-    columns = schema.fieldNames()
-    frozen = dict(states)
+    def fn(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
+        topic = key[0].as_py()
+        pdf = table.to_pandas()
+        pdf = pdf[~pdf[MARKER].fillna(False).astype(bool)].drop(columns=MARKER)
+        r = topic_group(topic, pdf.reset_index(drop=True), frozen_ctl.get(topic),
+                        frozen_prod.get(topic, {}), frozen_disp.get(topic), settings,
+                        horizon_ms, final)
+        blob = pickle.dumps((r.controller, r.producers, r.dispatch, r.seconds))
+        return _arrow_rows(schema, r.frames, topic, blob)
 
-    def fn(key: tuple[Any, ...], pdf: pd.DataFrame) -> pd.DataFrame:
-        topic = key[0]
-        routed, ctl = control_group(topic, pdf, frozen.get(topic), settings, horizon_ms, final)
-        return _tagged({"msg": routed}, columns, {"topic": topic}, pickle.dumps(ctl))
-
-    out = msgs.groupBy("topic").applyInPandas(fn, schema).persist()
-    controllers = {t: pickle.loads(b) for t, b in _collect_states(out, ["topic"]).items()}
-    idle = [t for t in frozen if t not in controllers]
-    if idle:
-        empty = msgs.limit(0).toPandas()
-        for topic in idle:
-            controllers[topic] = control_group(topic, empty, frozen[topic], settings,
-                                               horizon_ms, final)[1]
-    routed = out.where(F.col(KIND) == "msg").drop(KIND, BLOB)
-    result = control_outputs(controllers, settings.speed)
-    result.frame = out
-    return routed, result
+    return src.groupBy("topic").applyInArrow(fn, from_arrow_schema(schema))
 
 
 @dataclass
-class DataResult:
-    """Data-plane results: new producer states (driver) and the distributed ``messages`` and
-    entries DataFrames (:data:`ENTRY_COLUMNS`)."""
+class StageStates:
+    """The state rows of one :func:`topic_stage` window, unpacked on the driver."""
 
-    states: dict[tuple[str, str], bytes]
-    messages: Any
-    entries: Any
-    frame: Any  # the persisted stage output (unpersist when done)
+    controllers: dict[str, TopicController]
+    producers: dict[tuple[str, str], bytes]  # merge over the previous ones (others kept)
+    dispatchers: dict[str, bytes]
+    seconds: dict[str, float]  # per stage, summed over the topics' tasks
 
-
-def data_plane(routed: Any, states: Mapping[tuple[str, str], bytes], settings: StageSettings,
-               layouts: Mapping[str, SegmentLayout], horizon_ms: int | None,
-               final: bool) -> DataResult:
-    """Spark: :func:`batch_group` per (topic, producer). Producers with open batches but no
-    messages in the window get a marker row so their timers fire in the same shuffle."""
-    SparkSession, F, T = _spark()
-    msg_struct = _table_struct("messages")
-    ent_struct = _table_struct("entries", [T.StructField("emu_publish_ms", T.LongType())])
-    schema = _union_schema([msg_struct, ent_struct], [])
-    columns = schema.fieldNames()
-    frozen = dict(states)
-    bcfg = settings.batching()
-    facts = {t: LayoutFacts.of(layout) for t, layout in layouts.items()}
-    speed = settings.speed
-
-    src = routed.withColumn(MARKER, F.lit(False))
-    idle = [k for k, b in frozen.items() if has_open_batches(b)]
-    if idle:
-        markers = routed.sparkSession.createDataFrame(
-            pd.DataFrame(idle, columns=["topic", "producer_name"]).assign(**{MARKER: True}))
-        src = src.unionByName(markers, allowMissingColumns=True)
-
-    def fn(key: tuple[Any, ...], pdf: pd.DataFrame) -> pd.DataFrame:
-        topic, producer = key
-        pdf = pdf[~pdf[MARKER].astype(bool)].drop(columns=MARKER)
-        messages, entries, blob = batch_group(topic, producer, pdf, frozen.get(key),
-                                              bcfg, facts.get(topic, LayoutFacts.of(None)),
-                                              speed, horizon_ms, final)
-        return _tagged({"msg": messages, "entry": entries}, columns,
-                       {"topic": topic, "producer_name": producer}, blob)
-
-    out = src.groupBy("topic", "producer_name").applyInPandas(fn, schema).persist()
-    new_states = dict(frozen)
-    new_states.update(_collect_states(out, ["topic", "producer_name"]))
-    messages = out.where(F.col(KIND) == "msg").select(*msg_struct.fieldNames())
-    entries = out.where(F.col(KIND) == "entry").select(*ent_struct.fieldNames())
-    return DataResult(new_states, messages, entries, out)
-
-
-@dataclass
-class DispatchResult:
-    """Dispatch results: new per-topic states (driver) and distributed output DataFrames keyed
-    by table name (``dispatch``, ``consumer_load``, ``bucket_handoffs``)."""
-
-    states: dict[str, bytes]
-    tables: dict[str, Any]
-    frame: Any  # the persisted stage output (unpersist when done)
-
-
-def dispatch(entries: Any, states: Mapping[str, bytes], settings: StageSettings,
-             layouts: Mapping[str, SegmentLayout], horizon_ms: int | None,
-             final: bool) -> DispatchResult:
-    """Spark: :func:`dispatch_group` per topic over the data plane's entries DataFrame (one
-    marker row per topic, so topics without entries in the window still advance)."""
-    SparkSession, F, T = _spark()
-    cols = ["topic", "producer_name", "segment_id", "entry_id", "entry_hash_min",
-            "num_messages", "payload_bytes", "emu_publish_ms"]
-    src = entries.select(*cols).withColumn(MARKER, F.lit(False))
-    topics = sorted(layouts)
-    if topics:
-        markers = entries.sparkSession.createDataFrame(
-            pd.DataFrame({"topic": topics, MARKER: True}))
-        src = src.unionByName(markers, allowMissingColumns=True)
-    schema = _union_schema([_table_struct(t) for t in DISPATCH_TABLES.values()], [])
-    columns = schema.fieldNames()
-    frozen = dict(states)
-
-    def fn(key: tuple[Any, ...], g: pd.DataFrame) -> pd.DataFrame:
-        topic = key[0]
-        g = g[~g[MARKER].astype(bool)].drop(columns=MARKER)
-        result, blob = dispatch_group(topic, g, frozen.get(topic), settings, layouts[topic],
-                                      horizon_ms, final)
-        return _tagged(result, columns, {"topic": topic}, blob)
-
-    out = src.groupBy("topic").applyInPandas(fn, schema).persist()
-    new_states = dict(frozen)
-    new_states.update(_collect_states(out, ["topic"]))
-    tables = {table: out.where(F.col(KIND) == kind).select(*table_columns(table))
-              for kind, table in DISPATCH_TABLES.items()}
-    return DispatchResult(new_states, tables, out)
+    @classmethod
+    def of(cls, rows: Mapping[str, bytes]) -> StageStates:
+        """``rows``: topic → ``_blob`` of its state row."""
+        out = cls({}, {}, {}, {})
+        for topic, blob in rows.items():
+            out.controllers[topic], prods, disp, seconds = pickle.loads(blob)
+            out.producers.update({(topic, p): b for p, b in prods.items()})
+            if disp is not None:
+                out.dispatchers[topic] = disp
+            for stage, s in seconds.items():
+                out.seconds[stage] = out.seconds.get(stage, 0.0) + s
+        return out
