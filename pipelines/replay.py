@@ -127,10 +127,10 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
             f"output {output} cannot take run {run_id}: {'; '.join(problems)}; use another "
             f"--run-id or --output (or delete the run's rows and {manifest.parent})")
 
-FINALIZE_WINDOW_MESSAGES = 200_000
-"""A batch replay finalizes at most about this many staged messages per window (memory bound:
-a stage returns each topic's rows of a window as one Arrow batch, so the busiest topic's
-window must fit the JVM's direct memory)."""
+FINALIZE_WINDOW_MESSAGES = 500_000
+"""A batch replay finalizes at most about this many staged messages per window. Memory bound:
+a Python worker holds its topic's messages of one window (as pandas, about 0.5 KB a message);
+the driver and the JVM hold only per-topic states (the stage's rows go to files)."""
 
 
 
@@ -310,13 +310,13 @@ class Replay:
         accepted, quarantine = parse_records(raw, self.input_spec)
         staged, late = self._split_late(accepted, horizon)
         try:
-            staged.write.mode("overwrite").parquet(f"{self.staging}/batch_id={batch_id}")
+            self._stage(staged, batch_id)
         except Exception as exc:  # an input file that cannot be read (fully): salvage the rest
             raw, bad_files = self._salvage(raw, batch_id, exc)
             accepted, quarantine = parse_records(raw, self.input_spec)
             quarantine = quarantine.unionByName(bad_files)
             staged, late = self._split_late(accepted, horizon)
-            staged.write.mode("overwrite").parquet(f"{self.staging}/batch_id={batch_id}")
+            self._stage(staged, batch_id)
         _fault(f"after_staging:{batch_id}")
         stats = self.spark.read.parquet(f"{self.staging}/batch_id={batch_id}").agg(
             F.count(F.lit(1)).alias("n"), F.max("event_ms").alias("max"),
@@ -362,6 +362,12 @@ class Replay:
             total_accepted=self.state.counts.get("accepted", 0),
             total_quarantined=self.state.counts.get("quarantined", 0),
             latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second
+
+    def _stage(self, staged: DataFrame, batch_id: int) -> None:
+        """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
+        only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``)."""
+        staged.select(*stages.STAGE_INPUT_COLUMNS).write.mode("overwrite").parquet(
+            f"{self.staging}/batch_id={batch_id}")
 
     def _split_late(self, accepted: DataFrame,
                     horizon: int | None) -> tuple[DataFrame, DataFrame | None]:
@@ -462,21 +468,22 @@ class Replay:
         (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic in
         one shuffle) and write its tables.
 
-        The stage output is written once by the executors, as Parquet partitioned by kind under
-        ``_work/<run_id>/windows/<version>``; each big table (messages, entries, dispatch, …)
-        is then committed from its partition (:meth:`DeltaStore.append_parquet`), and only the
-        per-topic state rows and the control plane's small tables reach the driver. The folder
-        is removed once the window is written (a re-run recomputes it: the stage is
-        deterministic and the commits are idempotent)."""
+        Each task writes its topic's output rows as Parquet files by kind under
+        ``_work/<run_id>/windows/<version>`` (narrow, typed files: no wide union of the tables
+        passes through Spark); each big table (messages, entries, dispatch, …) is then committed
+        from its folder (:meth:`DeltaStore.append_parquet`), and only the per-topic state rows
+        and the control plane's small tables reach the driver. The folder is removed once the
+        window is written (a re-run recomputes it: the stage is deterministic and the commits
+        are idempotent)."""
         settings = stages.StageSettings.from_config(self.config, self.state.first_event_ms)
         out_dir = self.work_dir / "windows" / str(version)
+        shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
         t0 = time.perf_counter()
         self._tick()
-        stages.topic_stage(self._staged_window(lo, hi), self.state.controllers,
-                           self.state.batchers, self.state.dispatchers, settings, hi, final
-                           ).withColumnRenamed(stages.KIND, OUTPUT_KIND).write.mode(
-            "overwrite").partitionBy(OUTPUT_KIND).parquet(str(out_dir))
-        states = stages.StageStates.of(_state_rows(out_dir / f"{OUTPUT_KIND}=state"))
+        rows = stages.topic_stage(self._staged_window(lo, hi), self.state.controllers,
+                                  self.state.batchers, self.state.dispatchers, settings, hi,
+                                  final, str(out_dir)).collect()
+        states = stages.StageStates.of({r["topic"]: r[stages.BLOB] for r in rows})
         ctl = stages.control_outputs(states.controllers, settings.speed)
         self._attribute(time.perf_counter() - t0, states.seconds)
         self.state.controllers = ctl.states
@@ -487,9 +494,9 @@ class Replay:
         if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
             self.write("segments", ctl.segments, version, replace=True)
         for kind, table in stages.STAGE_KINDS.items():
-            self.write_staged(table, out_dir / f"{OUTPUT_KIND}={kind}", version)
-        self.state.add("entries", _staged_rows(out_dir / f"{OUTPUT_KIND}=entry"))
-        self.state.add("dispatched", _staged_rows(out_dir / f"{OUTPUT_KIND}=dispatch"))
+            self.write_staged(table, out_dir / kind, version)
+        self.state.add("entries", _staged_rows(out_dir / "entry"))
+        self.state.add("dispatched", _staged_rows(out_dir / "dispatch"))
         shutil.rmtree(out_dir, ignore_errors=True)
         self.state.horizon_ms = hi
 
@@ -538,21 +545,8 @@ class Replay:
         return str(pd.Timestamp(int(emu_ms * self.config.replay.speed), unit="ms", tz="UTC"))
 
 
-OUTPUT_KIND = "output_kind"
-"""Partition column of a window's staged topic-stage output (``_work/<run_id>/windows/<v>``)."""
-
-
-def _state_rows(path: Path) -> dict[str, bytes]:
-    """topic → state blob, from a window's ``state`` partition (small: one row per topic)."""
-    if not path.is_dir():
-        return {}
-    t = ds.dataset(str(path), format="parquet").to_table(columns=["topic", stages.BLOB])
-    return dict(zip(t.column("topic").to_pylist(), t.column(stages.BLOB).to_pylist(),
-                    strict=True))
-
-
 def _staged_rows(path: Path) -> int:
-    """Rows of a window's staged partition (0 when the kind had none)."""
+    """Rows of a window's staged output of one kind (0 when the kind had none)."""
     return ds.dataset(str(path), format="parquet").count_rows() if path.is_dir() else 0
 
 

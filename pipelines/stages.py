@@ -19,6 +19,8 @@ Outputs do not depend on how the input is cut into windows (the core is chunking
 
 from __future__ import annotations
 
+import hashlib
+import os
 import pickle
 import time
 from collections.abc import Mapping
@@ -116,10 +118,42 @@ class StageSettings:
         return int(self.config.replay.consumer_window_s * 1000 / self.speed)
 
 
+def _sort_codes(s: pd.Series) -> np.ndarray:
+    """A column as sortable numbers: strings by rank (``pd.factorize(sort=True)``), nulls last
+    (as ``sort_values``)."""
+    if pd.api.types.is_numeric_dtype(s.dtype):
+        return s.to_numpy()  # NaN sorts last in NumPy
+    codes = pd.factorize(s, sort=True)[0]
+    return np.where(codes < 0, np.iinfo(np.int64).max, codes)
+
+
+def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise equality where NaN equals NaN (both sort last, as a tie)."""
+    eq = a == b
+    if a.dtype.kind == "f":
+        eq |= np.isnan(a) & np.isnan(b)
+    return eq
+
+
+def stable_order(pdf: pd.DataFrame, keys: list[str]) -> np.ndarray:
+    """Row positions of ``pdf`` stably sorted by ``keys`` — the order of
+    ``pdf.sort_values(keys, kind="stable")`` (nulls last) — by ``np.lexsort`` on numbers. The
+    last key is compared only when the others tie (it is a rare tie-break, e.g. ``order_key``,
+    and expensive to rank)."""
+    cols = [_sort_codes(pdf[k]) for k in keys[:-1]]
+    order = np.lexsort(cols[::-1]) if cols else np.arange(len(pdf))
+    if len(order) > 1:
+        ranked = [c[order] for c in cols]
+        ties = np.logical_and.reduce([_equal(c[1:], c[:-1]) for c in ranked]) if ranked else None
+        if ties is None or ties.any():
+            order = np.lexsort([_sort_codes(pdf[keys[-1]]), *cols[::-1]])
+    return order
+
+
 def _sorted(pdf: pd.DataFrame) -> pd.DataFrame:
-    pdf = pdf.assign(_seq_sort=pdf["sequence_id"].fillna(-1))
-    return pdf.sort_values(SORT_KEYS, kind="stable").drop(columns="_seq_sort").reset_index(
-        drop=True)
+    """Messages in replay order: :data:`SORT_KEYS` (a null ``sequence_id`` sorts as -1)."""
+    keyed = pdf.assign(_seq_sort=pdf["sequence_id"].fillna(-1))
+    return pdf.take(stable_order(keyed, SORT_KEYS)).reset_index(drop=True)
 
 
 def _times(df: pd.DataFrame, speed: float, renames: Mapping[str, str]) -> pd.DataFrame:
@@ -383,7 +417,7 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     as UTC timestamps and durations as ms, both in log time), and the new state blob.
     """
     disp, seen = (pickle.loads(blob) if blob is not None else (new_dispatchers(settings), -1))
-    g = entries.sort_values(["emu_publish_ms", "producer_name", "entry_id"], kind="stable")
+    g = entries.take(stable_order(entries, ["emu_publish_ms", "producer_name", "entry_id"]))
     times = g["emu_publish_ms"].to_numpy(np.int64)
     changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
                            *change_times(layout)] if t > seen]
@@ -510,73 +544,69 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     return TopicResult(ctl, new_producers, dispatcher, frames, seconds)
 
 
-# ---- Spark wrapper ----------------------------------------------------------------------------
-# pyspark is imported lazily so that the local engine runs without it.
+# ---- staged output files ----------------------------------------------------------------------
 
 
-def _union_arrow_schema() -> Any:
-    """Arrow schema of the topic stage's output: ``topic``, every column of the
-    :data:`STAGE_KINDS` tables (first occurrence wins; they agree on shared names), all
-    nullable, then ``_kind`` and ``_blob``."""
-    import pyarrow as pa
-
-    fields: dict[str, Any] = {}
-    for table in STAGE_KINDS.values():
-        for f in arrow_schema(table):
-            if f.name != "run_id":
-                fields.setdefault(f.name, pa.field(f.name, f.type, nullable=True))
-    return pa.schema([*fields.values(), pa.field(KIND, pa.string()),
-                      pa.field(BLOB, pa.binary())])
+STAGE_INPUT_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
+                       "payload_size", "event_ms", "hash32", "segment_hash", "hash_b",
+                       "order_key"]
+"""Accepted-message columns the topic stage reads (``source_file`` is not shipped)."""
 
 
-def _arrow_rows(schema: Any, frames: Mapping[str, pd.DataFrame], topic: str,
-                blob: bytes) -> Any:
-    """The group's output as one Arrow table of ``schema``: each kind's frame cast to its
-    table's columns (:func:`pipelines.delta_io.conform_arrow`: a null in a required column or a
-    wrong type fails here, in the task), other columns null, then the state row."""
-    import pyarrow as pa
+def staged_file(out_dir: str, kind: str, topic: str) -> str:
+    """Where :func:`write_frames` puts one topic's rows of one kind: ``<out_dir>/<kind>/
+    part-<sha1(topic)>.parquet`` (topic names may hold any character; one file per topic and
+    window, the same on every re-run)."""
+    digest = hashlib.sha1(topic.encode("utf-8")).hexdigest()
+    return f"{out_dir.rstrip('/')}/{kind}/part-{digest}.parquet"
 
-    from pipelines.delta_io import conform_arrow
 
-    parts = []
+def write_frames(out_dir: str, topic: str, frames: Mapping[str, pd.DataFrame]) -> None:
+    """Write a topic's output frames as Parquet, one file per non-empty kind
+    (:func:`staged_file`), each cast to its table's columns without ``run_id``
+    (:func:`pipelines.delta_io.conform_arrow`: a null in a required column or a wrong type
+    fails here, in the task). Each file is written under a temporary name and moved into
+    place, so a retried or re-run task replaces it whole with the same rows."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from pipelines.delta_io import _uri, conform_arrow
+
     for kind, df in frames.items():
         if not len(df):
             continue
         table = STAGE_KINDS[kind]
         columns = table_columns(table)
-        t = conform_arrow(table, df[[c for c in columns if c in df.columns]], columns=columns)
-        n = t.num_rows
-        cols = {**{f.name: pa.nulls(n, f.type) for f in schema},
-                **{name: t.column(name) for name in t.column_names},
-                KIND: pa.array([kind] * n, pa.string())}
-        parts.append(pa.table([cols[f.name] for f in schema], schema=schema))
-    state = {f.name: pa.nulls(1, f.type) for f in schema}
-    state.update(topic=pa.array([topic]), **{KIND: pa.array(["state"]),
-                                             BLOB: pa.array([blob], pa.binary())})
-    parts.append(pa.table([state[f.name] for f in schema], schema=schema))
-    # bounded record batches: the JVM holds one batch of a group's output at a time
-    return pa.Table.from_batches(pa.concat_tables(parts).to_batches(max_chunksize=32_768),
-                                 schema=schema)
+        arrow = conform_arrow(table, df[[c for c in columns if c in df.columns]],
+                              columns=columns)
+        fs, path = pafs.FileSystem.from_uri(_uri(staged_file(out_dir, kind, topic)))
+        fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        pq.write_table(arrow, tmp, filesystem=fs, row_group_size=128 * 1024)
+        fs.move(tmp, path)
+
+
+# ---- Spark wrapper ----------------------------------------------------------------------------
+# pyspark is imported lazily so that the local engine runs without it.
 
 
 def topic_stage(msgs: Any, controllers: Mapping[str, bytes],
                 batchers: Mapping[tuple[str, str], bytes], dispatchers: Mapping[str, bytes],
-                settings: StageSettings, horizon_ms: int | None, final: bool) -> Any:
+                settings: StageSettings, horizon_ms: int | None, final: bool,
+                out_dir: str) -> Any:
     """Spark: :func:`topic_group` for every topic in ONE ``groupBy("topic").applyInArrow``.
 
     ``msgs``: a window of accepted messages (Spark DataFrame); the state dicts are the
     replay's (``ReplayState``). Every known topic gets a marker row, so topics without
-    messages in the window still advance. Returns a lazy DataFrame of the union schema
-    (:func:`_union_arrow_schema`): output rows tagged by ``_kind`` (:data:`STAGE_KINDS`) plus
-    one ``_kind = "state"`` row per topic whose ``_blob`` is
-    ``pickle((controller, {producer: blob}, dispatcher, seconds))`` (:class:`StageStates`). Write it
-    once (e.g. partitioned by kind); nothing is collected here."""
+    messages in the window still advance. Each task writes its topic's output rows as Parquet
+    under ``out_dir`` (:func:`write_frames`: ``<out_dir>/<kind>/…``, :data:`STAGE_KINDS`) —
+    narrow, typed files the driver commits per table — and returns one row per topic:
+    ``topic``, ``_blob`` = ``pickle((controller, {producer: blob}, dispatcher, seconds))``
+    (:class:`StageStates`). Lazy: run it by collecting those rows (bounded by topics)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import from_arrow_schema
 
-    schema = _union_arrow_schema()
-    src = msgs.withColumn(MARKER, F.lit(False))
+    src = msgs.select(*STAGE_INPUT_COLUMNS).withColumn(MARKER, F.lit(False))
     if controllers:
         markers = msgs.sparkSession.createDataFrame(
             pd.DataFrame({"topic": sorted(controllers), MARKER: True}))
@@ -593,10 +623,11 @@ def topic_stage(msgs: Any, controllers: Mapping[str, bytes],
         r = topic_group(topic, pdf.reset_index(drop=True), frozen_ctl.get(topic),
                         frozen_prod.get(topic, {}), frozen_disp.get(topic), settings,
                         horizon_ms, final)
+        write_frames(out_dir, topic, r.frames)
         blob = pickle.dumps((r.controller, r.producers, r.dispatch, r.seconds))
-        return _arrow_rows(schema, r.frames, topic, blob)
+        return pa.table({"topic": [topic], BLOB: pa.array([blob], pa.binary())})
 
-    return src.groupBy("topic").applyInArrow(fn, from_arrow_schema(schema))
+    return src.groupBy("topic").applyInArrow(fn, f"topic string, {BLOB} binary")
 
 
 @dataclass
