@@ -31,6 +31,7 @@ topic per micro-batch. Per-topic queries are served by Delta's per-file min/max 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -120,6 +121,16 @@ def table_app_id(run_id: str, table: str) -> str:
     """App-transaction id of one run's writes to one table (every writer of the replay uses it,
     so a re-run of the same batch is recognised whatever wrote it first)."""
     return f"topic-replay:{run_id}:{table}"
+
+
+def use_system_arrow_pool() -> None:
+    """Make pyarrow allocate with the system allocator in this process and the Python workers
+    it starts (``ARROW_DEFAULT_MEMORY_POOL=system``). Arrow's default jemalloc pool keeps
+    freed pages: measured here, a driver streaming one 500k-row window after another into
+    delta-rs grew by 30–40 MB a window with it and stayed flat with the system pool."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    if os.environ["ARROW_DEFAULT_MEMORY_POOL"] == "system":
+        pa.set_memory_pool(pa.system_memory_pool())
 
 
 def _uri(path: str) -> str:

@@ -700,9 +700,10 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     ``ValueError`` when the spec needs Spark (:func:`check_spec`). Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
-    from pipelines.delta_io import DeltaStore, table_app_id
+    from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
     from pipelines.replay import run_summary, runs_row
 
+    use_system_arrow_pool()
     started = time.time()
     timings: dict[str, float] = {}
     clock = time.perf_counter()

@@ -7,14 +7,14 @@ Shape (DESIGN "Shape of the pipeline"), per micro-batch ``k``:
    whole on a re-run, so staging is idempotent).
 2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``; a staged record older
    than the horizon that was already finalized is quarantined as ``late``.
-3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by three grouped
-   stages (``pipelines.stages``), each a ``groupBy(...).applyInPandas`` whose per-group state
-   (controller, producer batchers, subscription dispatchers) is carried between micro-batches in
-   :class:`ReplayState`:
-   control plane per topic → routing + ``segment_load`` + ``autoscale_decisions``;
-   data plane per (topic, producer) → ``entries`` + ``messages``;
-   dispatch per topic → ``dispatch``, ``consumer_load``, ``bucket_handoffs``,
-   ``subscription_stats``, ``segment_drains``.
+3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by the topic
+   stage (``pipelines.stages.topic_stage``, one ``groupBy("topic").applyInArrow``) whose
+   per-topic state (controller, producer batchers, subscription dispatchers) is carried between
+   micro-batches in :class:`ReplayState`; per topic, in one task:
+   control plane → routing + ``segment_load`` + ``autoscale_decisions`` + ``segments``;
+   batching per producer → ``entries`` + ``messages``;
+   dispatch → ``dispatch``, ``consumer_load``, ``bucket_handoffs``, ``subscription_stats``,
+   ``segment_drains``.
 4. every table write is an idempotent Delta append keyed by (run_id, table) and version ``k``;
    the state of batch ``k`` is stored last, so a restart re-runs batch ``k`` from the state of
    ``k-1`` and the tables skip what they already hold (exactly-once).
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -327,12 +328,10 @@ class Replay:
                                          "publish_time", "payload_size"))
             q = q.unionByName(late.select("source_file", as_json.alias("raw_record"),
                                           F.lit(LATE).alias("reason")))
-        q = q.withColumn("batch_id", F.lit(batch_id).cast("long"))
-        q_pdf = q.toPandas()
-        self.write("quarantine", q_pdf, batch_id)
+        n_quarantined, n_late = self._quarantine(q, batch_id)
         _fault(f"after_quarantine:{batch_id}")
-        self.state.add("quarantined", len(q_pdf))
-        self.state.add("late", int((q_pdf["reason"] == LATE).sum()) if len(q_pdf) else 0)
+        self.state.add("quarantined", n_quarantined)
+        self.state.add("late", n_late)
         self.state.add("accepted", stats["n"] or 0)
         if stats["n"]:
             mx = int(stats["max"])
@@ -355,13 +354,29 @@ class Replay:
         _fault(f"after_state:{batch_id}")
         self._tock("ingest_hash")
         self.progress(BatchProgress(
-            line=f"batch {batch_id}: accepted {stats['n'] or 0}, quarantined {len(q_pdf)}, "
+            line=f"batch {batch_id}: accepted {stats['n'] or 0}, quarantined {n_quarantined}, "
                  f"horizon {self._fmt_time(self.state.horizon_ms)}, "
                  f"state {state_bytes:,} bytes ({time.time() - t0:.1f}s)",
-            records=int(stats["n"] or 0) + len(q_pdf),
+            records=int(stats["n"] or 0) + n_quarantined,
             total_accepted=self.state.counts.get("accepted", 0),
             total_quarantined=self.state.counts.get("quarantined", 0),
             latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second
+
+    def _quarantine(self, q: DataFrame, batch_id: int) -> tuple[int, int]:
+        """Write micro-batch ``batch_id``'s quarantined records (``source_file``,
+        ``raw_record``, ``reason``) to ``quarantine``: the executors write them as Parquet under
+        ``_work/<run_id>/quarantine/<batch_id>``, the driver commits those files (never holding
+        the rows) and removes them. Returns ``(records, late records)``."""
+        path = self.work_dir / "quarantine" / str(batch_id)
+        q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
+            str(path))
+        n = _staged_rows(path)
+        late = (ds.dataset(str(path), format="parquet").count_rows(
+            filter=pc.field("reason") == LATE) if n else 0)
+        if n:
+            self.write_staged("quarantine", path, batch_id)
+        shutil.rmtree(path, ignore_errors=True)
+        return n, late
 
     def _stage(self, staged: DataFrame, batch_id: int) -> None:
         """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),

@@ -39,6 +39,8 @@ from typing import Any
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from pipelines.delta_io import use_system_arrow_pool
+
 DELTA_EXTENSION_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG_CLASS = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 DEFAULT_LOCAL_MASTER = "local[*]"
@@ -202,6 +204,7 @@ def build_session(
     """
     ensure_java()
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    use_system_arrow_pool()
     settings: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -209,6 +212,13 @@ def build_session(
         # finalization window's Arrow batches little room. No effect under spark-submit, whose
         # --driver-memory has already sized the JVM.
         "spark.driver.memory": DEFAULT_DRIVER_MEMORY,
+        # A replay runs a few jobs per window for hours: keep the driver's status store (kept
+        # even without the UI) from growing with every job, stage and task ever run.
+        "spark.ui.retainedJobs": "100",
+        "spark.ui.retainedStages": "100",
+        "spark.ui.retainedTasks": "10000",
+        "spark.sql.ui.retainedExecutions": "50",
+        "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
     }
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))

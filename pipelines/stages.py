@@ -1,16 +1,16 @@
-"""The three emulation stages around ``pipelines.core``, each split in two layers:
+"""The emulation stages around ``pipelines.core``, in two layers:
 
-- a **group function** — plain pandas in, pandas out, plus the group's carried state (a pickled
-  blob): :func:`control_group` (per topic), :func:`batch_group` (per topic × producer),
-  :func:`dispatch_group` (per topic). No Spark in them; the local engine
-  (:mod:`pipelines.local`) calls them on pandas groups, the Spark wrappers below call them inside
-  ``groupBy(...).applyInPandas``. Every emulation rule lives in ``pipelines.core``; these only
-  sort, slice and convert (emulated ms → UTC timestamps in log time).
-- a **Spark wrapper** — :func:`control_plane`, :func:`data_plane`, :func:`dispatch` — that only
-  does ``groupBy().applyInPandas``. Each group returns its rows tagged by ``_kind`` (``msg``,
-  ``entry``, ``dispatch``, ``consumer_load``, ``handoff``) plus one ``_kind = "state"`` row whose
-  ``_blob`` holds the pickled new state. The driver collects only the state rows (bounded by
-  groups, never by messages); every big output stays a distributed DataFrame.
+- **group functions** — plain pandas in, pandas out, plus the group's carried state (pickled
+  blobs): :func:`control_group` (a topic's routing and controller), :func:`batch_group` (one
+  producer's bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per
+  topic by :func:`topic_group`. No Spark in them; the local engine (:mod:`pipelines.local`)
+  calls :func:`topic_group` on pandas groups, the Spark wrapper below calls it inside
+  ``groupBy("topic").applyInArrow``. Every emulation rule lives in ``pipelines.core``; these
+  only sort, slice and convert (emulated ms → UTC timestamps in log time).
+- the **Spark wrapper** :func:`topic_stage` — one ``groupBy("topic").applyInArrow`` per window
+  (one shuffle). Each task writes its topic's output rows as Parquet files by table
+  (:func:`write_frames`) and returns one state row (``topic``, ``_blob``); the driver collects
+  only those (bounded by topics, never by messages) and commits the files per table.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
