@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote
@@ -136,6 +137,36 @@ def use_system_arrow_pool() -> None:
 def _uri(path: str) -> str:
     """``path`` as a URI pyarrow's filesystems take (local paths made absolute)."""
     return path if "://" in path else posixpath.abspath(path)
+
+
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9._-]+")
+"""Partition values that need no escaping in a folder name or an add-action path."""
+
+
+def _add_stats(meta: Any) -> str:
+    """Delta ``add`` statistics of one Parquet file from its footer: ``numRecords``,
+    ``nullCount`` per column, and ``minValues`` / ``maxValues`` for integer and string columns
+    whose every row group has them (timestamps are left out: Delta wants them at millisecond
+    precision, rounded outwards, so a copied microsecond value could exclude rows)."""
+    out: dict[str, Any] = {"numRecords": meta.num_rows, "minValues": {}, "maxValues": {},
+                           "nullCount": {}}
+    arrow = meta.schema.to_arrow_schema()
+    for j in range(meta.num_columns):
+        name = meta.schema.column(j).path
+        cols = [meta.row_group(r).column(j) for r in range(meta.num_row_groups)]
+        st = [c.statistics for c in cols]
+        if all(x is not None and x.has_null_count for x in st):
+            out["nullCount"][name] = sum(x.null_count for x in st)
+        kind = arrow.field(name).type
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+            continue
+        if any(x is None or (not x.has_min_max and x.num_values) for x in st):
+            continue  # a row group with values but no min/max: no bounds for the file
+        with_values = [x for x in st if x.has_min_max]
+        if with_values:
+            out["minValues"][name] = min(x.min for x in with_values)
+            out["maxValues"][name] = max(x.max for x in with_values)
+    return json.dumps(out)
 
 
 class DeltaStore:
@@ -279,20 +310,31 @@ class DeltaStore:
 
     def _append_rs_parquet(self, table: str, path: str, app_id: str, version: int,
                            constants: Mapping[str, Any]) -> None:
-        """delta-rs: stream the Parquet files under ``path`` (one Arrow record batch at a time,
-        only ``table``'s columns, ``constants`` added, each batch cast by
-        :func:`conform_arrow`) into ONE commit carrying the app transaction (bounded memory:
-        a batch, not the table)."""
+        """delta-rs: commit the Parquet files under ``path`` in ONE commit carrying the app
+        transaction. Files whose schema is exactly ``table``'s without its partition columns
+        (given in ``constants``) are adopted: moved into the table's partition folder and
+        committed as they are (:meth:`_adopt_files`; no rows pass through the driver). Other
+        files are streamed one Arrow record batch at a time (only ``table``'s columns,
+        ``constants`` added, each batch cast by :func:`conform_arrow`) into new files."""
         import pyarrow.dataset as ds
         import pyarrow.fs as pafs
 
         fs, base = pafs.FileSystem.from_uri(_uri(path))
         dataset = ds.dataset(base, filesystem=fs, format="parquet")
         schema = arrow_schema(table)
-        columns = [n for n in schema.names if n in dataset.schema.names and n not in constants]
         if dataset.count_rows() == 0:
             self._append_rs(table, schema.empty_table(), app_id, version)
             return
+        data_schema = pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
+        adoptable = (set(constants) == set(PARTITION_COLUMNS)
+                     and all(_PLAIN_VALUE.fullmatch(str(v)) for v in constants.values())
+                     and all(
+            ds.dataset(f, filesystem=fs, format="parquet").schema.equals(data_schema)
+            for f in dataset.files))
+        if adoptable:
+            self._adopt_files(table, fs, list(dataset.files), constants, app_id, version)
+            return
+        columns = [n for n in schema.names if n in dataset.schema.names and n not in constants]
 
         def batches() -> Any:
             for batch in dataset.to_batches(columns=columns, batch_size=64 * 1024):
@@ -312,6 +354,47 @@ class DeltaStore:
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
         )
+
+    def _adopt_files(self, table: str, fs: Any, files: list[str], constants: Mapping[str, Any],
+                     app_id: str, version: int) -> None:
+        """Move ``files`` (Parquet with ``table``'s data columns) into ``table``'s partition
+        folder and commit them, with the app transaction, as one Delta commit of add actions
+        carrying their statistics (:func:`_add_stats`). The new names are derived from
+        ``app_id``, ``version`` and the old name, so a re-run moves a file to the same place; a
+        crash between the move and the commit leaves only unreferenced files (not data)."""
+        import hashlib
+        import time
+
+        import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
+        from deltalake import Schema
+        from deltalake.transaction import AddAction, create_table_with_add_actions
+
+        part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
+        table_fs, table_base = pafs.FileSystem.from_uri(_uri(self.path(table)))
+        actions = []
+        for f in sorted(files):
+            tag = hashlib.sha1(f"{app_id}:{version}:{posixpath.basename(f)}".encode()).hexdigest()
+            rel = f"{part}/part-{version:020d}-{tag[:20]}.parquet"
+            meta = pq.ParquetFile(f, filesystem=fs).metadata
+            dest = f"{table_base}/{rel}"
+            table_fs.create_dir(posixpath.dirname(dest), recursive=True)
+            table_fs.move(f, dest)
+            actions.append(AddAction(
+                path=rel, size=table_fs.get_file_info(dest).size,
+                partition_values={k: str(v) for k, v in constants.items()},
+                modification_time=int(time.time() * 1000), data_change=True,
+                stats=_add_stats(meta)))
+        props = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)])
+        if self.exists(table):
+            self._delta_table(table).create_write_transaction(
+                actions, mode="append", schema=arrow_schema(table),
+                partition_by=list(PARTITION_COLUMNS), commit_properties=props)
+        else:
+            create_table_with_add_actions(
+                self.path(table), Schema.from_arrow(arrow_schema(table)), actions,
+                mode="append", partition_by=list(PARTITION_COLUMNS),
+                storage_options=self.storage_options, commit_properties=props)
 
     def append_parquet(self, table: str, path: str, app_id: str, version: int,
                        constants: Mapping[str, Any] | None = None) -> bool:

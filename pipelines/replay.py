@@ -370,7 +370,7 @@ class Replay:
         path = self.work_dir / "quarantine" / str(batch_id)
         q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
             str(path))
-        n = _staged_rows(path)
+        n = _staged_rows(path)  # counted first: committing may move the files
         late = (ds.dataset(str(path), format="parquet").count_rows(
             filter=pc.field("reason") == LATE) if n else 0)
         if n:
@@ -508,10 +508,11 @@ class Replay:
         self.write("autoscale_decisions", ctl.decisions, version)
         if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
             self.write("segments", ctl.segments, version, replace=True)
-        for kind, table in stages.STAGE_KINDS.items():
-            self.write_staged(table, out_dir / kind, version)
+        # counted first: committing may move the files into the tables
         self.state.add("entries", _staged_rows(out_dir / "entry"))
         self.state.add("dispatched", _staged_rows(out_dir / "dispatch"))
+        for kind, table in stages.STAGE_KINDS.items():
+            self.write_staged(table, out_dir / kind, version)
         shutil.rmtree(out_dir, ignore_errors=True)
         self.state.horizon_ms = hi
 

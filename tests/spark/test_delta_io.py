@@ -227,3 +227,61 @@ def test_read_spark_of_missing_table_is_empty(spark, tmp_path):
 
     assert df.count() == 0
     assert df.columns == arrow_schema("entries").names
+
+
+def _staged_quarantine(folder, batch_id: int, n: int = 3) -> None:
+    """A Parquet file with exactly the quarantine table's data columns (no ``run_id``)."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = _quarantine_rows(n=n, batch_id=batch_id).drop(columns="run_id")
+    data = conform_arrow("quarantine", rows, columns=list(rows.columns))
+    pq.write_table(data, folder / "part-0.parquet")
+
+
+def test_append_parquet_adopts_table_shaped_files_with_their_statistics(store, tmp_path):
+    staged = tmp_path / "staged"
+    _staged_quarantine(staged, batch_id=7)
+
+    assert store.append_parquet("quarantine", str(staged), app_id="a", version=0,
+                                constants={"run_id": "r1"})
+
+    assert list(staged.iterdir()) == []  # moved into the table, not copied
+    assert len(store.read("quarantine", run_id="r1")) == 3
+    actions = pa.table(DeltaTable(store.path("quarantine")).get_add_actions(flatten=True))
+    row = actions.to_pylist()[0]
+    assert (row["num_records"], row["min.batch_id"], row["max.batch_id"]) == (3, 7, 7)
+    assert (row["min.source_file"], row["max.source_file"]) == ("file:/in/0.json",
+                                                                "file:/in/2.json")
+    assert row["path"].startswith("run_id=r1/")
+
+
+def test_append_parquet_of_a_committed_version_leaves_the_files(store, tmp_path):
+    _staged_quarantine(tmp_path / "a", batch_id=0)
+    _staged_quarantine(tmp_path / "b", batch_id=0)
+    store.append_parquet("quarantine", str(tmp_path / "a"), app_id="a", version=0,
+                         constants={"run_id": "r1"})
+
+    again = store.append_parquet("quarantine", str(tmp_path / "b"), app_id="a", version=0,
+                                 constants={"run_id": "r1"})
+
+    assert again is False
+    assert len(store.read("quarantine")) == 3
+    assert [p.name for p in (tmp_path / "b").iterdir()] == ["part-0.parquet"]
+
+
+def test_append_parquet_streams_files_of_another_shape(store, tmp_path):
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    rows = _quarantine_rows(n=2).drop(columns="run_id").assign(extra="not a column")
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), folder / "p.parquet")
+
+    store.append_parquet("quarantine", str(folder), app_id="a", version=0,
+                         constants={"run_id": "r 1"})
+
+    got = store.read("quarantine")
+    assert sorted(got["raw_record"]) == ["line 0", "line 1"]
+    assert set(got["run_id"]) == {"r 1"}
+    assert (folder / "p.parquet").exists()  # rewritten, not adopted
