@@ -219,6 +219,10 @@ def build_session(
         "spark.ui.retainedTasks": "10000",
         "spark.sql.ui.retainedExecutions": "50",
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
+        # Let G1 give heap back after a collection (a local driver is also the executor: a big
+        # micro-batch grows the heap, and without these it stays at its peak for the run).
+        # Like spark.driver.memory, no effect under spark-submit.
+        "spark.driver.extraJavaOptions": "-XX:MaxHeapFreeRatio=30 -XX:MinHeapFreeRatio=10",
     }
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
