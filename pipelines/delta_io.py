@@ -134,7 +134,7 @@ def use_system_arrow_pool() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-def _uri(path: str) -> str:
+def fs_uri(path: str) -> str:
     """``path`` as a URI pyarrow's filesystems take (local paths made absolute)."""
     return path if "://" in path else posixpath.abspath(path)
 
@@ -301,7 +301,7 @@ class DeltaStore:
 
         staging = posixpath.join(self.root, "_tmp_writes", f"{table}-{uuid.uuid4().hex}")
         data.write.mode("overwrite").parquet(staging)
-        fs, base = pafs.FileSystem.from_uri(_uri(staging))
+        fs, base = pafs.FileSystem.from_uri(fs_uri(staging))
         try:
             self._append_rs_parquet(table, staging, app_id, version, {})
         finally:
@@ -319,7 +319,7 @@ class DeltaStore:
         import pyarrow.dataset as ds
         import pyarrow.fs as pafs
 
-        fs, base = pafs.FileSystem.from_uri(_uri(path))
+        fs, base = pafs.FileSystem.from_uri(fs_uri(path))
         dataset = ds.dataset(base, filesystem=fs, format="parquet")
         schema = arrow_schema(table)
         if dataset.count_rows() == 0:
@@ -371,7 +371,7 @@ class DeltaStore:
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
         part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
-        table_fs, table_base = pafs.FileSystem.from_uri(_uri(self.path(table)))
+        table_fs, table_base = pafs.FileSystem.from_uri(fs_uri(self.path(table)))
         actions = []
         for f in sorted(files):
             tag = hashlib.sha1(f"{app_id}:{version}:{posixpath.basename(f)}".encode()).hexdigest()

@@ -247,22 +247,16 @@ class Replay:
             self._tock(stage)
 
     # ---- writes -------------------------------------------------------------------------------
-    def write(self, table: str, data: Any, version: int, replace: bool = False) -> None:
-        """Idempotent append of ``data`` to ``table`` (app transaction ``(run, table)``,
-        ``version``); ``replace=True`` atomically replaces the run's rows instead (snapshot
-        tables: ``segments``, ``runs``)."""
-        if table not in self.config.output.tables:
+    def write(self, table: str, data: pd.DataFrame, version: int, replace: bool = False) -> None:
+        """Idempotent append of the driver-side rows ``data`` (the control plane's small
+        tables, ``runs``) to ``table`` (app transaction ``(run, table)``, ``version``);
+        ``replace=True`` atomically replaces the run's rows instead (snapshot tables:
+        ``segments``, ``runs``). Big tables go through :meth:`write_staged`."""
+        if table not in self.config.output.tables or data.empty:
             return
-        if isinstance(data, list):
-            data = pd.DataFrame(data)
-        if isinstance(data, pd.DataFrame):
-            if data.empty:
-                return
-            # Stage-side bookkeeping columns are not table columns.
-            keep = [c for c in arrow_schema(table).names if c in data.columns]
-            data = data[keep].assign(run_id=self.run_id)
-        else:
-            data = data.withColumn("run_id", F.lit(self.run_id))
+        # Stage-side bookkeeping columns are not table columns.
+        keep = [c for c in arrow_schema(table).names if c in data.columns]
+        data = data[keep].assign(run_id=self.run_id)
         app_id = table_app_id(self.run_id, table)
         with self._timed("delta_write"):
             if replace:

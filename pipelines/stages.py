@@ -570,7 +570,7 @@ def write_frames(out_dir: str, topic: str, frames: Mapping[str, pd.DataFrame]) -
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from pipelines.delta_io import _uri, conform_arrow
+    from pipelines.delta_io import conform_arrow, fs_uri
 
     for kind, df in frames.items():
         if not len(df):
@@ -579,7 +579,7 @@ def write_frames(out_dir: str, topic: str, frames: Mapping[str, pd.DataFrame]) -
         columns = table_columns(table)
         arrow = conform_arrow(table, df[[c for c in columns if c in df.columns]],
                               columns=columns)
-        fs, path = pafs.FileSystem.from_uri(_uri(staged_file(out_dir, kind, topic)))
+        fs, path = pafs.FileSystem.from_uri(fs_uri(staged_file(out_dir, kind, topic)))
         fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         pq.write_table(arrow, tmp, filesystem=fs, row_group_size=128 * 1024)
