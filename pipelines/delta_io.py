@@ -318,6 +318,7 @@ class DeltaStore:
         ``constants`` added, each batch cast by :func:`conform_arrow`) into new files."""
         import pyarrow.dataset as ds
         import pyarrow.fs as pafs
+        import pyarrow.parquet as pq
 
         fs, base = pafs.FileSystem.from_uri(fs_uri(path))
         dataset = ds.dataset(base, filesystem=fs, format="parquet")
@@ -326,13 +327,13 @@ class DeltaStore:
             self._append_rs(table, schema.empty_table(), app_id, version)
             return
         data_schema = pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
+        footers = {f: pq.ParquetFile(f, filesystem=fs).metadata for f in dataset.files}
         adoptable = (set(constants) == set(PARTITION_COLUMNS)
                      and all(_PLAIN_VALUE.fullmatch(str(v)) for v in constants.values())
-                     and all(
-            ds.dataset(f, filesystem=fs, format="parquet").schema.equals(data_schema)
-            for f in dataset.files))
+                     and all(m.schema.to_arrow_schema().equals(data_schema)
+                             for m in footers.values()))
         if adoptable:
-            self._adopt_files(table, fs, list(dataset.files), constants, app_id, version)
+            self._adopt_files(table, fs, footers, constants, app_id, version)
             return
         columns = [n for n in schema.names if n in dataset.schema.names and n not in constants]
 
@@ -355,9 +356,10 @@ class DeltaStore:
             ),
         )
 
-    def _adopt_files(self, table: str, fs: Any, files: list[str], constants: Mapping[str, Any],
-                     app_id: str, version: int) -> None:
-        """Move ``files`` (Parquet with ``table``'s data columns) into ``table``'s partition
+    def _adopt_files(self, table: str, fs: Any, footers: Mapping[str, Any],
+                     constants: Mapping[str, Any], app_id: str, version: int) -> None:
+        """Move the Parquet files ``footers`` names (path → footer metadata; ``table``'s data
+        columns) into ``table``'s partition
         folder and commit them, with the app transaction, as one Delta commit of add actions
         carrying their statistics (:func:`_add_stats`). The new names are derived from
         ``app_id``, ``version`` and the old name, so a re-run moves a file to the same place; a
@@ -366,17 +368,15 @@ class DeltaStore:
         import time
 
         import pyarrow.fs as pafs
-        import pyarrow.parquet as pq
         from deltalake import Schema
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
         part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
         table_fs, table_base = pafs.FileSystem.from_uri(fs_uri(self.path(table)))
         actions = []
-        for f in sorted(files):
+        for f, meta in sorted(footers.items()):
             tag = hashlib.sha1(f"{app_id}:{version}:{posixpath.basename(f)}".encode()).hexdigest()
             rel = f"{part}/part-{version:020d}-{tag[:20]}.parquet"
-            meta = pq.ParquetFile(f, filesystem=fs).metadata
             dest = f"{table_base}/{rel}"
             table_fs.create_dir(posixpath.dirname(dest), recursive=True)
             table_fs.move(f, dest)
@@ -399,10 +399,11 @@ class DeltaStore:
     def append_parquet(self, table: str, path: str, app_id: str, version: int,
                        constants: Mapping[str, Any] | None = None) -> bool:
         """Append the Parquet dataset under ``path`` to ``table``, idempotently (as
-        :meth:`append`): only the columns of ``table`` are taken (the files may hold more, e.g.
-        the union rows of ``pipelines.stages.topic_stage``), ``constants`` (column → value,
-        e.g. ``run_id``) are added. delta-spark reads the files with Spark; delta-rs streams
-        them from the driver one record batch at a time. ``ValueError`` as :meth:`append`."""
+        :meth:`append`): only the columns of ``table`` are taken, ``constants`` (column → value,
+        e.g. ``run_id``) are added. delta-spark reads the files with Spark; delta-rs adopts
+        files that already have the table's data columns (moved into the table, e.g. the
+        topic stage's output) and streams any others (:meth:`_append_rs_parquet`).
+        ``ValueError`` as :meth:`append`."""
         version = int(version)
         constants = dict(constants or {})
         if self._committed(table, app_id, version):

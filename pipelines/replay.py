@@ -77,6 +77,10 @@ def _fault(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _after_write(table: str, version: int) -> None:
+    _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
+
+
 class OutputConflictError(ValueError):
     """The output already holds tables or a run this replay must not be mixed with."""
 
@@ -263,7 +267,7 @@ class Replay:
                 self.store.replace_run(table, data, self.run_id, app_id=app_id, version=version)
             else:
                 self.store.append(table, data, app_id=app_id, version=version)
-        _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
+        _after_write(table, version)
 
     # ---- the streaming query ---------------------------------------------------------------------
     def run(self, stream: bool = False, trigger_seconds: float = 5.0) -> dict[str, Any]:
@@ -523,14 +527,14 @@ class Replay:
             self._clock[-1][1] += wall_s
 
     def write_staged(self, table: str, path: Path, version: int) -> None:
-        """Idempotent append of the Parquet files under ``path`` (a kind's partition of the
-        topic stage's output) to ``table``; nothing when the kind has no rows."""
+        """Idempotent append of the Parquet files under ``path`` (one kind of the topic stage's
+        output, or a batch's quarantine) to ``table``; nothing when the folder is missing."""
         if table not in self.config.output.tables or not path.is_dir():
             return
         with self._timed("delta_write"):
             self.store.append_parquet(table, str(path), app_id=table_app_id(self.run_id, table),
                                       version=version, constants={"run_id": self.run_id})
-        _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
+        _after_write(table, version)
 
     def _staged_window(self, lo: int | None, hi: int | None) -> DataFrame:
         df = self.spark.read.parquet(self.staging)

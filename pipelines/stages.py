@@ -522,7 +522,8 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     facts = LayoutFacts.of(ctl.layout)
     bcfg = settings.batching()
     by_producer = dict(tuple(routed.groupby("producer_name", sort=False))) if len(routed) else {}
-    names = sorted(set(by_producer) | {p for p, b in producers.items() if has_open_batches(b)})
+    idle = {p for p, b in producers.items() if p not in by_producer and has_open_batches(b)}
+    names = sorted(set(by_producer) | idle)
     new_producers, messages, entries = {}, [], []
     for name in names:
         group = by_producer.get(name, routed.iloc[0:0])
