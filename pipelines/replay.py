@@ -3,12 +3,13 @@
 Shape (DESIGN "Shape of the pipeline"), per micro-batch ``k``:
 
 1. ingest: parse, validate and hash the new raw records (``pipelines.ingest``); rejected records
-   → ``quarantine``; accepted ones are staged as Parquet under ``_staging/batch_id=k`` (rewritten
-   whole on a re-run, so staging is idempotent).
+   → ``quarantine``; accepted ones are staged as Parquet under
+   ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
+   staging is idempotent).
 2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``; a staged record older
    than the horizon that was already finalized is quarantined as ``late``.
 3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by the topic
-   stage (``pipelines.stages.topic_stage``, one ``groupBy("topic").applyInArrow``) whose
+   stage (``pipelines.stages.topic_stage``: one Spark job, tasks reading whole topics) whose
    per-topic state (controller, producer batchers, subscription dispatchers) is carried between
    micro-batches in :class:`ReplayState`; per topic, in one task:
    control plane → routing + ``segment_load`` + ``autoscale_decisions`` + ``segments``;
@@ -152,6 +153,7 @@ class ReplayState:
     batchers: dict[tuple[str, str], bytes] = field(default_factory=dict)
     dispatchers: dict[str, bytes] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    staged: dict[str, int] = field(default_factory=dict)  # topic → messages staged so far
 
     def add(self, name: str, n: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + int(n)
@@ -308,25 +310,28 @@ class Replay:
         horizon = self.state.horizon_ms
         accepted, quarantine = parse_records(raw, self.input_spec)
         staged, late = self._split_late(accepted, horizon)
+        salvaged = False
         try:
             self._stage(staged, batch_id)
         except Exception as exc:  # an input file that cannot be read (fully): salvage the rest
+            salvaged = True
             raw, bad_files = self._salvage(raw, batch_id, exc)
             accepted, quarantine = parse_records(raw, self.input_spec)
             quarantine = quarantine.unionByName(bad_files)
             staged, late = self._split_late(accepted, horizon)
             self._stage(staged, batch_id)
         _fault(f"after_staging:{batch_id}")
-        stats = self.spark.read.parquet(f"{self.staging}/batch_id={batch_id}").agg(
-            F.count(F.lit(1)).alias("n"), F.max("event_ms").alias("max"),
-            F.min("event_ms").alias("min")).first()
-        q = quarantine.select("source_file", "raw_record", "reason")
-        if late is not None:
-            as_json = F.to_json(F.struct("topic", "key", "producer_name", "sequence_id",
-                                         "publish_time", "payload_size"))
-            q = q.unionByName(late.select("source_file", as_json.alias("raw_record"),
-                                          F.lit(LATE).alias("reason")))
-        n_quarantined, n_late = self._quarantine(q, batch_id)
+        stats = self._staged_stats(batch_id)
+        if late is None and not salvaged and self._all_accepted(raw, stats["n"]):
+            n_quarantined, n_late = 0, 0
+        else:
+            q = quarantine.select("source_file", "raw_record", "reason")
+            if late is not None:
+                as_json = F.to_json(F.struct("topic", "key", "producer_name", "sequence_id",
+                                             "publish_time", "payload_size"))
+                q = q.unionByName(late.select("source_file", as_json.alias("raw_record"),
+                                              F.lit(LATE).alias("reason")))
+            n_quarantined, n_late = self._quarantine(q, batch_id)
         _fault(f"after_quarantine:{batch_id}")
         self.state.add("quarantined", n_quarantined)
         self.state.add("late", n_late)
@@ -360,6 +365,12 @@ class Replay:
             total_quarantined=self.state.counts.get("quarantined", 0),
             latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second
 
+    def _all_accepted(self, raw: DataFrame, accepted: int) -> bool:
+        """Whether all ``raw`` records of a micro-batch were accepted, so the quarantine query
+        (a second parse of the input) can be skipped. Every record is either accepted or
+        quarantined, CSV header lines aside, so outside CSV a row count tells."""
+        return self.input_spec.format != "csv" and raw.count() == accepted
+
     def _quarantine(self, q: DataFrame, batch_id: int) -> tuple[int, int]:
         """Write micro-batch ``batch_id``'s quarantined records (``source_file``,
         ``raw_record``, ``reason``) to ``quarantine``: the executors write them as Parquet under
@@ -378,9 +389,23 @@ class Replay:
 
     def _stage(self, staged: DataFrame, batch_id: int) -> None:
         """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
-        only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``)."""
-        staged.select(*stages.STAGE_INPUT_COLUMNS).write.mode("overwrite").parquet(
-            f"{self.staging}/batch_id={batch_id}")
+        only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
+        topic (``stages.STAGING_TOPIC_COLUMN``) so a topic stage task reads its topic alone."""
+        digest = F.sha1(F.col("topic")).alias(stages.STAGING_TOPIC_COLUMN)
+        (staged.select(*stages.STAGE_INPUT_COLUMNS, digest).write.mode("overwrite")
+         .partitionBy(stages.STAGING_TOPIC_COLUMN).parquet(f"{self.staging}/batch_id={batch_id}"))
+
+    def _staged_stats(self, batch_id: int) -> dict[str, Any]:
+        """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
+        (``None`` when empty); their per-topic counts are added to ``state.staged``."""
+        rows = (self._read_staged(f"{self.staging}/batch_id={batch_id}").groupBy("topic")
+                .agg(F.count(F.lit(1)).alias("n"), F.min("event_ms").alias("min"),
+                     F.max("event_ms").alias("max")).collect())
+        for r in rows:
+            self.state.staged[r["topic"]] = self.state.staged.get(r["topic"], 0) + r["n"]
+        return {"n": sum(r["n"] for r in rows),
+                "min": min((r["min"] for r in rows), default=None),
+                "max": max((r["max"] for r in rows), default=None)}
 
     def _split_late(self, accepted: DataFrame,
                     horizon: int | None) -> tuple[DataFrame, DataFrame | None]:
@@ -457,7 +482,7 @@ class Replay:
         last. Computed from ALL staged messages (so the same on a restart): event time is cut
         into at most 4096 equal bins and consecutive bins are packed greedily into windows of
         at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one window)."""
-        df = self._staged_window(None, None)
+        df = self._read_staged(self.staging)
         stats = df.agg(F.count(F.lit(1)).alias("n"), F.min("event_ms").alias("lo"),
                        F.max("event_ms").alias("hi")).first()
         limit = FINALIZE_WINDOW_MESSAGES
@@ -493,10 +518,11 @@ class Replay:
         shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
         t0 = time.perf_counter()
         self._tick()
-        rows = stages.topic_stage(self._staged_window(lo, hi), self.state.controllers,
-                                  self.state.batchers, self.state.dispatchers, settings, hi,
-                                  final, str(out_dir)).collect()
-        states = stages.StageStates.of({r["topic"]: r[stages.BLOB] for r in rows})
+        topics = {t: self.state.staged.get(t, 0)
+                  for t in {*self.state.staged, *self.state.controllers}}
+        states = stages.StageStates.of(stages.topic_stage(
+            self.spark, self.staging, topics, lo, hi, self.state.controllers,
+            self.state.batchers, self.state.dispatchers, settings, final, str(out_dir)))
         ctl = stages.control_outputs(states.controllers, settings.speed)
         self._attribute(time.perf_counter() - t0, states.seconds)
         self.state.controllers = ctl.states
@@ -536,13 +562,11 @@ class Replay:
                                       version=version, constants={"run_id": self.run_id})
         _after_write(table, version)
 
-    def _staged_window(self, lo: int | None, hi: int | None) -> DataFrame:
-        df = self.spark.read.parquet(self.staging)
-        if lo is not None:
-            df = df.where(F.col("event_ms") >= F.lit(lo))
-        if hi is not None:
-            df = df.where(F.col("event_ms") < F.lit(hi))
-        return df.drop("batch_id")
+    def _read_staged(self, path: str) -> DataFrame:
+        """The ``topic`` and ``event_ms`` of the messages staged under ``path`` (a batch with
+        nothing staged has no files: the schema is given, not inferred)."""
+        return (self.spark.read.schema("topic string, event_ms bigint").parquet(path)
+                .select("topic", "event_ms"))
 
     # ---- runs & summary ------------------------------------------------------------------------
     def _write_runs(self, version: int) -> None:

@@ -4,13 +4,15 @@
   blobs): :func:`control_group` (a topic's routing and controller), :func:`batch_group` (one
   producer's bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per
   topic by :func:`topic_group`. No Spark in them; the local engine (:mod:`pipelines.local`)
-  calls :func:`topic_group` on pandas groups, the Spark wrapper below calls it inside
-  ``groupBy("topic").applyInArrow``. Every emulation rule lives in ``pipelines.core``; these
-  only sort, slice and convert (emulated ms → UTC timestamps in log time).
-- the **Spark wrapper** :func:`topic_stage` — one ``groupBy("topic").applyInArrow`` per window
-  (one shuffle). Each task writes its topic's output rows as Parquet files by table
-  (:func:`write_frames`) and returns one state row (``topic``, ``_blob``); the driver collects
-  only those (bounded by topics, never by messages) and commits the files per table.
+  calls :func:`topic_group` on pandas groups, the Spark wrapper below in its tasks. Every
+  emulation rule lives in ``pipelines.core``; these only sort, slice and convert (emulated ms →
+  UTC timestamps in log time).
+- the **Spark wrapper** :func:`topic_stage` — one Spark job per window, its tasks each running
+  whole topics (:func:`topic_bins`): a task reads its topics' staged messages itself
+  (:func:`read_staged`; the staging is partitioned by topic, so no shuffle), writes their output
+  rows as Parquet files by table (:func:`write_frames`) and returns one state blob per topic;
+  the driver collects only those (bounded by topics, never by messages) and commits the files
+  per table.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
@@ -43,7 +45,6 @@ from pipelines.core.controller import (
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.schemas import arrow_schema
 
-KIND, BLOB, MARKER = "_kind", "_blob", "_marker"
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort", "order_key"]
 
 MESSAGE_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
@@ -587,48 +588,106 @@ def write_frames(out_dir: str, topic: str, frames: Mapping[str, pd.DataFrame]) -
         fs.move(tmp, path)
 
 
+# ---- staged input ------------------------------------------------------------------------------
+
+STAGING_TOPIC_COLUMN = "topic_sha1"
+"""Partition column of the staged messages (``<staging>/batch_id=<k>/topic_sha1=<hex>/``): the
+SHA-1 hex of the topic name, a folder name for any topic, so a task reads only its topic."""
+
+
+def topic_digest(topic: str) -> str:
+    """SHA-1 hex of ``topic``'s UTF-8 bytes (Spark's ``sha1(topic)``)."""
+    return hashlib.sha1(topic.encode("utf-8")).hexdigest()
+
+
+def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
+    """One topic's staged messages with ``lo_ms <= event_ms < hi_ms`` (``None``: unbounded).
+
+    ``staging``: the folder the replay stages accepted messages to, partitioned by
+    ``batch_id`` and :data:`STAGING_TOPIC_COLUMN`. Read with pyarrow (the topic's folders only;
+    row groups outside the window are skipped by their ``event_ms`` statistics). Returns the
+    :data:`STAGE_INPUT_COLUMNS` in file order (the stages sort); no rows when none match."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    import pyarrow.fs as pafs
+
+    from pipelines.delta_io import fs_uri
+
+    fs, path = pafs.FileSystem.from_uri(fs_uri(staging))
+    partitioning = ds.partitioning(
+        pa.schema([("batch_id", pa.int64()), (STAGING_TOPIC_COLUMN, pa.string())]),
+        flavor="hive")
+    dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning)
+    where = pc.field(STAGING_TOPIC_COLUMN) == topic_digest(topic)
+    if lo_ms is not None:
+        where = where & (pc.field("event_ms") >= lo_ms)
+    if hi_ms is not None:
+        where = where & (pc.field("event_ms") < hi_ms)
+    return dataset.to_table(columns=STAGE_INPUT_COLUMNS, filter=where).to_pandas()
+
+
+def topic_bins(weights: Mapping[str, int], slots: int) -> list[list[str]]:
+    """Topics packed into at most ``slots`` tasks, heaviest first (longest-processing-time
+    first: each topic, by weight descending then name, joins the lightest bin so far, the one
+    with fewest topics among equals).
+
+    ``weights``: topic → staged messages. One topic per bin when they fit; bins ordered by
+    total weight descending, so the scheduler starts the longest work first. ``ValueError``
+    when ``slots < 1``."""
+    if slots < 1:
+        raise ValueError(f"slots must be >= 1, got {slots}")
+    order = sorted(weights, key=lambda t: (-weights[t], t))
+    n = min(len(order), slots)
+    bins: list[list[str]] = [[] for _ in range(n)]
+    load = [0] * n
+    for topic in order:
+        i = min(range(n), key=lambda j: (load[j], len(bins[j]), j))
+        bins[i].append(topic)
+        load[i] += weights[topic]
+    return [bins[i] for i in sorted(range(n), key=lambda j: (-load[j], j))]
+
+
 # ---- Spark wrapper ----------------------------------------------------------------------------
 # pyspark is imported lazily so that the local engine runs without it.
 
 
-def topic_stage(msgs: Any, controllers: Mapping[str, bytes],
+def topic_stage(spark: Any, staging: str, topics: Mapping[str, int], lo_ms: int | None,
+                hi_ms: int | None, controllers: Mapping[str, bytes],
                 batchers: Mapping[tuple[str, str], bytes], dispatchers: Mapping[str, bytes],
-                settings: StageSettings, horizon_ms: int | None, final: bool,
-                out_dir: str) -> Any:
-    """Spark: :func:`topic_group` for every topic in ONE ``groupBy("topic").applyInArrow``.
+                settings: StageSettings, final: bool, out_dir: str) -> dict[str, bytes]:
+    """Spark: :func:`topic_group` for every topic of ``topics`` over the staged window
+    ``[lo_ms, hi_ms)``, the topics spread over tasks (:func:`topic_bins`, up to four per core).
 
-    ``msgs``: a window of accepted messages (Spark DataFrame); the state dicts are the
-    replay's (``ReplayState``). Every known topic gets a marker row, so topics without
-    messages in the window still advance. Each task writes its topic's output rows as Parquet
-    under ``out_dir`` (:func:`write_frames`: ``<out_dir>/<kind>/…``, :data:`STAGE_KINDS`) —
-    narrow, typed files the driver commits per table — and returns one row per topic:
-    ``topic``, ``_blob`` = ``pickle((controller, {producer: blob}, dispatcher, seconds))``
-    (:class:`StageStates`). Lazy: run it by collecting those rows (bounded by topics)."""
-    import pyarrow as pa
-    from pyspark.sql import functions as F
-
-    src = msgs.select(*STAGE_INPUT_COLUMNS).withColumn(MARKER, F.lit(False))
-    if controllers:
-        markers = msgs.sparkSession.createDataFrame(
-            pd.DataFrame({"topic": sorted(controllers), MARKER: True}))
-        src = src.unionByName(markers, allowMissingColumns=True)
-    frozen_ctl, frozen_disp = dict(controllers), dict(dispatchers)
-    frozen_prod: dict[str, dict[str, bytes]] = {}
+    ``topics``: topic → staged messages so far (its weight); every known topic runs, so
+    topics without messages in the window still advance. Each task reads its topics' messages
+    from ``staging`` itself (:func:`read_staged`: no shuffle, no message passes through the JVM),
+    writes their output rows as Parquet under ``out_dir`` (:func:`write_frames`) and returns
+    one state blob per topic. The state dicts are the replay's (``ReplayState``). Returns topic
+    → ``pickle((controller, {producer: blob}, dispatcher, seconds))`` (:class:`StageStates`),
+    bounded by topics, never by messages."""
+    if not topics:
+        return {}
+    producers: dict[str, dict[str, bytes]] = {}
     for (topic, producer), blob in batchers.items():
-        frozen_prod.setdefault(topic, {})[producer] = blob
+        producers.setdefault(topic, {})[producer] = blob
+    # Each task gets its own topics' state blobs only.
+    work = [[(t, controllers.get(t), producers.get(t, {}), dispatchers.get(t)) for t in b]
+            for b in topic_bins(topics, 4 * spark.sparkContext.defaultParallelism)]
 
-    def fn(key: tuple[Any, ...], table: pa.Table) -> pa.Table:
-        topic = key[0].as_py()
-        pdf = table.to_pandas()
-        pdf = pdf[~pdf[MARKER].fillna(False).astype(bool)].drop(columns=MARKER)
-        r = topic_group(topic, pdf.reset_index(drop=True), frozen_ctl.get(topic),
-                        frozen_prod.get(topic, {}), frozen_disp.get(topic), settings,
-                        horizon_ms, final)
-        write_frames(out_dir, topic, r.frames)
-        blob = pickle.dumps((r.controller, r.producers, r.dispatch, r.seconds))
-        return pa.table({"topic": [topic], BLOB: pa.array([blob], pa.binary())})
+    def run(items: list[tuple[str, bytes | None, dict[str, bytes], bytes | None]]
+            ) -> list[tuple[str, bytes]]:
+        out = []
+        for topic, ctl, prods, disp in items:
+            r = topic_group(topic, read_staged(staging, topic, lo_ms, hi_ms), ctl, prods, disp,
+                            settings, hi_ms, final)
+            write_frames(out_dir, topic, r.frames)
+            out.append((topic, pickle.dumps((r.controller, r.producers, r.dispatch,
+                                             r.seconds))))
+        return out
 
-    return src.groupBy("topic").applyInArrow(fn, f"topic string, {BLOB} binary")
+    # One slice per bin (an RDD keeps them apart; a DataFrame shuffle could coalesce them).
+    return dict(spark.sparkContext.parallelize(work, len(work)).flatMap(run).collect())
 
 
 @dataclass
