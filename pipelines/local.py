@@ -5,7 +5,7 @@ It is the correctness oracle for the Spark orchestration: its tables must equal 
 replay's on the same input and config (``tests/spark/test_local_engine.py``), and the first
 performance anchor (``bench/``). Entry point: :func:`run_local`.
 
-- **Emulation**: the very group function the Spark stage runs inside ``applyInArrow``
+- **Emulation**: the very group function the Spark stage runs in its tasks
   (:func:`pipelines.stages.topic_group`: control plane, batching, dispatch), called on each
   topic's pandas group — no rule is duplicated.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under

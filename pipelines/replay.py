@@ -503,13 +503,13 @@ class Replay:
     # ---- one finalized window ------------------------------------------------------------------
     def _finalize_window(self, lo: int | None, hi: int | None, version: int, final: bool) -> None:
         """Run the window ``[lo, hi)`` of staged messages through the topic stage
-        (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic in
-        one shuffle) and write its tables.
+        (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic, in
+        tasks that read their topics' staged messages themselves) and write its tables.
 
         Each task writes its topic's output rows as Parquet files by kind under
         ``_work/<run_id>/windows/<version>`` (narrow, typed files: no wide union of the tables
         passes through Spark); each big table (messages, entries, dispatch, …) is then committed
-        from its folder (:meth:`DeltaStore.append_parquet`), and only the per-topic state rows
+        from its folder (:meth:`DeltaStore.append_parquet`), and only the per-topic state blobs
         and the control plane's small tables reach the driver. The folder is removed once the
         window is written (a re-run recomputes it: the stage is deterministic and the commits
         are idempotent)."""
