@@ -284,39 +284,58 @@ def has_open_batches(blob: bytes) -> bool:
     return st.batcher.open_messages > 0
 
 
-def batch_group(topic: str, producer: str, pdf: pd.DataFrame, blob: bytes | None,
-                bcfg: BatchingConfig, facts: LayoutFacts, speed: float, horizon_ms: int | None,
-                final: bool) -> tuple[pd.DataFrame, pd.DataFrame, bytes]:
+def batch_group(producer: str, pdf: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
+                facts: LayoutFacts, horizon_ms: int | None, final: bool,
+                presorted: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, bytes]:
     """One producer's window through its batcher (``pipelines.core.batching``).
 
-    ``pdf``: the producer's routed messages of the window (control-plane output), any order.
+    ``pdf``: the producer's routed messages of the window in replay order (a producer's rows
+    of :func:`control_group`'s output keep that order; ``presorted=False`` sorts them first).
     Default sequence ids (null) are the order within the producer. A segment's container is
     flushed when the segment is sealed (``facts.seals``); ``final`` flushes everything
     (``close_reason = end_of_input``). Returns ``(messages, entries, new_state_blob)``:
     ``messages`` = the ``messages`` table rows whose entry closed (:data:`MESSAGE_COLUMNS` +
-    ``entry_id``), ``entries`` = the emitted entries (:data:`ENTRY_COLUMNS`; times as UTC
-    timestamps in log time).
+    ``entry_id``), ``entries`` = the emitted entries as the core gives them plus
+    ``producer_name`` (:func:`entry_frame` makes table rows of them, for all producers at once:
+    per-producer pandas work is what a trace with thousands of producers pays for).
     """
     st: ProducerState = (pickle.loads(blob) if blob is not None
                          else ProducerState(ProducerBatcher(bcfg)))
-    pdf = _sorted(pdf.astype({"event_ms": "int64", "payload_size": "int64",
-                              "segment_id": "int64", "bucket_index": "int32",
-                              "layout_epoch": "int64"}))
-    missing = pdf["sequence_id"].isna()
+    dtypes = {"event_ms": "int64", "payload_size": "int64", "segment_id": "int64",
+              "bucket_index": "int32", "layout_epoch": "int64"}
+    cast = {c: t for c, t in dtypes.items() if pdf[c].dtype != t}
+    pdf = pdf.astype(cast) if cast else pdf.copy(deep=False)
+    if not presorted:
+        pdf = _sorted(pdf)
     if len(pdf):
-        seq = pdf["sequence_id"].astype("Int64")
-        seq[missing] = st.next_sequence_id + np.arange(int(missing.sum()))
-        pdf["sequence_id"] = seq.astype("int64")
+        pdf["sequence_id"] = _sequence_ids(pdf["sequence_id"], st.next_sequence_id)
         st.next_sequence_id = max(st.next_sequence_id, int(pdf["sequence_id"].max()) + 1)
     emitted, closed = _batch(st, pdf, bcfg, facts, horizon_ms, final)
-    entries = pd.DataFrame(emitted.columns()).rename(columns={"entry_seq": "entry_id"})
-    entries = entries.assign(topic=topic, producer_name=producer,
-                             close_reason=entries["close_reason"].astype(object),
+    entries = pd.DataFrame(emitted.columns())
+    entries["producer_name"] = producer
+    return closed[[*MESSAGE_COLUMNS, "entry_id"]], entries, pickle.dumps(st)
+
+
+def _sequence_ids(seq: pd.Series, next_id: int) -> np.ndarray:
+    """``sequence_id`` with nulls numbered in order from ``next_id`` (int64)."""
+    missing = seq.isna().to_numpy()
+    if missing.all():
+        return next_id + np.arange(len(seq), dtype=np.int64)
+    out = seq.astype("Int64")
+    out[missing] = next_id + np.arange(int(missing.sum()))
+    return out.to_numpy(np.int64)
+
+
+def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame:
+    """:func:`batch_group` entries (of any producers of ``topic``) → ``entries`` table rows
+    (:data:`ENTRY_COLUMNS`: times as UTC timestamps in log time, ``emu_publish_ms`` kept for
+    dispatch)."""
+    entries = entries.rename(columns={"entry_seq": "entry_id"})
+    entries = entries.assign(topic=topic, close_reason=entries["close_reason"].astype(object),
                              emu_publish_ms=entries["publish_time_ms"])
     entries = _times(entries, speed, {"open_time_ms": "open_time",
                                       "publish_time_ms": "publish_time"})
-    return (closed[[*MESSAGE_COLUMNS, "entry_id"]].reset_index(drop=True),
-            entries[ENTRY_COLUMNS], pickle.dumps(st))
+    return entries[ENTRY_COLUMNS]
 
 
 def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig, facts: LayoutFacts,
@@ -348,7 +367,8 @@ def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig, facts: La
     emitted = Entries.concat(parts)
     # Message → entry mapping: this window's messages plus those carried from earlier windows.
     pdf = pdf[MESSAGE_COLUMNS].assign(_ordinal=np.arange(first_ordinal, first_ordinal + len(pdf)))
-    pending = pdf if st.pending is None else pd.concat([st.pending, pdf], ignore_index=True)
+    pending = (pdf if st.pending is None or not len(st.pending)
+               else pd.concat([st.pending, pdf], ignore_index=True))
     ordinals, entry_ids = _entry_mapping(parts)
     mine = pending["_ordinal"].to_numpy(np.int64)
     pos = np.searchsorted(ordinals, mine)
@@ -528,14 +548,14 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     new_producers, messages, entries = {}, [], []
     for name in names:
         group = by_producer.get(name, routed.iloc[0:0])
-        msg, ent, new_producers[name] = batch_group(topic, name, group, producers.get(name),
-                                                    bcfg, facts, settings.speed, horizon_ms,
-                                                    final)
+        msg, ent, new_producers[name] = batch_group(name, group, producers.get(name), bcfg,
+                                                    facts, horizon_ms, final, presorted=True)
         messages.append(msg)
         entries.append(ent)
     frames = {"msg": (pd.concat(messages, ignore_index=True) if messages
                       else pd.DataFrame(columns=[*MESSAGE_COLUMNS, "entry_id"])),
-              "entry": (pd.concat(entries, ignore_index=True) if entries
+              "entry": (entry_frame(topic, pd.concat(entries, ignore_index=True),
+                                    settings.speed) if entries
                         else pd.DataFrame(columns=ENTRY_COLUMNS))}
     lap("batching")
     if ctl.layout is not None:
