@@ -691,14 +691,15 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int], lo_ms: int 
     producers: dict[str, dict[str, bytes]] = {}
     for (topic, producer), blob in batchers.items():
         producers.setdefault(topic, {})[producer] = blob
-    # Each task gets its own topics' state blobs only.
-    work = [[(t, controllers.get(t), producers.get(t, {}), dispatchers.get(t)) for t in b]
-            for b in topic_bins(topics, 4 * spark.sparkContext.defaultParallelism)]
+    sc = spark.sparkContext
+    # The state blobs go out as a broadcast (MBs for a topic with thousands of producers: too
+    # big for a task); each task takes its bin's.
+    work = sc.broadcast([[(t, controllers.get(t), producers.get(t, {}), dispatchers.get(t))
+                          for t in b] for b in topic_bins(topics, 4 * sc.defaultParallelism)])
 
-    def run(items: list[tuple[str, bytes | None, dict[str, bytes], bytes | None]]
-            ) -> list[tuple[str, bytes]]:
+    def run(i: int) -> list[tuple[str, bytes]]:
         out = []
-        for topic, ctl, prods, disp in items:
+        for topic, ctl, prods, disp in work.value[i]:
             r = topic_group(topic, read_staged(staging, topic, lo_ms, hi_ms), ctl, prods, disp,
                             settings, hi_ms, final)
             write_frames(out_dir, topic, r.frames)
@@ -706,8 +707,11 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int], lo_ms: int 
                                              r.seconds))))
         return out
 
-    # One slice per bin (an RDD keeps them apart; a DataFrame shuffle could coalesce them).
-    return dict(spark.sparkContext.parallelize(work, len(work)).flatMap(run).collect())
+    try:  # one slice per bin (an RDD keeps them apart; a DataFrame shuffle could coalesce them)
+        n = len(work.value)
+        return dict(sc.parallelize(range(n), n).flatMap(run).collect())
+    finally:
+        work.destroy()
 
 
 @dataclass
