@@ -716,7 +716,7 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int], lo_ms: int 
 
 @dataclass
 class StageStates:
-    """The state rows of one :func:`topic_stage` window, unpacked on the driver."""
+    """The state blobs of one :func:`topic_stage` window, unpacked on the driver."""
 
     controllers: dict[str, TopicController]
     producers: dict[tuple[str, str], bytes]  # merge over the previous ones (others kept)
@@ -725,7 +725,7 @@ class StageStates:
 
     @classmethod
     def of(cls, rows: Mapping[str, bytes]) -> StageStates:
-        """``rows``: topic → ``_blob`` of its state row."""
+        """``rows``: topic → its state blob (:func:`topic_stage`'s result)."""
         out = cls({}, {}, {}, {})
         for topic, blob in rows.items():
             out.controllers[topic], prods, disp, seconds = pickle.loads(blob)
