@@ -326,15 +326,13 @@ class DeltaStore:
         if dataset.count_rows() == 0:
             self._append_rs(table, schema.empty_table(), app_id, version)
             return
-        data_schema = pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
-        footers = {f: pq.ParquetFile(f, filesystem=fs).metadata for f in dataset.files}
-        adoptable = (set(constants) == set(PARTITION_COLUMNS)
-                     and all(_PLAIN_VALUE.fullmatch(str(v)) for v in constants.values())
-                     and all(m.schema.to_arrow_schema().equals(data_schema)
-                             for m in footers.values()))
-        if adoptable:
-            self._adopt_files(table, fs, footers, constants, app_id, version)
-            return
+        if (set(constants) == set(PARTITION_COLUMNS)
+                and all(_PLAIN_VALUE.fullmatch(str(v)) for v in constants.values())):
+            data_schema = pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
+            footers = {f: pq.ParquetFile(f, filesystem=fs).metadata for f in dataset.files}
+            if all(m.schema.to_arrow_schema().equals(data_schema) for m in footers.values()):
+                self._adopt_files(table, fs, footers, constants, app_id, version)
+                return
         columns = [n for n in schema.names if n in dataset.schema.names and n not in constants]
 
         def batches() -> Any:
@@ -359,11 +357,11 @@ class DeltaStore:
     def _adopt_files(self, table: str, fs: Any, footers: Mapping[str, Any],
                      constants: Mapping[str, Any], app_id: str, version: int) -> None:
         """Move the Parquet files ``footers`` names (path → footer metadata; ``table``'s data
-        columns) into ``table``'s partition
-        folder and commit them, with the app transaction, as one Delta commit of add actions
-        carrying their statistics (:func:`_add_stats`). The new names are derived from
-        ``app_id``, ``version`` and the old name, so a re-run moves a file to the same place; a
-        crash between the move and the commit leaves only unreferenced files (not data)."""
+        columns) into ``table``'s partition folder and commit them, with the app transaction,
+        as one Delta commit of add actions carrying their statistics (:func:`_add_stats`). The
+        new names are derived from ``app_id``, ``version`` and the old name, so a re-run moves a
+        file to the same place; a crash between the move and the commit leaves only
+        unreferenced files (not data)."""
         import hashlib
         import time
 

@@ -518,10 +518,9 @@ class Replay:
         shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
         t0 = time.perf_counter()
         self._tick()
-        topics = {t: self.state.staged.get(t, 0)
-                  for t in {*self.state.staged, *self.state.controllers}}
+        # every topic with a controller has staged messages: state.staged lists them all
         states = stages.StageStates.of(stages.topic_stage(
-            self.spark, self.staging, topics, lo, hi, self.state.controllers,
+            self.spark, self.staging, self.state.staged, lo, hi, self.state.controllers,
             self.state.batchers, self.state.dispatchers, settings, final, str(out_dir)))
         ctl = stages.control_outputs(states.controllers, settings.speed)
         self._attribute(time.perf_counter() - t0, states.seconds)

@@ -222,7 +222,7 @@ def build_session(
         # A local driver is also the executor, and its heap must track what the run holds, not
         # how long it has run. G1 grows its heap to the limit over a long replay and keeps it
         # (driver JVM RSS 1.2 → 1.9 GB from 1 M to 10 M messages, bench/); the serial collector
-        # gives it back after collections (1.1 → 1.3 GB) for ~4 % more time. Like
+        # gives it back after collections (1.1 → 1.3 GB) for 4-7 % more time. Like
         # spark.driver.memory, no effect under spark-submit.
         "spark.driver.extraJavaOptions": ("-XX:+UseSerialGC -XX:MaxHeapFreeRatio=30 "
                                           "-XX:MinHeapFreeRatio=10"),

@@ -285,12 +285,12 @@ def has_open_batches(blob: bytes) -> bool:
 
 
 def batch_group(producer: str, pdf: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
-                facts: LayoutFacts, horizon_ms: int | None, final: bool,
-                presorted: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, bytes]:
+                facts: LayoutFacts, horizon_ms: int | None,
+                final: bool) -> tuple[pd.DataFrame, pd.DataFrame, bytes]:
     """One producer's window through its batcher (``pipelines.core.batching``).
 
     ``pdf``: the producer's routed messages of the window in replay order (a producer's rows
-    of :func:`control_group`'s output keep that order; ``presorted=False`` sorts them first).
+    of :func:`control_group`'s output, which keep that order).
     Default sequence ids (null) are the order within the producer. A segment's container is
     flushed when the segment is sealed (``facts.seals``); ``final`` flushes everything
     (``close_reason = end_of_input``). Returns ``(messages, entries, new_state_blob)``:
@@ -305,8 +305,6 @@ def batch_group(producer: str, pdf: pd.DataFrame, blob: bytes | None, bcfg: Batc
               "bucket_index": "int32", "layout_epoch": "int64"}
     cast = {c: t for c, t in dtypes.items() if pdf[c].dtype != t}
     pdf = pdf.astype(cast) if cast else pdf.copy(deep=False)
-    if not presorted:
-        pdf = _sorted(pdf)
     if len(pdf):
         pdf["sequence_id"] = _sequence_ids(pdf["sequence_id"], st.next_sequence_id)
         st.next_sequence_id = max(st.next_sequence_id, int(pdf["sequence_id"].max()) + 1)
@@ -549,7 +547,7 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     for name in names:
         group = by_producer.get(name, routed.iloc[0:0])
         msg, ent, new_producers[name] = batch_group(name, group, producers.get(name), bcfg,
-                                                    facts, horizon_ms, final, presorted=True)
+                                                    facts, horizon_ms, final)
         messages.append(msg)
         entries.append(ent)
     frames = {"msg": (pd.concat(messages, ignore_index=True) if messages
@@ -627,8 +625,12 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     ``batch_id`` and :data:`STAGING_TOPIC_COLUMN`. Read with pyarrow (the topic's folders only;
     row groups outside the window are skipped by their ``event_ms`` statistics). Returns the
     :data:`STAGE_INPUT_COLUMNS` in file order (the stages sort); no rows when none match."""
+    return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
+
+
+def _staged_dataset(staging: str) -> Any:
+    """The staging folder as a pyarrow dataset (its files listed once)."""
     import pyarrow as pa
-    import pyarrow.compute as pc
     import pyarrow.dataset as ds
     import pyarrow.fs as pafs
 
@@ -638,7 +640,12 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     partitioning = ds.partitioning(
         pa.schema([("batch_id", pa.int64()), (STAGING_TOPIC_COLUMN, pa.string())]),
         flavor="hive")
-    dataset = ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning)
+    return ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning)
+
+
+def _read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
+    import pyarrow.compute as pc
+
     where = pc.field(STAGING_TOPIC_COLUMN) == topic_digest(topic)
     if lo_ms is not None:
         where = where & (pc.field("event_ms") >= lo_ms)
@@ -698,9 +705,9 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int], lo_ms: int 
                           for t in b] for b in topic_bins(topics, 4 * sc.defaultParallelism)])
 
     def run(i: int) -> list[tuple[str, bytes]]:
-        out = []
+        out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
         for topic, ctl, prods, disp in work.value[i]:
-            r = topic_group(topic, read_staged(staging, topic, lo_ms, hi_ms), ctl, prods, disp,
+            r = topic_group(topic, _read_topic(dataset, topic, lo_ms, hi_ms), ctl, prods, disp,
                             settings, hi_ms, final)
             write_frames(out_dir, topic, r.frames)
             out.append((topic, pickle.dumps((r.controller, r.producers, r.dispatch,
