@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -538,7 +538,8 @@ def _check_session_time_zone(df: DataFrame) -> None:
         )
 
 
-def parse_records(raw_df: DataFrame, spec: InputSpec) -> tuple[DataFrame, DataFrame]:
+def parse_records(raw_df: DataFrame, spec: InputSpec,
+                  observation: Observation | None = None) -> tuple[DataFrame, DataFrame]:
     """Map a static raw DataFrame to the input contract: ``(accepted, quarantine)``.
 
     ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
@@ -556,7 +557,15 @@ def parse_records(raw_df: DataFrame, spec: InputSpec) -> tuple[DataFrame, DataFr
 
     ``quarantine`` columns (:data:`QUARANTINE_COLUMNS`): ``source_file``, ``raw_record``,
     ``reason`` (one of :data:`QUARANTINE_REASONS`). CSV header lines are in neither.
+
+    ``observation`` (static ``raw_df`` only): collects ``records`` (records parsed, header lines
+    excluded) and ``quarantined`` (those with a reason) during the first action on ``accepted``
+    or ``quarantine``, so a caller that writes ``accepted`` learns whether anything needs
+    quarantining without a second pass over the input. ``ValueError`` on a streaming ``raw_df``.
     """
+    if raw_df.isStreaming and observation is not None:
+        raise ValueError("an observation needs a static DataFrame: call parse_records inside "
+                         "foreachBatch on the micro-batch of read_raw_stream")
     if raw_df.isStreaming and spec.spread_within_minute:
         raise ValueError(
             f"preset {spec.preset!r} spreads records within a minute (a window function, not "
@@ -633,6 +642,9 @@ def parse_records(raw_df: DataFrame, spec: InputSpec) -> tuple[DataFrame, DataFr
         .when(F.octet_length(F.col("key")) > F.lit(MAX_KEY_BYTES), F.lit(KEY_TOO_LONG))
     )
     checked = checked.withColumn("__reason", reason)
+    if observation is not None:
+        checked = checked.observe(observation, F.count(F.lit(1)).alias("records"),
+                                  F.count(F.col("__reason")).alias("quarantined"))
 
     quarantine = checked.where(F.col("__reason").isNotNull()).select(
         F.col(_FILE).alias("source_file"),

@@ -161,8 +161,11 @@ def _times(df: pd.DataFrame, speed: float, renames: Mapping[str, str]) -> pd.Dat
     """Emulated-clock ms columns → UTC timestamps in log time (× speed)."""
     for src, dst in renames.items():
         if src in df.columns:
-            ms = pd.to_numeric(df[src], errors="coerce") * speed
-            df[dst] = pd.to_datetime(ms.round(), unit="ms", utc=True)
+            if speed == 1.0 and df[src].dtype == np.int64:  # no nulls, no scaling: exact as is
+                df[dst] = pd.to_datetime(df[src], unit="ms", utc=True)
+            else:
+                ms = pd.to_numeric(df[src], errors="coerce") * speed
+                df[dst] = pd.to_datetime(ms.round(), unit="ms", utc=True)
             df = df.drop(columns=src)
     return df
 
@@ -457,7 +460,7 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
             d.advance_to(hi - 1)
         out = d.take_outputs()
         for table in rows:
-            rows[table].append(pd.DataFrame(out.columns(table)))
+            rows[table].extend(pd.DataFrame(part) for part in out.column_parts(table))
     new_seen = max([seen, *[c for c in changes if c < hi]])
     frames = {t: pd.concat(v, ignore_index=True).assign(topic=topic) for t, v in rows.items()}
     speed = settings.speed
@@ -611,6 +614,13 @@ def write_frames(out_dir: str, topic: str, frames: Mapping[str, pd.DataFrame]) -
 STAGING_TOPIC_COLUMN = "topic_sha1"
 """Partition column of the staged messages (``<staging>/batch_id=<k>/topic_sha1=<hex>/``): the
 SHA-1 hex of the topic name, a folder name for any topic, so a task reads only its topic."""
+
+
+STAGING_ROW_GROUP_BYTES = 4 * 1024 * 1024
+"""Row-group size of the staged messages (Parquet ``parquet.block.size``, bytes). Input is
+roughly in time order, so small row groups let :func:`read_staged` skip, by their ``event_ms``
+statistics, the part of a micro-batch outside the window (a 128 MiB default row group holds a
+whole micro-batch: every window overlapping it would read all of it)."""
 
 
 def topic_digest(topic: str) -> str:

@@ -58,6 +58,13 @@ while zero-duration processing produces more acks at ``t``. So an ack at ``t`` h
 membership change at ``t`` (no withholding), and an entry published at a layout change's time
 sees the new layout.
 
+Instant consumers (no capacity limit, no ack delay: the configuration defaults) take every entry
+at its publish time and ack it then, so while nothing else happens (no join/leave, layout change,
+backlog, unacked or withheld entry) the event loop only maps entries to their bucket's owner.
+:meth:`~SubscriptionDispatcher.on_entries` takes such spans in bulk with NumPy and gives the
+same rows, counters, windows and state as the event loop (a property test compares the two);
+everything else runs through the event loop.
+
 Modelling simplifications (deliberate; each keeps the model deterministic and O(entries log))
 -------------------------------------------------------------------------------------------
 1. No receiver queue / permits / prefetch: the broker hands a consumer its next entry only when
@@ -81,7 +88,7 @@ Modelling simplifications (deliberate; each keeps the model deterministic and O(
    are later redelivered because it left) and its busy time up to a leave.
 
 Outputs (:meth:`SubscriptionDispatcher.take_outputs` → :class:`DispatchOutputs`, lists of
-NamedTuples; :meth:`DispatchOutputs.columns` gives column lists, also for 0 rows)
+NamedTuples; :meth:`DispatchOutputs.column_parts` gives columns, also for 0 rows)
 - ``dispatch``: :class:`DispatchRow`, one per entry: emitted when its final delivery is
   dispatched (its ack time is then known), or at ``finish`` for the backlog (nulls).
 - ``handoffs``: :class:`HandoffRow`, one per bucket move between two consumers, emitted when
@@ -254,22 +261,82 @@ class SegmentDrainRow(NamedTuple):
     drain_ms: int
 
 
-@dataclass
-class DispatchOutputs:
-    """Rows produced since the last :meth:`SubscriptionDispatcher.take_outputs`."""
+DispatchBlock = dict[str, npt.NDArray[Any]]
+"""``dispatch`` rows as columns (one array per :class:`DispatchRow` field, same length): what
+the instant-consumer fast path emits instead of one tuple per entry."""
 
-    dispatch: list[DispatchRow] = field(default_factory=list)
+OUTPUT_TABLES = ("dispatch", "handoffs", "consumer_load", "window_stats", "segment_drains")
+"""The outputs of :class:`DispatchOutputs`, in this order."""
+
+
+@dataclass(eq=False)
+class DispatchOutputs:
+    """Rows produced since the last :meth:`SubscriptionDispatcher.take_outputs`.
+
+    ``dispatch`` rows are kept in parts, in emission order (``dispatch_parts``: lists of
+    :class:`DispatchRow` from the event loop, :data:`DispatchBlock` columns from the fast
+    path); :attr:`dispatch` gives them as rows, :meth:`column_parts` as columns. Two outputs
+    are equal when every table has the same rows in the same order."""
+
     handoffs: list[HandoffRow] = field(default_factory=list)
     consumer_load: list[ConsumerLoadRow] = field(default_factory=list)
     window_stats: list[WindowStatsRow] = field(default_factory=list)
     segment_drains: list[SegmentDrainRow] = field(default_factory=list)
+    dispatch_parts: list[list[DispatchRow] | DispatchBlock] = field(default_factory=list)
+
+    @property
+    def dispatch(self) -> list[DispatchRow]:
+        """Every ``dispatch`` row, in emission order (a new list)."""
+        rows: list[DispatchRow] = []
+        for part in self.dispatch_parts:
+            if isinstance(part, list):
+                rows.extend(part)
+            else:
+                rows.extend(map(DispatchRow._make, zip(
+                    *(part[name].tolist() for name in DispatchRow._fields), strict=True)))
+        return rows
+
+    def add_dispatch(self, row: DispatchRow) -> None:
+        """Append one ``dispatch`` row."""
+        if not self.dispatch_parts or not isinstance(self.dispatch_parts[-1], list):
+            self.dispatch_parts.append([])
+        last = self.dispatch_parts[-1]
+        assert isinstance(last, list)
+        last.append(row)
+
+    def extend(self, other: DispatchOutputs) -> None:
+        """Append ``other``'s rows of every table after this one's."""
+        for table in OUTPUT_TABLES[1:]:
+            getattr(self, table).extend(getattr(other, table))
+        self.dispatch_parts.extend(other.dispatch_parts)
 
     def columns(self, table: str) -> dict[str, list[Any]]:
-        """Column lists of one output (``"dispatch"``, ``"handoffs"``, ``"consumer_load"``,
-        ``"window_stats"``, ``"segment_drains"``); every column is present even with 0 rows."""
+        """Column lists of one output (:data:`OUTPUT_TABLES`); every column is present even
+        with 0 rows."""
         row_type = _ROW_TYPES[table]
         rows: list[tuple[Any, ...]] = getattr(self, table)
         return {name: [r[i] for r in rows] for i, name in enumerate(row_type._fields)}
+
+    def column_parts(self, table: str) -> list[dict[str, Sequence[Any]]]:
+        """One output as a list of column dicts (lists or arrays), to be concatenated in order;
+        at least one (possibly with 0 rows) so every column is present. ``dispatch`` keeps the
+        fast path's blocks as arrays (no tuple per entry)."""
+        if table != "dispatch":
+            return [dict(self.columns(table))]
+        parts: list[dict[str, Sequence[Any]]] = []
+        for part in self.dispatch_parts:
+            if isinstance(part, list):
+                parts.append({name: [r[i] for r in part]
+                              for i, name in enumerate(DispatchRow._fields)})
+            else:
+                parts.append(dict(part))
+        return parts or [{name: [] for name in DispatchRow._fields}]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DispatchOutputs):
+            return NotImplemented
+        return self.dispatch == other.dispatch and all(
+            getattr(self, t) == getattr(other, t) for t in OUTPUT_TABLES[1:])
 
 
 _ROW_TYPES: dict[str, Any] = {
@@ -368,6 +435,22 @@ class _Consumer:
             self.cap_den = cap.denominator
 
 
+class _Columns(NamedTuple):
+    """One :meth:`SubscriptionDispatcher.on_entries` call's entries as columns (int64 arrays,
+    ``producers`` a list of str)."""
+
+    times: npt.NDArray[np.int64]
+    sids: npt.NDArray[np.int64]
+    buckets: npt.NDArray[np.int64]
+    nmsg: npt.NDArray[np.int64]
+    nbytes: npt.NDArray[np.int64]
+    producers: list[str]
+    eids: npt.NDArray[np.int64]
+
+
+_KEY_RADIX = 1 << 32
+"""``segment_id * _KEY_RADIX + bucket_index``: a bucket key as one int64 (buckets < 2**32)."""
+
 _Event = tuple[int, int, int, _Entry | str, int]
 """Heap event: (time, phase, tie-break counter, entry (ack) | consumer name (free), number)."""
 
@@ -378,6 +461,11 @@ class SubscriptionDispatcher:
     ``consumers``: every consumer with its join/leave times (unique names). ``window_ms``: length
     of the ``consumer_load`` / ``window_stats`` windows, aligned to multiples of ``window_ms``.
     """
+
+    fast_forward: bool = True
+    """Take spans of entries that instant consumers (no capacity limit, no ack delay) get at
+    their publish time in bulk instead of event by event; the outputs and state are the event
+    loop's (tested against it). ``False`` (on an instance) runs the event loop alone."""
 
     def __init__(self, subscription: str, sub_type: SubscriptionType | str,
                  consumers: Sequence[ConsumerSpec], window_ms: int = DEFAULT_WINDOW_MS) -> None:
@@ -535,14 +623,22 @@ class SubscriptionDispatcher:
                 raise ValueError(f"on_entries: entry published on segment {sid} after it was "
                                  f"sealed at {sealed_at}")
             buckets[mask] = bucket_of_array(seg.bucket_splits, hmin[mask])
-        seq = self._seq
-        for t, sid, b, nm, nb, prod, eid in zip(times.tolist(), sids.tolist(), buckets.tolist(),
-                                                nmsg.tolist(), nbytes.tolist(), producers,
-                                                eids.tolist(), strict=True):
-            self._entries_q.append(_Entry(seq, t, sid, b, nm, nb, prod, eid))
-            seq += 1
-        self._seq = seq
+        cols = _Columns(times, sids, buckets, nmsg, nbytes, producers, eids)
         self._note_input(int(times[0]))
+        start = 0
+        if self.fast_forward and self._instant_consumers():
+            # Instants before the last one are complete (a later input arrived): take them in
+            # spans without events where possible, else one instant at a time.
+            while start < n and times[start] < times[-1]:
+                self._run(int(times[start]), inclusive=False)
+                stop = self._quiet_span(cols, start)
+                if stop == start:
+                    stop = int(np.searchsorted(times, times[start], side="right"))
+                    self._queue(cols, start, stop)
+                else:
+                    self._dispatch_span(cols, start, stop)
+                start = stop
+        self._queue(cols, start, n)
         self._last_input_time = int(times[-1])
         self._run(self._last_input_time, inclusive=False)
 
@@ -583,7 +679,7 @@ class SubscriptionDispatcher:
         for b in self._buckets.values():
             leftover.extend(b.pending)
         for e in sorted(leftover, key=lambda x: x.seq):
-            self._out.dispatch.append(self._row(e))
+            self._out.add_dispatch(self._row(e))
         for key in sorted(self._buckets):
             b = self._buckets[key]
             if b.open_handoff is not None:
@@ -595,6 +691,108 @@ class SubscriptionDispatcher:
         """Rows produced so far; the internal buffers are cleared."""
         out, self._out = self._out, DispatchOutputs()
         return out
+
+    # ---- instant-consumer fast path ---------------------------------------------------------
+    def _instant_consumers(self) -> bool:
+        """Every consumer processes in no time and acks at once (unlimited capacity, no ack
+        delay: the defaults), so an entry with a connected owner is dispatched and acked at its
+        publish time and leaves no state behind."""
+        return not self._queue_mode and all(
+            c.cap_num is None and c.spec.ack_delay_ms == 0 for c in self._consumers.values())
+
+    def _queue(self, cols: _Columns, start: int, stop: int) -> None:
+        """Entries ``[start, stop)`` of ``cols`` into the event loop's input queue."""
+        seq = self._seq
+        for t, sid, b, nm, nb, prod, eid in zip(
+                cols.times[start:stop].tolist(), cols.sids[start:stop].tolist(),
+                cols.buckets[start:stop].tolist(), cols.nmsg[start:stop].tolist(),
+                cols.nbytes[start:stop].tolist(), cols.producers[start:stop],
+                cols.eids[start:stop].tolist(), strict=True):
+            self._entries_q.append(_Entry(seq, t, sid, b, nm, nb, prod, eid))
+            seq += 1
+        self._seq = seq
+
+    def _quiet_span(self, cols: _Columns, start: int) -> int:
+        """End (exclusive index) of the entries from ``start`` that the event loop would
+        dispatch and ack at their publish time with nothing else happening: ``start`` when the
+        dispatcher is not idle at ``cols.times[start]`` (anything queued, pending, unacked,
+        withheld or due), and the span stops before the next consumer join/leave, layout change,
+        entry without a connected owner and the call's last instant (not yet complete)."""
+        t = int(cols.times[start])
+        if (self._heap or self._entries_q or self._pending_entries or self._unacked_entries
+                or self._buckets or self._withheld or self._drain_candidates or self._dirty
+                or self._wake or self._layout is None):
+            return start
+        bound = int(cols.times[-1])
+        if self._cfg_i < len(self._cfg):
+            bound = min(bound, self._cfg[self._cfg_i][0])
+        if self._layouts_q:
+            bound = min(bound, self._layouts_q[0][0])
+        if bound <= t:
+            return start
+        stop = int(np.searchsorted(cols.times, bound, side="left"))
+        keys = cols.sids[start:stop] * _KEY_RADIX + cols.buckets[start:stop]
+        owned = np.isin(keys, np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
+                                          dtype=np.int64, count=len(self._owners)))
+        if not owned.all():  # stop before the instant of the first entry without an owner
+            first = int(cols.times[start + int(np.argmin(owned))])
+            stop = int(np.searchsorted(cols.times, first, side="left"))
+        return max(stop, start)
+
+    def _dispatch_span(self, cols: _Columns, start: int, stop: int) -> None:
+        """Entries ``[start, stop)`` (a :meth:`_quiet_span`) dispatched and acked at their
+        publish time by their bucket's owner, with the rows, counters and windows the event
+        loop gives: within an instant, rows by consumer name then publish order."""
+        times = cols.times[start:stop]
+        sids, buckets = cols.sids[start:stop], cols.buckets[start:stop]
+        nmsg, nbytes = cols.nmsg[start:stop], cols.nbytes[start:stop]
+        names = sorted(set(self._owners.values()))
+        rank = {name: i for i, name in enumerate(names)}
+        key_owner = {s * _KEY_RADIX + b: rank[c] for (s, b), c in self._owners.items()}
+        keys = sids * _KEY_RADIX + buckets
+        ukeys, inverse = np.unique(keys, return_inverse=True)
+        owner = np.array([key_owner[k] for k in ukeys.tolist()], dtype=np.int64)[inverse]
+        m = stop - start
+        order = np.lexsort((np.arange(m), owner, times))
+        # The event loop closes a window at the first step past its end, after the deliveries
+        # of the window: accumulate each window's per-consumer totals, then close.
+        starts = times - times % self.window_ms
+        cuts = np.flatnonzero(np.diff(starts)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), m], strict=True):
+            self._close_windows_upto(int(times[lo]))
+            ws = int(starts[lo])
+            msgs = np.bincount(owner[lo:hi], weights=nmsg[lo:hi], minlength=len(names))
+            size = np.bincount(owner[lo:hi], weights=nbytes[lo:hi], minlength=len(names))
+            for i in np.flatnonzero(np.bincount(owner[lo:hi], minlength=len(names))).tolist():
+                c = self._consumers[names[i]]
+                c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[i])
+                c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[i])
+        last = np.zeros(len(names), dtype=np.int64)
+        np.maximum.at(last, owner, times)
+        for i in np.unique(owner).tolist():
+            c = self._consumers[names[i]]
+            c.free_at = int(last[i])
+            c.ready = []
+        total = int(nmsg.sum())
+        st = self._stats
+        st.entries_received += m
+        st.entries_acked += m
+        st.deliveries += m
+        st.messages_received += total
+        st.messages_acked += total
+        self._counter += m  # one ack event each in the event loop
+        self._seq += m
+        self._last_step = int(times[-1])
+        t_sorted = times[order]
+        self._out.dispatch_parts.append({
+            "subscription": np.full(m, self.subscription, dtype=object),
+            "segment_id": sids[order], "bucket_index": buckets[order],
+            "producer_name": np.asarray(cols.producers[start:stop], dtype=object)[order],
+            "entry_id": cols.eids[start:stop][order], "publish_time_ms": t_sorted,
+            "num_messages": nmsg[order], "payload_bytes": nbytes[order],
+            "consumer_name": np.asarray(names, dtype=object)[owner[order]],
+            "dispatch_time_ms": t_sorted, "ack_time_ms": t_sorted,
+            "redeliveries": np.zeros(m, dtype=np.int64)})
 
     # ---- input bookkeeping --------------------------------------------------------------------
     def _check_input_time(self, t: int, what: str) -> None:
@@ -998,7 +1196,7 @@ class SubscriptionDispatcher:
         c.win_bytes[ws] = c.win_bytes.get(ws, 0) + e.nbytes
         leave = c.spec.leave_ms
         if leave is None or ack <= leave:  # this delivery will be acked: its row is final
-            self._out.dispatch.append(self._row(e))
+            self._out.add_dispatch(self._row(e))
 
     def _row(self, e: _Entry) -> DispatchRow:
         redeliveries = e.deliveries - 1 if e.consumer is not None else e.deliveries

@@ -309,6 +309,19 @@ def test_output_columns_exist_without_rows() -> None:
     _, out = _run("stream", [], [(0, ONE_N1)], [])
     assert out.columns("handoffs") == {name: [] for name in HandoffRow._fields}
     assert out.columns("segment_drains")["drain_ms"] == []
+    assert out.column_parts("dispatch") == [{name: [] for name in DispatchRow._fields}]
+
+
+def test_fast_path_dispatch_rows_come_as_columns_in_event_loop_order() -> None:
+    consumers = [ConsumerSpec("b"), ConsumerSpec("a")]
+    _, out = _run("stream", consumers, [(0, SegmentLayout.initial(2))],
+                  [E(1, 1), E(1, 0), E(1, 1), E(5, 0)], end_ms=10)
+    block, rows = out.column_parts("dispatch")  # the last instant waited for finish()
+    assert rows["entry_id"] == [3]
+    # instant 1: consumer a (segment 0) before b (segment 1), each in publish order
+    assert block["consumer_name"].tolist() == ["a", "b", "b"]
+    assert block["entry_id"].tolist() == [1, 0, 2]
+    assert [r.entry_id for r in out.dispatch] == [1, 0, 2, 3]
 
 
 # ---- input contract -----------------------------------------------------------------------------
@@ -399,8 +412,12 @@ def test_consumer_spec_validation(kwargs: dict[str, int], message: str) -> None:
 
 # ---- properties: chunking invariance, single holder per bucket, per-bucket order ----------------
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[str, list[ConsumerSpec], list[Event]]:
-    sub_type = draw(st.sampled_from(["stream", "checkpoint", "queue"]))
+def scenarios(draw: st.DrawFn,
+              instant: bool = False) -> tuple[str, list[ConsumerSpec], list[Event]]:
+    """A subscription, its consumers and the input events. ``instant``: consumers without
+    capacity limit or ack delay (the dispatcher's fast path), and no QUEUE."""
+    sub_type = draw(st.sampled_from(["stream", "checkpoint"] if instant
+                                    else ["stream", "checkpoint", "queue"]))
     budget = draw(st.sampled_from([1, 2, 4]))
     layout0 = SegmentLayout.initial(draw(st.integers(1, 2)), bucket_budget=budget)
     layouts = [(0, layout0)]
@@ -419,8 +436,8 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[ConsumerSpec], list[Event]]:
         leave = draw(st.one_of(st.none(), st.integers(join + 1, join + 2000)))
         consumers.append(ConsumerSpec(
             f"c{i}", join_ms=join, leave_ms=leave,
-            capacity_msgs_per_s=draw(st.sampled_from([None, 2.0, 5.0, 30.0])),
-            ack_delay_ms=draw(st.sampled_from([0, 0, 7, 150]))))
+            capacity_msgs_per_s=None if instant else draw(st.sampled_from([None, 2.0, 5.0, 30.0])),
+            ack_delay_ms=0 if instant else draw(st.sampled_from([0, 0, 7, 150]))))
     times = sorted(draw(st.lists(st.integers(0, 2500), min_size=1, max_size=40)))
     entries = []
     for t in times:
@@ -431,8 +448,10 @@ def scenarios(draw: st.DrawFn) -> tuple[str, list[ConsumerSpec], list[Event]]:
 
 
 def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Event],
-                 cuts: list[int], advance: bool, repickle: bool) -> DispatchOutputs:
+                 cuts: list[int], advance: bool, repickle: bool,
+                 fast_forward: bool = True) -> DispatchOutputs:
     d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=400)
+    d.fast_forward = fast_forward
     total = DispatchOutputs()
     bounds = [0, *sorted({c % (len(events) + 1) for c in cuts}), len(events)]
     horizon = -1
@@ -447,13 +466,9 @@ def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Even
                 horizon = h
         if repickle:
             d = pickle.loads(pickle.dumps(d))
-        part = d.take_outputs()
-        for name in ("dispatch", "handoffs", "consumer_load", "window_stats", "segment_drains"):
-            getattr(total, name).extend(getattr(part, name))
+        total.extend(d.take_outputs())
     d.finish(3000)
-    part = d.take_outputs()
-    for name in ("dispatch", "handoffs", "consumer_load", "window_stats", "segment_drains"):
-        getattr(total, name).extend(getattr(part, name))
+    total.extend(d.take_outputs())
     return total
 
 
@@ -469,6 +484,37 @@ def test_outputs_do_not_depend_on_chunking_horizons_or_pickling(
     sub_type, consumers, events = scenario
     whole = _run_chunked(sub_type, consumers, events, [], False, False)
     assert _run_chunked(sub_type, consumers, events, cuts, advance, repickle) == whole
+
+
+@_PROPS
+@given(scenarios(instant=True), st.lists(st.integers(0, 100), max_size=6), st.booleans())
+def test_instant_consumer_fast_path_equals_the_event_loop(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]], cuts: list[int],
+        advance: bool) -> None:
+    sub_type, consumers, events = scenario
+    loop = _run_chunked(sub_type, consumers, events, cuts, advance, False, fast_forward=False)
+    assert _run_chunked(sub_type, consumers, events, cuts, advance, False) == loop
+
+
+def test_fast_path_leaves_the_event_loops_state() -> None:
+    layout = SegmentLayout.initial(2, bucket_budget=4)  # segments 0 and 1
+    split = layout.split(0, now_ms=500)  # 0 → 2 and 3
+    # spans cut by the split, by b's join and by window ends; the last instant waits for input
+    entries = [E(0, 0, 1), E(0, 1, 0xF000), E(10, 0, 5), E(70_000, 2, 9), E(70_000, 3, 0x5000),
+               E(70_000, 1, 0x9000), E(150_000, 3, 0x6000), E(200_000, 1, 3)]
+    consumers = [ConsumerSpec("a"), ConsumerSpec("b", join_ms=100_000)]
+    dispatchers = []
+    for fast in (True, False):
+        d = SubscriptionDispatcher(SUB, "stream", consumers)
+        d.fast_forward = fast
+        _feed(d, _events([(0, layout), (500, split)], entries))
+        dispatchers.append(d)
+    fast_d, loop_d = dispatchers
+    assert fast_d.stats == loop_d.stats
+    assert fast_d.stats.entries_acked == 7
+    assert fast_d.take_outputs() == loop_d.take_outputs()
+    loop_d.fast_forward = True
+    assert pickle.dumps(fast_d) == pickle.dumps(loop_d)
 
 
 @_PROPS

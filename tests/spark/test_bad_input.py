@@ -240,3 +240,26 @@ def test_fuzzed_records_are_accepted_or_quarantined_with_the_expected_reason(
     got = sorted(r.reason for r in quarantine.collect())
     assert got == sorted(r for _, r in cases if r is not None)
     assert accepted.count() == sum(r is None for _, r in cases)
+
+
+def test_quarantine_query_runs_when_the_observation_has_no_metrics(spark):
+    from pyspark.sql import Observation
+
+    from pipelines.replay import _nothing_quarantined
+
+    assert not _nothing_quarantined(Observation(), staged=0)  # never attached to a plan
+
+
+@pytest.mark.parametrize("staged, expected", [(3, True), (2, False)])
+def test_nothing_quarantined_needs_every_observed_record_staged(spark, staged, expected):
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from pipelines.replay import _nothing_quarantined
+
+    observation = Observation()
+    df = spark.range(3).observe(observation, F.count(F.lit(1)).alias("records"),
+                                F.lit(0).cast("long").alias("quarantined"))
+    df.collect()
+
+    assert _nothing_quarantined(observation, staged) is expected

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chispa import assert_df_equality
+from pyspark.sql import Observation
 from pyspark.sql import types as T
 
 from pipelines.core.hashing import hash32
@@ -26,6 +27,7 @@ from pipelines.ingest import (
     parse_records,
     read_raw_batch,
     read_raw_stream,
+    resolve_input_spec,
 )
 from pipelines.presets import PRESETS, get_preset
 from pipelines.udfs import key_hashes_arrow
@@ -457,6 +459,34 @@ def test_parse_records_rejects_a_stream_when_the_spec_spreads_minutes(spark, tmp
 
     with pytest.raises(ValueError, match="foreachBatch"):
         parse_records(stream, get_preset("online-retail"))
+
+
+@pytest.mark.parametrize("name, lines, preset, expected", [
+    ("a.json", [json.dumps({"topic": "t", "publish_time": 0, "payload_size": 0}),
+                BAD_RECORDS["missing_topic"]], "contract", {"records": 2, "quarantined": 1}),
+    ("a.csv", [ONLINE_RETAIL_HEADER,  # the header line is not a record
+               _retail("536365", "85123A", "2010-12-01 08:26:00", "17850.0")],
+     "online-retail", {"records": 1, "quarantined": 0}),
+])
+def test_observation_counts_records_and_quarantined_while_accepted_is_written(
+        spark, tmp_path, name, lines, preset, expected):
+    path = _write(tmp_path, name, lines)
+    observation = Observation()
+    spec = resolve_input_spec(get_preset(preset), spark, [str(path)])
+    accepted, _ = parse_records(read_raw_batch(spark, [str(path)], spec.format, spec.file_glob),
+                                spec, observation=observation)
+
+    accepted.write.parquet(str(tmp_path / "out"))  # the one action: no quarantine query
+
+    assert observation.get == expected
+
+
+def test_parse_records_rejects_an_observation_on_a_stream(spark, tmp_path):
+    _write(tmp_path, "a.json", ['{"topic": "t"}'])
+    stream = read_raw_stream(spark, str(tmp_path), "json")
+
+    with pytest.raises(ValueError, match="static DataFrame"):
+        parse_records(stream, get_preset("contract"), observation=Observation())
 
 
 def test_parse_records_accepts_a_stream_when_the_spec_does_not_spread(spark, tmp_path):
