@@ -394,15 +394,14 @@ class Replay:
 
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
-        (``None`` when empty); their per-topic counts are added to ``state.staged``."""
-        rows = (self._read_staged(f"{self.staging}/batch_id={batch_id}").groupBy("topic")
-                .agg(F.count(F.lit(1)).alias("n"), F.min("event_ms").alias("min"),
-                     F.max("event_ms").alias("max")).collect())
-        for r in rows:
-            self.state.staged[r["topic"]] = self.state.staged.get(r["topic"], 0) + r["n"]
-        return {"n": sum(r["n"] for r in rows),
-                "min": min((r["min"] for r in rows), default=None),
-                "max": max((r["max"] for r in rows), default=None)}
+        (``None`` when empty), from the staged files' footers (``stages.staged_batch_stats``);
+        their per-topic counts are added to ``state.staged``."""
+        stats = stages.staged_batch_stats(self.staging, batch_id)
+        for topic, (n, _, _) in stats.items():
+            self.state.staged[topic] = self.state.staged.get(topic, 0) + n
+        return {"n": sum(n for n, _, _ in stats.values()),
+                "min": min((lo for _, lo, _ in stats.values()), default=None),
+                "max": max((hi for _, _, hi in stats.values()), default=None)}
 
     def _split_late(self, accepted: DataFrame,
                     horizon: int | None) -> tuple[DataFrame, DataFrame | None]:

@@ -638,6 +638,44 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
 
 
+def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int, int]]:
+    """Micro-batch ``batch_id``'s staged messages per topic: ``(messages, min event_ms, max
+    event_ms)``, from the Parquet footers of its files under ``staging`` (row counts and
+    ``event_ms`` statistics; the topic's name from one value of its ``topic`` column), so no
+    data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
+    import pyarrow.compute as pc
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from pipelines.delta_io import fs_uri
+
+    fs, path = pafs.FileSystem.from_uri(fs_uri(f"{staging.rstrip('/')}/batch_id={batch_id}"))
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    out: dict[str, tuple[int, int, int]] = {}
+    for info in sorted(infos, key=lambda i: i.path):
+        name = info.base_name
+        if (info.type != pafs.FileType.File or not name.endswith(".parquet")
+                or name.startswith((".", "_"))):
+            continue
+        with fs.open_input_file(info.path) as f:
+            pf = pq.ParquetFile(f)
+            col = pf.schema_arrow.get_field_index("event_ms")
+            for i in range(pf.metadata.num_row_groups):
+                group = pf.metadata.row_group(i)
+                if not group.num_rows:
+                    continue
+                topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
+                st = group.column(col).statistics
+                if st is not None and st.has_min_max:
+                    lo, hi = int(st.min), int(st.max)
+                else:  # a writer without statistics: read the column
+                    mm = pc.min_max(pf.read_row_group(i, columns=["event_ms"]).column(0))
+                    lo, hi = mm["min"].as_py(), mm["max"].as_py()
+                n, lo0, hi0 = out.get(topic, (0, lo, hi))
+                out[topic] = (n + group.num_rows, min(lo, lo0), max(hi, hi0))
+    return out
+
+
 def _staged_dataset(staging: str) -> Any:
     """The staging folder as a pyarrow dataset (its files listed once)."""
     import pyarrow as pa

@@ -16,6 +16,7 @@ from pipelines.stages import (
     STAGE_INPUT_COLUMNS,
     STAGING_TOPIC_COLUMN,
     read_staged,
+    staged_batch_stats,
     topic_bins,
     topic_digest,
 )
@@ -89,3 +90,24 @@ def test_read_staged_returns_one_topics_window_across_batches(
     assert list(pdf.columns) == STAGE_INPUT_COLUMNS
     assert sorted(pdf["event_ms"].tolist()) == expected
     assert set(pdf["topic"]) <= {"a/b"}
+
+
+def test_staged_batch_stats_counts_each_topic_from_the_footers(tmp_path: Path) -> None:
+    _stage(tmp_path, 0, [("a/b", 100), ("a/b", 150), ("other", 120)])
+    _stage(tmp_path, 1, [("a/b", 250), ("other", 210), ("a/b", 200)])
+    assert staged_batch_stats(str(tmp_path), 1) == {"a/b": (2, 200, 250), "other": (1, 210, 210)}
+
+
+def test_staged_batch_stats_merges_row_groups_and_files_of_a_topic(tmp_path: Path) -> None:
+    _stage(tmp_path, 0, [("t", 5), ("t", 1), ("t", 9)])
+    folder = tmp_path / "batch_id=0" / f"{STAGING_TOPIC_COLUMN}={topic_digest('t')}"
+    table = pq.read_table(folder / "part-0.parquet")
+    # one-row groups without statistics (read instead)
+    pq.write_table(table, folder / "part-1.parquet", row_group_size=1, write_statistics=False)
+    assert pq.ParquetFile(folder / "part-1.parquet").metadata.row_group(0).column(6).statistics \
+        is None
+    assert staged_batch_stats(str(tmp_path), 0) == {"t": (6, 1, 9)}
+
+
+def test_staged_batch_stats_of_a_batch_without_files_is_empty(tmp_path: Path) -> None:
+    assert staged_batch_stats(str(tmp_path), 3) == {}
