@@ -1,8 +1,8 @@
 """The emulation stages around ``pipelines.core``, in two layers:
 
 - **group functions** — plain pandas in, pandas out, plus the group's carried state (pickled
-  blobs): :func:`control_group` (a topic's routing and controller), :func:`batch_group` (one
-  producer's bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per
+  blobs): :func:`control_group` (a topic's routing and controller), :func:`batch_topic` (its
+  producers' bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per
   topic by :func:`topic_group`. No Spark in them; the local engine (:mod:`pipelines.local`)
   calls :func:`topic_group` on pandas groups, the Spark wrapper below in its tasks. Every
   emulation rule lives in ``pipelines.core``; these only sort, slice and convert (emulated ms →
@@ -287,48 +287,178 @@ def has_open_batches(blob: bytes) -> bool:
     return st.batcher.open_messages > 0
 
 
-def batch_group(producer: str, pdf: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
+_MESSAGE_DTYPES = {"event_ms": "int64", "payload_size": "int64", "segment_id": "int64",
+                   "bucket_index": "int32", "layout_epoch": "int64"}
+
+
+def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: BatchingConfig,
                 facts: LayoutFacts, horizon_ms: int | None,
-                final: bool) -> tuple[pd.DataFrame, pd.DataFrame, bytes]:
-    """One producer's window through its batcher (``pipelines.core.batching``).
+                final: bool) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, bytes]]:
+    """One topic's window through its producers' batchers (``pipelines.core.batching``), in
+    producer-name order.
 
-    ``pdf``: the producer's routed messages of the window in replay order (a producer's rows
-    of :func:`control_group`'s output, which keep that order).
-    Default sequence ids (null) are the order within the producer. A segment's container is
-    flushed when the segment is sealed (``facts.seals``); ``final`` flushes everything
-    (``close_reason = end_of_input``). Returns ``(messages, entries, new_state_blob)``:
-    ``messages`` = the ``messages`` table rows whose entry closed (:data:`MESSAGE_COLUMNS` +
-    ``entry_id``), ``entries`` = the emitted entries as the core gives them plus
-    ``producer_name`` (:func:`entry_frame` makes table rows of them, for all producers at once:
-    per-producer pandas work is what a trace with thousands of producers pays for).
-    """
-    st: ProducerState = (pickle.loads(blob) if blob is not None
-                         else ProducerState(ProducerBatcher(bcfg)))
-    dtypes = {"event_ms": "int64", "payload_size": "int64", "segment_id": "int64",
-              "bucket_index": "int32", "layout_epoch": "int64"}
-    cast = {c: t for c, t in dtypes.items() if pdf[c].dtype != t}
-    pdf = pdf.astype(cast) if cast else pdf.copy(deep=False)
-    if len(pdf):
-        pdf["sequence_id"] = _sequence_ids(pdf["sequence_id"], st.next_sequence_id)
-        st.next_sequence_id = max(st.next_sequence_id, int(pdf["sequence_id"].max()) + 1)
-    emitted, closed = _batch(st, pdf, bcfg, facts, horizon_ms, final)
-    entries = pd.DataFrame(emitted.columns())
-    entries["producer_name"] = producer
-    return closed[[*MESSAGE_COLUMNS, "entry_id"]], entries, pickle.dumps(st)
+    ``routed``: :func:`control_group`'s output (replay order). ``producers``: carried state
+    blobs by producer; a producer without messages in the window runs only while it holds open
+    batches (its timers fire). Default sequence ids (null) are the order within the producer.
+    A segment's container is flushed when the segment is sealed (``facts.seals``); ``final``
+    flushes everything (``close_reason = end_of_input``). Returns ``(messages, entries,
+    new_state_blobs)``: ``messages`` = the ``messages`` table rows whose entry closed
+    (:data:`MESSAGE_COLUMNS` + ``entry_id``; by producer, earlier windows' messages first),
+    ``entries`` = the emitted entries as the core gives them plus ``producer_name``
+    (:func:`entry_frame` makes table rows of them). The messages stay in NumPy columns sliced
+    per producer and become rows once per topic: the pandas work does not grow with the
+    number of producers (traces have thousands)."""
+    cast = {c: t for c, t in _MESSAGE_DTYPES.items() if routed[c].dtype != t}
+    routed = routed.astype(cast) if cast else routed
+    n = len(routed)
+    cols = _BatchInput.of(routed)
+    codes, uniques = pd.factorize(routed["producer_name"], sort=True)
+    by_code = np.argsort(codes, kind="stable")  # rows grouped by producer, replay order kept
+    bounds = np.searchsorted(codes[by_code], np.arange(len(uniques) + 1))
+    rows = {str(p): by_code[bounds[i]:bounds[i + 1]] for i, p in enumerate(uniques)}
+    idle = {p for p, b in producers.items() if p not in rows and has_open_batches(b)}
+    names = sorted(set(rows) | idle)
+    none = np.zeros(0, dtype=np.intp)
+    seq_ids = np.zeros(n, dtype=np.int64)
+    ordinal = np.zeros(n, dtype=np.int64)
+    entry_of = np.full(n, -1, dtype=np.int64)
+    states: dict[str, ProducerState] = {}
+    earlier: list[tuple[int, pd.DataFrame]] = []  # (producer rank, closed rows of old windows)
+    kept: dict[str, tuple[pd.DataFrame | None, np.ndarray]] = {}  # still open: old rows, new
+    emitted: list[tuple[str, Entries]] = []
+    for rank, name in enumerate(names):
+        idx = rows.get(name, none)
+        blob = producers.get(name)
+        st = pickle.loads(blob) if blob is not None else ProducerState(ProducerBatcher(bcfg))
+        states[name] = st
+        seq = cols.seqs[idx]
+        missing = cols.seq_missing[idx]
+        seq[missing] = st.next_sequence_id + np.arange(int(missing.sum()), dtype=np.int64)
+        if len(idx):
+            st.next_sequence_id = max(st.next_sequence_id, int(seq.max()) + 1)
+        seq_ids[idx] = seq
+        first_ordinal = st.batcher.messages_added
+        ordinal[idx] = first_ordinal + np.arange(len(idx), dtype=np.int64)
+        parts = _batch(st.batcher, cols, idx, seq, facts, horizon_ms, final)
+        emitted.append((name, Entries.concat(parts)))
+        ordinals, entry_ids = _entry_mapping(parts)
+        found, at = _lookup(ordinals, ordinal[idx])
+        entry_of[idx[found]] = entry_ids[at[found]]
+        old = st.pending
+        if old is not None and len(old):
+            found_old, at_old = _lookup(ordinals, old["_ordinal"].to_numpy(np.int64))
+            if found_old.any():
+                earlier.append((rank, old[found_old].assign(entry_id=entry_ids[at_old[found_old]])))
+            old = old[~found_old]
+        kept[name] = (old, idx[~found])
+    table = routed[MESSAGE_COLUMNS].assign(sequence_id=seq_ids, _ordinal=ordinal)
+    for name, (old, new) in kept.items():
+        fresh = table.take(new) if len(new) else None
+        pending = [f for f in (old, fresh) if f is not None and len(f)]
+        states[name].pending = (pd.concat(pending, ignore_index=True) if len(pending) > 1
+                                else pending[0].reset_index(drop=True) if pending else None)
+    return (_closed_messages(table, entry_of, by_code, codes, uniques, names, earlier),
+            _entries_of(emitted), {name: pickle.dumps(st) for name, st in states.items()})
 
 
-def _sequence_ids(seq: pd.Series, next_id: int) -> np.ndarray:
-    """``sequence_id`` with nulls numbered in order from ``next_id`` (int64)."""
-    missing = seq.isna().to_numpy()
-    if missing.all():
-        return next_id + np.arange(len(seq), dtype=np.int64)
-    out = seq.astype("Int64")
-    out[missing] = next_id + np.arange(int(missing.sum()))
-    return out.to_numpy(np.int64)
+@dataclass(frozen=True)
+class _BatchInput:
+    """A topic's routed messages as NumPy columns (aligned with the routed frame)."""
+
+    times: np.ndarray
+    seqs: np.ndarray  # -1 where null
+    seq_missing: np.ndarray
+    segments: np.ndarray
+    hashes: np.ndarray  # hash_b, 0 for keyless
+    sizes: np.ndarray
+    key_ids: np.ndarray  # -1 for keyless
+
+    @classmethod
+    def of(cls, routed: pd.DataFrame) -> _BatchInput:
+        seq = routed["sequence_id"]
+        keys = routed["key"]
+        return cls(
+            times=routed["event_ms"].to_numpy(np.int64),
+            seqs=seq.fillna(-1).to_numpy(np.int64), seq_missing=seq.isna().to_numpy(),
+            segments=routed["segment_id"].to_numpy(np.int64),
+            hashes=routed["hash_b"].fillna(0).to_numpy(np.int64),
+            sizes=routed["payload_size"].to_numpy(np.int64),
+            key_ids=np.where(keys.isna(), -1, pd.util.hash_array(
+                keys.fillna("").to_numpy(object)) >> np.uint64(1)).astype(np.int64))
+
+
+def _batch(b: ProducerBatcher, cols: _BatchInput, idx: np.ndarray, seq: np.ndarray,
+           facts: LayoutFacts, horizon_ms: int | None, final: bool) -> list[Entries]:
+    """One producer's rows ``idx`` (replay order; ``seq``: their sequence ids) through its
+    batcher: added between segment seals (a sealed segment's open container is flushed at the
+    seal), then flushed at end of input or advanced to the horizon."""
+    ev = cols.times[idx]
+    parts: list[Entries] = []
+    start = 0
+    for t, sealed in facts.seals:
+        if t < b.clock_ms or (horizon_ms is not None and t >= horizon_ms):
+            continue
+        stop = int(np.searchsorted(ev, t, side="left"))
+        parts.append(_add(b, cols, idx[start:stop], seq[start:stop], facts.splits))
+        start = stop
+        open_sealed = [s for s in sealed if s in b.open_segments]
+        if open_sealed:
+            parts.append(b.flush(t, "segment_sealed", open_sealed))
+    parts.append(_add(b, cols, idx[start:], seq[start:], facts.splits))
+    if final:
+        parts.append(b.flush(max(b.clock_ms, int(ev[-1]) if len(ev) else b.clock_ms),
+                             "end_of_input"))
+    elif horizon_ms is not None:
+        parts.append(b.advance_to(horizon_ms))
+    return parts
+
+
+def _add(b: ProducerBatcher, cols: _BatchInput, idx: np.ndarray, seq: np.ndarray,
+         splits: Mapping[int, list[int]]) -> Entries:
+    seg = cols.segments[idx]
+    return b.add_messages(cols.times[idx], seq, seg, cols.hashes[idx], cols.sizes[idx],
+                          cols.key_ids[idx], {int(s): splits[int(s)] for s in np.unique(seg)})
+
+
+def _lookup(ordinals: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(found, at)``: which ``wanted`` ordinals are in the sorted ``ordinals``, and where."""
+    at = np.searchsorted(ordinals, wanted)
+    found = at < len(ordinals)
+    found[found] = ordinals[at[found]] == wanted[found]
+    return found, at
+
+
+def _closed_messages(table: pd.DataFrame, entry_of: np.ndarray, by_code: np.ndarray,
+                     codes: np.ndarray, uniques: pd.Index, names: list[str],
+                     earlier: list[tuple[int, pd.DataFrame]]) -> pd.DataFrame:
+    """The ``messages`` rows whose entry closed: per producer (name order), its messages of
+    earlier windows, then this window's in replay order."""
+    columns = [*MESSAGE_COLUMNS, "entry_id"]
+    rank = np.searchsorted(np.asarray(names, dtype=object), np.asarray(uniques, dtype=object))
+    closed = by_code[entry_of[by_code] >= 0]
+    now = table.take(closed).assign(entry_id=entry_of[closed])
+    if not earlier:
+        return now[columns].reset_index(drop=True)
+    keys = np.concatenate([np.full(len(f), 2 * r, dtype=np.int64) for r, f in earlier]
+                          + [2 * rank[codes[closed]] + 1])
+    both = pd.concat([*(f for _, f in earlier), now], ignore_index=True)
+    return both.take(np.argsort(keys, kind="stable"))[columns].reset_index(drop=True)
+
+
+def _entries_of(emitted: list[tuple[str, Entries]]) -> pd.DataFrame:
+    """The producers' entries as one frame (core columns + ``producer_name``)."""
+    if not emitted:
+        return pd.DataFrame(columns=[*Entries.ENTRY_COLUMNS, "producer_name"])
+    names = [name for name, _ in emitted]
+    frames = [e.columns() for _, e in emitted]
+    counts = [len(f["entry_seq"]) for f in frames]
+    out = pd.DataFrame({c: np.concatenate([f[c] for f in frames]) for c in frames[0]})
+    out["producer_name"] = np.repeat(np.asarray(names, dtype=object), counts)
+    return out
 
 
 def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame:
-    """:func:`batch_group` entries (of any producers of ``topic``) → ``entries`` table rows
+    """:func:`batch_topic` entries (of any producers of ``topic``) → ``entries`` table rows
     (:data:`ENTRY_COLUMNS`: times as UTC timestamps in log time, ``emu_publish_ms`` kept for
     dispatch)."""
     entries = entries.rename(columns={"entry_seq": "entry_id"})
@@ -337,58 +467,6 @@ def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame
     entries = _times(entries, speed, {"open_time_ms": "open_time",
                                       "publish_time_ms": "publish_time"})
     return entries[ENTRY_COLUMNS]
-
-
-def _batch(st: ProducerState, pdf: pd.DataFrame, bcfg: BatchingConfig, facts: LayoutFacts,
-           horizon_ms: int | None, final: bool) -> tuple[Entries, pd.DataFrame]:
-    """Run one producer's window through its batcher; returns (entries, closed message rows)."""
-    b = st.batcher
-    ev = pdf["event_ms"].to_numpy(np.int64)
-    key_id = np.where(pdf["key"].isna(), -1,
-                      pd.util.hash_array(pdf["key"].fillna("").to_numpy(object)) >> np.uint64(1)
-                      ).astype(np.int64)
-    parts: list[Entries] = []
-    first_ordinal = b.messages_added
-    start = 0
-    for t, sealed in facts.seals:
-        if t < b.clock_ms or (horizon_ms is not None and t >= horizon_ms):
-            continue
-        stop = int(np.searchsorted(ev, t, side="left"))
-        parts.append(_add(b, pdf, start, stop, key_id, facts.splits))
-        start = stop
-        open_sealed = [s for s in sealed if s in b.open_segments]
-        if open_sealed:
-            parts.append(b.flush(t, "segment_sealed", open_sealed))
-    parts.append(_add(b, pdf, start, len(pdf), key_id, facts.splits))
-    if final:
-        parts.append(b.flush(max(b.clock_ms, int(ev[-1]) if len(ev) else b.clock_ms),
-                             "end_of_input"))
-    elif horizon_ms is not None:
-        parts.append(b.advance_to(horizon_ms))
-    emitted = Entries.concat(parts)
-    # Message → entry mapping: this window's messages plus those carried from earlier windows.
-    pdf = pdf[MESSAGE_COLUMNS].assign(_ordinal=np.arange(first_ordinal, first_ordinal + len(pdf)))
-    pending = (pdf if st.pending is None or not len(st.pending)
-               else pd.concat([st.pending, pdf], ignore_index=True))
-    ordinals, entry_ids = _entry_mapping(parts)
-    mine = pending["_ordinal"].to_numpy(np.int64)
-    pos = np.searchsorted(ordinals, mine)
-    found = pos < len(ordinals)
-    found[found] = ordinals[pos[found]] == mine[found]
-    closed = pending[found].assign(entry_id=entry_ids[pos[found]])
-    st.pending = pending[~found].reset_index(drop=True)
-    return emitted, closed.drop(columns="_ordinal")
-
-
-def _add(b: ProducerBatcher, pdf: pd.DataFrame, start: int, stop: int,
-         key_id: np.ndarray, splits: Mapping[int, list[int]]) -> Entries:
-    sl = slice(start, stop)
-    seg = pdf["segment_id"].to_numpy(np.int64)[sl]
-    return b.add_messages(pdf["event_ms"].to_numpy(np.int64)[sl],
-                          pdf["sequence_id"].to_numpy(np.int64)[sl], seg,
-                          pdf["hash_b"].fillna(0).to_numpy(np.int64)[sl],
-                          pdf["payload_size"].to_numpy(np.int64)[sl], key_id[sl],
-                          {int(s): splits[int(s)] for s in np.unique(seg)})
 
 
 def _entry_mapping(parts: list[Entries]) -> tuple[np.ndarray, np.ndarray]:
@@ -519,7 +597,7 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
                 producers: Mapping[str, bytes], dispatcher: bytes | None,
                 settings: StageSettings, horizon_ms: int | None, final: bool) -> TopicResult:
     """One topic's window of messages through :func:`control_group` (routing, autoscale),
-    :func:`batch_group` per producer (bucketed batching) and :func:`dispatch_group`, in that
+    :func:`batch_topic` (bucketed batching per producer) and :func:`dispatch_group`, in that
     order — a topic's three stages only depend on the topic, so one task runs them all (one
     shuffle per window instead of three).
 
@@ -543,21 +621,9 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     lap("control_plane")
     facts = LayoutFacts.of(ctl.layout)
     bcfg = settings.batching()
-    by_producer = dict(tuple(routed.groupby("producer_name", sort=False))) if len(routed) else {}
-    idle = {p for p, b in producers.items() if p not in by_producer and has_open_batches(b)}
-    names = sorted(set(by_producer) | idle)
-    new_producers, messages, entries = {}, [], []
-    for name in names:
-        group = by_producer.get(name, routed.iloc[0:0])
-        msg, ent, new_producers[name] = batch_group(name, group, producers.get(name), bcfg,
-                                                    facts, horizon_ms, final)
-        messages.append(msg)
-        entries.append(ent)
-    frames = {"msg": (pd.concat(messages, ignore_index=True) if messages
-                      else pd.DataFrame(columns=[*MESSAGE_COLUMNS, "entry_id"])),
-              "entry": (entry_frame(topic, pd.concat(entries, ignore_index=True),
-                                    settings.speed) if entries
-                        else pd.DataFrame(columns=ENTRY_COLUMNS))}
+    messages, entries, new_producers = batch_topic(routed, producers, bcfg, facts, horizon_ms,
+                                                   final)
+    frames = {"msg": messages, "entry": entry_frame(topic, entries, settings.speed)}
     lap("batching")
     if ctl.layout is not None:
         tables, dispatcher = dispatch_group(topic, frames["entry"], dispatcher, settings,

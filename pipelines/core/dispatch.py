@@ -317,13 +317,13 @@ class DispatchOutputs:
         rows: list[tuple[Any, ...]] = getattr(self, table)
         return {name: [r[i] for r in rows] for i, name in enumerate(row_type._fields)}
 
-    def column_parts(self, table: str) -> list[dict[str, Sequence[Any]]]:
+    def column_parts(self, table: str) -> list[dict[str, Sequence[Any] | npt.NDArray[Any]]]:
         """One output as a list of column dicts (lists or arrays), to be concatenated in order;
         at least one (possibly with 0 rows) so every column is present. ``dispatch`` keeps the
         fast path's blocks as arrays (no tuple per entry)."""
         if table != "dispatch":
             return [dict(self.columns(table))]
-        parts: list[dict[str, Sequence[Any]]] = []
+        parts: list[dict[str, Sequence[Any] | npt.NDArray[Any]]] = []
         for part in self.dispatch_parts:
             if isinstance(part, list):
                 parts.append({name: [r[i] for r in part]
