@@ -351,13 +351,14 @@ def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: Batc
                 earlier.append((rank, old[found_old].assign(entry_id=entry_ids[at_old[found_old]])))
             old = old[~found_old]
         kept[name] = (old, idx[~found])
-    table = routed[MESSAGE_COLUMNS].assign(sequence_id=seq_ids, _ordinal=ordinal)
     for name, (old, new) in kept.items():
-        fresh = table.take(new) if len(new) else None
+        fresh = (_message_rows(routed, new, sequence_id=seq_ids[new], _ordinal=ordinal[new])
+                 if len(new) else None)
         pending = [f for f in (old, fresh) if f is not None and len(f)]
         states[name].pending = (pd.concat(pending, ignore_index=True) if len(pending) > 1
                                 else pending[0].reset_index(drop=True) if pending else None)
-    return (_closed_messages(table, entry_of, by_code, codes, uniques, names, earlier),
+    return (_closed_messages(routed, seq_ids, entry_of, by_code, codes, uniques, names,
+                             earlier),
             _entries_of(emitted), {name: pickle.dumps(st) for name, st in states.items()})
 
 
@@ -428,21 +429,29 @@ def _lookup(ordinals: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.nd
     return found, at
 
 
-def _closed_messages(table: pd.DataFrame, entry_of: np.ndarray, by_code: np.ndarray,
-                     codes: np.ndarray, uniques: pd.Index, names: list[str],
+def _message_rows(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> pd.DataFrame:
+    """Rows ``pos`` of ``routed``'s :data:`MESSAGE_COLUMNS` (one take per column: no copy of the
+    whole frame), with ``extra`` columns (aligned with ``pos``) replacing or following them."""
+    columns: dict[str, Any] = {c: routed[c].array.take(pos) for c in MESSAGE_COLUMNS}
+    columns.update(extra)
+    return pd.DataFrame(columns)
+
+
+def _closed_messages(routed: pd.DataFrame, seq_ids: np.ndarray, entry_of: np.ndarray,
+                     by_code: np.ndarray, codes: np.ndarray, uniques: pd.Index, names: list[str],
                      earlier: list[tuple[int, pd.DataFrame]]) -> pd.DataFrame:
     """The ``messages`` rows whose entry closed: per producer (name order), its messages of
     earlier windows, then this window's in replay order."""
     columns = [*MESSAGE_COLUMNS, "entry_id"]
-    rank = np.searchsorted(np.asarray(names, dtype=object), np.asarray(uniques, dtype=object))
     closed = by_code[entry_of[by_code] >= 0]
-    now = table.take(closed).assign(entry_id=entry_of[closed])
+    now = _message_rows(routed, closed, sequence_id=seq_ids[closed], entry_id=entry_of[closed])
     if not earlier:
-        return now[columns].reset_index(drop=True)
+        return now
+    rank = np.searchsorted(np.asarray(names, dtype=object), np.asarray(uniques, dtype=object))
     keys = np.concatenate([np.full(len(f), 2 * r, dtype=np.int64) for r, f in earlier]
                           + [2 * rank[codes[closed]] + 1])
-    both = pd.concat([*(f for _, f in earlier), now], ignore_index=True)
-    return both.take(np.argsort(keys, kind="stable"))[columns].reset_index(drop=True)
+    both = pd.concat([*(f[columns] for _, f in earlier), now], ignore_index=True)
+    return both.take(np.argsort(keys, kind="stable")).reset_index(drop=True)
 
 
 def _entries_of(emitted: list[tuple[str, Entries]]) -> pd.DataFrame:
