@@ -28,7 +28,7 @@ test: $(STAMP) ## Run the test suite (fast tests; no slow marker)
 	$(PY) -m pytest -m "not slow" -q
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
-# `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 15 minutes).
+# `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 8 minutes).
 MEMORY_SIZES ?= 200000,1000000
 MEMORY_WINDOW ?= 100000
 

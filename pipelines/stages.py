@@ -289,6 +289,7 @@ def has_open_batches(blob: bytes) -> bool:
 
 _MESSAGE_DTYPES = {"event_ms": "int64", "payload_size": "int64", "segment_id": "int64",
                    "bucket_index": "int32", "layout_epoch": "int64"}
+"""Routed columns cast before batching (a window's frame may come with other integer types)."""
 
 
 def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: BatchingConfig,
