@@ -324,7 +324,7 @@ class Replay:
         _fault(f"after_staging:{batch_id}")
         stats = self._staged_stats(batch_id)
         # nothing to quarantine: skip the quarantine query (a second pass over the input)
-        if late is None and not salvaged and _nothing_quarantined(parsed, stats["n"] or 0):
+        if late is None and not salvaged and _nothing_quarantined(parsed, stats["n"]):
             n_quarantined, n_late = 0, 0
         else:
             q = quarantine.select("source_file", "raw_record", "reason")
@@ -337,7 +337,7 @@ class Replay:
         _fault(f"after_quarantine:{batch_id}")
         self.state.add("quarantined", n_quarantined)
         self.state.add("late", n_late)
-        self.state.add("accepted", stats["n"] or 0)
+        self.state.add("accepted", stats["n"])
         if stats["n"]:
             mx = int(stats["max"])
             self.state.max_event_ms = max(self.state.max_event_ms or mx, mx)
@@ -359,10 +359,10 @@ class Replay:
         _fault(f"after_state:{batch_id}")
         self._tock("ingest_hash")
         self.progress(BatchProgress(
-            line=f"batch {batch_id}: accepted {stats['n'] or 0}, quarantined {n_quarantined}, "
+            line=f"batch {batch_id}: accepted {stats['n']}, quarantined {n_quarantined}, "
                  f"horizon {self._fmt_time(self.state.horizon_ms)}, "
                  f"state {state_bytes:,} bytes ({time.time() - t0:.1f}s)",
-            records=int(stats["n"] or 0) + n_quarantined,
+            records=stats["n"] + n_quarantined,
             total_accepted=self.state.counts.get("accepted", 0),
             total_quarantined=self.state.counts.get("quarantined", 0),
             latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second

@@ -280,13 +280,6 @@ class LayoutFacts:
                    {sid: list(s.bucket_splits) for sid, s in layout.segments.items()})
 
 
-def has_open_batches(blob: bytes) -> bool:
-    """True when a producer state still holds messages of open batches (its timers may fire in
-    a window where it has no messages)."""
-    st: ProducerState = pickle.loads(blob)
-    return st.batcher.open_messages > 0
-
-
 _MESSAGE_DTYPES = {"event_ms": "int64", "payload_size": "int64", "segment_id": "int64",
                    "bucket_index": "int32", "layout_epoch": "int64"}
 """Routed columns cast before batching (a window's frame may come with other integer types)."""
@@ -317,21 +310,28 @@ def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: Batc
     by_code = np.argsort(codes, kind="stable")  # rows grouped by producer, replay order kept
     bounds = np.searchsorted(codes[by_code], np.arange(len(uniques) + 1))
     rows = {str(p): by_code[bounds[i]:bounds[i + 1]] for i, p in enumerate(uniques)}
-    idle = {p for p, b in producers.items() if p not in rows and has_open_batches(b)}
-    names = sorted(set(rows) | idle)
+    # producers without messages run while they hold open batches (their timers may fire)
+    states: dict[str, ProducerState] = {}
+    for p, blob in producers.items():
+        if p not in rows:
+            st = pickle.loads(blob)
+            if st.batcher.open_messages:
+                states[p] = st
+    names = sorted(set(rows) | set(states))
     none = np.zeros(0, dtype=np.intp)
     seq_ids = np.zeros(n, dtype=np.int64)
     ordinal = np.zeros(n, dtype=np.int64)
     entry_of = np.full(n, -1, dtype=np.int64)
-    states: dict[str, ProducerState] = {}
     earlier: list[tuple[int, pd.DataFrame]] = []  # (producer rank, closed rows of old windows)
     kept: dict[str, tuple[pd.DataFrame | None, np.ndarray]] = {}  # still open: old rows, new
     emitted: list[tuple[str, Entries]] = []
     for rank, name in enumerate(names):
         idx = rows.get(name, none)
-        blob = producers.get(name)
-        st = pickle.loads(blob) if blob is not None else ProducerState(ProducerBatcher(bcfg))
-        states[name] = st
+        if name not in states:
+            blob = producers.get(name)
+            states[name] = (pickle.loads(blob) if blob is not None
+                            else ProducerState(ProducerBatcher(bcfg)))
+        st = states[name]
         seq = cols.seqs[idx]
         missing = cols.seq_missing[idx]
         seq[missing] = st.next_sequence_id + np.arange(int(missing.sum()), dtype=np.int64)
@@ -360,7 +360,7 @@ def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: Batc
                                 else pending[0].reset_index(drop=True) if pending else None)
     return (_closed_messages(routed, seq_ids, entry_of, by_code, codes, uniques, names,
                              earlier),
-            _entries_of(emitted), {name: pickle.dumps(st) for name, st in states.items()})
+            _entries_of(emitted), {name: pickle.dumps(states[name]) for name in names})
 
 
 @dataclass(frozen=True)
@@ -736,11 +736,13 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
         with fs.open_input_file(info.path) as f:
             pf = pq.ParquetFile(f)
             col = pf.schema_arrow.get_field_index("event_ms")
+            topic = None  # one topic per file (its folder): read one value of it
             for i in range(pf.metadata.num_row_groups):
                 group = pf.metadata.row_group(i)
                 if not group.num_rows:
                     continue
-                topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
+                if topic is None:
+                    topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
                 st = group.column(col).statistics
                 if st is not None and st.has_min_max:
                     lo, hi = int(st.min), int(st.max)

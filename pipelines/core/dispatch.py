@@ -322,7 +322,7 @@ class DispatchOutputs:
         at least one (possibly with 0 rows) so every column is present. ``dispatch`` keeps the
         fast path's blocks as arrays (no tuple per entry)."""
         if table != "dispatch":
-            return [dict(self.columns(table))]
+            return [dict(self.columns(table))]  # typed as the dispatch parts
         parts: list[dict[str, Sequence[Any] | npt.NDArray[Any]]] = []
         for part in self.dispatch_parts:
             if isinstance(part, list):
