@@ -72,8 +72,9 @@ QUARANTINE_REASONS: tuple[str, ...] = (
 """Quarantine reasons assigned at ingest, in the order the rules are checked (a record gets the
 first that applies):
 
-- ``invalid_utf8``: the line (or a Parquet row's JSON) is not valid UTF-8; its ``raw_record`` is
-  stored with each invalid byte sequence replaced by U+FFFD (``make_valid_utf8``).
+- ``invalid_utf8``: the line (or a string column of a Parquet row) is not valid UTF-8; its
+  ``raw_record`` is stored with each invalid byte sequence replaced by U+FFFD
+  (``make_valid_utf8``; a Parquet row's JSON form already has them replaced).
 - ``malformed_record``: the line is not a record of the format: wrong CSV field count, invalid
   or non-object JSON, a blank line, a ``text`` line not matching ``record_regex``.
 - ``missing_topic``: no topic (null or blank) and the spec has no constant ``topic``.
@@ -121,7 +122,6 @@ ACCEPTED_COLUMNS: tuple[str, ...] = (
     "publish_time",
     "payload_size",
     "source_file",
-    "order_key",
     "event_ms",
     "hash32",
     "segment_hash",
@@ -140,6 +140,7 @@ _FILE = "__tr_file"
 _MALFORMED = "__tr_malformed"
 _HEADER = "__tr_header"
 _CORRUPT = "__tr_corrupt"
+_BAD_UTF8 = "__tr_bad_utf8"
 
 _NUMBER_DECIMAL = "decimal(38,9)"
 _EPOCH_FACTORS = {"epoch_s": 1_000_000, "epoch_ms": 1000, "epoch_us": 1, "epoch_ns": 0.001}
@@ -379,22 +380,32 @@ def _blank(c: Column) -> Column:
 
 
 def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]]:
-    """Raw DataFrame → one row per line with the source columns, ``_MALFORMED``, ``_HEADER``.
+    """Raw DataFrame → one row per line with the source columns, ``_MALFORMED``, ``_HEADER``
+    and ``_BAD_UTF8``.
 
     Returns the frame and the names of its source columns.
     """
-    base = [F.col("source_file").alias(_FILE), F.col("raw_record").alias(_RAW)]
     raw_col = F.col("raw_record")
+    base = [F.col("source_file").alias(_FILE), raw_col.alias(_RAW)]
     blank = _blank(raw_col)
     if spec.format == "parquet":
-        names = [f.name for f in raw.schema["record"].dataType.fields]  # type: ignore[attr-defined]
+        fields = raw.schema["record"].dataType.fields  # type: ignore[attr-defined]
+        names = [f.name for f in fields]
+        # Its string columns, not its JSON form (to_json has replaced invalid bytes already).
+        bad = F.lit(False)
+        for f in fields:
+            if isinstance(f.dataType, T.StringType):
+                value = F.col("record").getField(f.name)
+                bad = bad | ~F.coalesce(F.is_valid_utf8(value), F.lit(True))
         parsed = raw.select(
             *base,
             *[F.col("record").getField(n).alias(n) for n in names],
             F.lit(False).alias(_MALFORMED),
             F.lit(False).alias(_HEADER),
+            bad.alias(_BAD_UTF8),
         )
         return parsed, names
+    base.append((~F.is_valid_utf8(raw_col)).alias(_BAD_UTF8))
     if spec.format == "csv":
         if spec.csv_columns is None:
             raise ValueError(
@@ -550,8 +561,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
 
     ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),
     ``producer_name``, ``sequence_id`` (bigint, null = assign later), ``publish_time``
-    (timestamp, UTC), ``payload_size`` (bigint bytes), ``source_file``, ``order_key`` (SHA-256
-    hex of the raw record: a tie-break that does not depend on chunking), ``event_ms`` (the
+    (timestamp, UTC), ``payload_size`` (bigint bytes), ``source_file``, ``event_ms`` (the
     emulated clock: ``floor(publish_time_us / 1000 / speed)``), ``hash32`` (bigint),
     ``segment_hash`` and ``hash_b`` (int; all three null for a keyless message).
 
@@ -586,7 +596,8 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     declared = [n for n in spec.source_fields() if n not in available]
     scope_cols += [F.lit(None).cast("string").alias(n) for n in declared]
     available |= set(declared) | {"raw_record", "source_file"}
-    scope = parsed.select(F.col(_FILE), F.col(_RAW), F.col(_MALFORMED), *scope_cols)
+    flags = [F.col(_FILE), F.col(_RAW), F.col(_MALFORMED), F.col(_BAD_UTF8)]
+    scope = parsed.select(*flags, *scope_cols)
 
     mapping = spec.columns
     m_cols = {
@@ -594,7 +605,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         for c in ("topic", "key", "producer_name", "sequence_id", "publish_time", "payload_size")
     }
     spread = [_mapped(v, available).alias(f"__o_{i}") for i, v in enumerate(spec.spread_order)]
-    mapped = scope.select(F.col(_FILE), F.col(_RAW), F.col(_MALFORMED), *m_cols.values(), *spread)
+    mapped = scope.select(*flags, *m_cols.values(), *spread)
     types = {f.name: f.dataType for f in mapped.schema.fields}
 
     topic_raw = F.col("__m_topic").cast("string")
@@ -609,9 +620,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
 
     checked = mapped.select(
-        F.col(_FILE),
-        F.col(_RAW),
-        F.col(_MALFORMED),
+        *flags,
         topic.alias("topic"),
         F.col("__m_key").cast("string").alias("key"),
         producer.alias("producer_name"),
@@ -626,7 +635,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     )
     m = F.col("__micros")
     reason = (
-        F.when(~F.is_valid_utf8(F.col(_RAW)), F.lit(INVALID_UTF8))
+        F.when(F.col(_BAD_UTF8), F.lit(INVALID_UTF8))
         .when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
         .when(F.col("topic").isNull(), F.lit(MISSING_TOPIC))
         .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
@@ -652,16 +661,13 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         F.col("__reason").alias("reason"),
     )
 
-    ok = checked.where(F.col("__reason").isNull()).select(
-        "*",
-        F.sha2(F.col(_RAW), 256).alias("order_key"),
-        m.try_cast("bigint").alias("__us"),
-    )
+    ok = checked.where(F.col("__reason").isNull()).select("*", m.try_cast("bigint").alias("__us"))
     if spec.spread_within_minute:
         minute_us = F.col("__us") - F.pmod(F.col("__us"), F.lit(60_000_000))
         ok = ok.withColumn("__minute", minute_us)
         order = [F.col(f"__o_{i}").asc_nulls_first() for i in range(len(spread))]
-        w = Window.partitionBy("__minute").orderBy(*order, F.col("order_key").asc())
+        raw_sha = F.sha2(F.col(_RAW), 256)  # last: a tie-break that does not depend on chunking
+        w = Window.partitionBy("__minute").orderBy(*order, raw_sha.asc())
         n = F.count(F.lit(1)).over(Window.partitionBy("__minute"))
         i = F.row_number().over(w) - 1
         offset_ms = F.floor(i * F.lit(60_000) / n).cast("bigint")
@@ -682,7 +688,6 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         F.timestamp_micros(us).alias("publish_time"),
         "payload_size",
         F.col(_FILE).alias("source_file"),
-        "order_key",
         event_ms.cast("bigint").alias("event_ms"),
         hashes.alias("__h"),
     ).select(

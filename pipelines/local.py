@@ -11,7 +11,7 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under
   ``FINALIZE_WINDOW_MESSAGES``; outputs do not depend on the windows anyway.
 - **Ingest**: :func:`read_local` re-implements ``pipelines.ingest.parse_records`` in pandas
-  (same contract, same quarantine reasons in the same order, same ``order_key``, spreading,
+  (same contract, same quarantine reasons in the same order, same spreading,
   ``event_ms`` and hashes); the differential test proves equality on the sample and on the
   online-retail trace. Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated
   by a small interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is refused
@@ -238,14 +238,14 @@ def _source_frame(path: Path, spec: InputSpec) -> tuple[pd.DataFrame, list[str]]
     source columns (strings; Parquet keeps its column types)."""
     uri = "file:" + path.as_uri().removeprefix("file://")  # as Spark's _metadata.file_path
     if spec.format == "parquet":
-        table = pq.read_table(path)
+        table, invalid = _valid_utf8(pq.read_table(path))
         pdf = table.to_pandas(timestamp_as_object=False)
         names = list(pdf.columns)
         raw = [json.dumps({k: _parquet_json(v) for k, v in row.items() if _present(v)},
                           separators=(",", ":"), ensure_ascii=False)
                for row in table.to_pylist()]
         return pdf.assign(source_file=uri, raw_record=raw, _malformed=False,
-                          _header=False, _invalid_utf8=False), names
+                          _header=False, _invalid_utf8=invalid), names
     lines, invalid_utf8 = _lines(path)
     n = len(lines)
     blank = np.array([not ln.strip() for ln in lines], dtype=bool)
@@ -303,6 +303,28 @@ def _source_frame(path: Path, spec: InputSpec) -> tuple[pd.DataFrame, list[str]]
     pdf = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
     return pdf.assign(source_file=uri, raw_record=lines, _malformed=bad, _header=header,
                       _invalid_utf8=invalid_utf8), names
+
+
+def _valid_utf8(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """A Parquet table whose string columns may hold invalid UTF-8 → the table with each
+    invalid byte sequence replaced by U+FFFD, and which rows had one (bool array), as Spark's
+    ingest flags them (``is_valid_utf8`` per string column)."""
+    invalid = np.zeros(table.num_rows, dtype=bool)
+    for i, f in enumerate(table.schema):
+        if not pa.types.is_string(f.type):
+            continue
+        try:
+            table.column(i).validate(full=True)
+            continue
+        except pa.ArrowInvalid:
+            pass
+        fixed: list[str | None] = []
+        for j, v in enumerate(table.column(i).cast(pa.binary()).to_pylist()):
+            text = None if v is None else v.decode("utf-8", errors="replace")
+            invalid[j] |= text is not None and text.encode("utf-8") != v
+            fixed.append(text)
+        table = table.set_column(i, f, pa.array(fixed, f.type))
+    return table, invalid
 
 
 def _present(v: Any) -> bool:
@@ -603,15 +625,14 @@ def parse_local(frame: pd.DataFrame, names: list[str],
                                "raw_record": frame["raw_record"][bad].to_numpy(),
                                "reason": reason[bad]})
     ok = ~bad
-    raw_ok = frame["raw_record"][ok]
-    order_key = [hashlib.sha256(r.encode("utf-8")).hexdigest() for r in raw_ok]
     us = micros[ok].astype(np.int64)
     if spec.spread_within_minute:
+        raw_sha = [hashlib.sha256(r.encode("utf-8")).hexdigest() for r in frame["raw_record"][ok]]
         minute = us - us % 60_000_000
         order = pd.DataFrame({"_minute": minute})
         for i, v in enumerate(spec.spread_order):
             order[f"_o{i}"] = _as_str(mapped(v))[ok].to_numpy()
-        order["_k"] = order_key
+        order["_k"] = raw_sha
         keys = ["_minute", *[f"_o{i}" for i in range(len(spec.spread_order))], "_k"]
         order = order.sort_values(keys, na_position="first", kind="stable")
         i_in = order.groupby("_minute").cumcount().to_numpy()
@@ -639,7 +660,6 @@ def parse_local(frame: pd.DataFrame, names: list[str],
         "publish_time": pd.to_datetime(us, unit="us", utc=True),
         "payload_size": np.asarray(size[ok].tolist(), dtype=np.int64),
         "source_file": frame["source_file"][ok].to_numpy(),
-        "order_key": order_key,
         "event_ms": event_ms.astype(np.int64),
         "hash32": pd.array(np.where(mask, 0, np.ma.getdata(h32)).astype(np.int64),
                            dtype="Int64"),

@@ -106,7 +106,8 @@ class InputSpec:
         time_zone: zone of publish times written without an offset (e.g. ``Europe/London``).
         speed: replay speed factor (> 0): the emulated clock is ``publish_time / speed``.
         spread_within_minute: spread records sharing a publish-time minute evenly over it
-            (for traces with minute resolution), ordered by ``spread_order`` then ``order_key``.
+            (for traces with minute resolution), ordered by ``spread_order`` then the SHA-256
+            of the raw record.
         spread_order: source columns / expressions ordering records within a minute.
         file_glob: only files whose *name* matches this glob are read from folder inputs
             (Spark ``pathGlobFilter``, e.g. ``*.csv``; note ``*.csv`` does not match
@@ -215,10 +216,10 @@ InvoiceDate,UnitPrice,CustomerID,Country``). topic = Country, key = StockCode, p
 CustomerID without a trailing ``.0`` (``anonymous`` when empty), payload_size = UTF-8 byte length
 of the CSV line, publish_time = InvoiceDate (``yyyy-MM-dd HH:mm:ss``, Europe/London). InvoiceDate
 has minute resolution, so the rows of one minute are spread evenly over it: row ``i`` of ``n``
-(ordered by InvoiceNo, StockCode, order_key) gets ``minute + floor(i * 60000 / n)`` ms. The
-spreading runs within one micro-batch; the trace has one file per day, so a minute never spans
-files (and a micro-batch always holds whole files). Only ``*.csv`` files are read from a folder
-(the trace folder also holds ``SOURCE.md``)."""
+(ordered by InvoiceNo, StockCode, SHA-256 of the line) gets ``minute + floor(i * 60000 / n)``
+ms. The spreading runs within one micro-batch; the trace has one file per day, so a minute never
+spans files (and a micro-batch always holds whole files). Only ``*.csv`` files are read from a
+folder (the trace folder also holds ``SOURCE.md``)."""
 
 PULSAR_EXPORT = InputSpec(
     format="json",

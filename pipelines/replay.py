@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
@@ -386,11 +387,9 @@ class Replay:
     def _stage(self, staged: DataFrame, batch_id: int) -> None:
         """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
         only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
-        topic (``stages.STAGING_TOPIC_COLUMN``) so a topic stage task reads its topic alone."""
-        digest = F.sha1(F.col("topic")).alias(stages.STAGING_TOPIC_COLUMN)
-        (staged.select(*stages.STAGE_INPUT_COLUMNS, digest).write.mode("overwrite")
-         .option("parquet.block.size", stages.STAGING_ROW_GROUP_BYTES)
-         .partitionBy(stages.STAGING_TOPIC_COLUMN).parquet(f"{self.staging}/batch_id={batch_id}"))
+        topic (``stages.STAGING_TOPIC_COLUMN``) so a topic stage task reads its topic alone:
+        ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function)."""
+        stages.stage_batch(staged, self.staging, batch_id)
 
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
@@ -476,20 +475,19 @@ class Replay:
     def _final_windows(self) -> list[int | None]:
         """Upper bounds (emulated ms, exclusive) of the end-of-input windows, ``None`` (= +∞)
         last. Computed from ALL staged messages (so the same on a restart): event time is cut
-        into at most 4096 equal bins and consecutive bins are packed greedily into windows of
-        at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one window)."""
-        df = self._read_staged(self.staging)
-        stats = df.agg(F.count(F.lit(1)).alias("n"), F.min("event_ms").alias("lo"),
-                       F.max("event_ms").alias("hi")).first()
+        into at most 4096 equal bins (:func:`pipelines.stages.staged_histogram`, read by the
+        driver a column chunk at a time) and consecutive bins are packed greedily into windows
+        of at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one
+        window)."""
+        histogram = stages.staged_histogram(self.staging, 4096)
         limit = FINALIZE_WINDOW_MESSAGES
-        if stats is None or not stats["n"] or stats["n"] <= limit:
+        if histogram is None or int(histogram[2].sum()) <= limit:
             return [None]
-        lo, width = int(stats["lo"]), (int(stats["hi"]) - int(stats["lo"])) // 4096 + 1
-        bins = (df.groupBy(F.floor((F.col("event_ms") - F.lit(lo)) / F.lit(width)).alias("b"))
-                .count().collect())
+        lo, width, counts = histogram
         bounds: list[int | None] = []
         total = 0
-        for b, n in sorted((int(r["b"]), int(r["count"])) for r in bins):
+        for b in np.flatnonzero(counts).tolist():
+            n = int(counts[b])
             if total and total + n > limit:
                 bounds.append(lo + b * width)
                 total = 0
@@ -556,12 +554,6 @@ class Replay:
             self.store.append_parquet(table, str(path), app_id=table_app_id(self.run_id, table),
                                       version=version, constants={"run_id": self.run_id})
         _after_write(table, version)
-
-    def _read_staged(self, path: str) -> DataFrame:
-        """The ``topic`` and ``event_ms`` of the messages staged under ``path`` (a batch with
-        nothing staged has no files: the schema is given, not inferred)."""
-        return (self.spark.read.schema("topic string, event_ms bigint").parquet(path)
-                .select("topic", "event_ms"))
 
     # ---- runs & summary ------------------------------------------------------------------------
     def _write_runs(self, version: int) -> None:

@@ -25,7 +25,7 @@ import hashlib
 import os
 import pickle
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.config import ReplayConfig
-from pipelines.core.batching import BatchingConfig, Entries, ProducerBatcher
+from pipelines.core.batching import BatchingConfig, BatchingMode, Entries, ProducerBatcher
 from pipelines.core.controller import (
     ConsumerSpec,
     ControllerSettings,
@@ -45,7 +45,14 @@ from pipelines.core.controller import (
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.schemas import arrow_schema
 
-SORT_KEYS = ["event_ms", "producer_name", "_seq_sort", "order_key"]
+SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
+"""Replay order of a topic's messages (``_seq_sort``: ``sequence_id``, null as -1)."""
+
+TIE_KEYS = ["publish_time", "key", "payload_size"]
+"""Replay order among messages equal in :data:`SORT_KEYS` (e.g. a producer's messages of one
+ms without sequence ids): sub-ms publish time, key, size. Messages equal in these too are equal
+in every column the emulation and the tables use, so their order cannot change a table, and the
+order never depends on how the input was chunked into files or micro-batches."""
 
 MESSAGE_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
                    "payload_size", "hash32", "segment_hash", "hash_b", "segment_id",
@@ -124,6 +131,8 @@ def _sort_codes(s: pd.Series) -> np.ndarray:
     (as ``sort_values``)."""
     if pd.api.types.is_numeric_dtype(s.dtype):
         return s.to_numpy()  # NaN sorts last in NumPy
+    if pd.api.types.is_datetime64_any_dtype(s.dtype):  # as integers, NaT last
+        return np.where(s.isna().to_numpy(), np.iinfo(np.int64).max, s.array.asi8)
     codes = pd.factorize(s, sort=True)[0]
     return np.where(codes < 0, np.iinfo(np.int64).max, codes)
 
@@ -136,25 +145,27 @@ def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return eq
 
 
-def stable_order(pdf: pd.DataFrame, keys: list[str]) -> np.ndarray:
-    """Row positions of ``pdf`` stably sorted by ``keys`` — the order of
-    ``pdf.sort_values(keys, kind="stable")`` (nulls last) — by ``np.lexsort`` on numbers. The
-    last key is compared only when the others tie (it is a rare tie-break, e.g. ``order_key``,
-    and expensive to rank)."""
-    cols = [_sort_codes(pdf[k]) for k in keys[:-1]]
+def stable_order(pdf: pd.DataFrame, keys: list[str],
+                 then: Sequence[str] = ()) -> np.ndarray:
+    """Row positions of ``pdf`` stably sorted by ``[*keys, *then]`` — the order of
+    ``pdf.sort_values([*keys, *then], kind="stable")`` (nulls last) — by ``np.lexsort`` on
+    numbers. The ``then`` keys are ranked only when rows tie on ``keys`` (tie-breaks: ranking
+    a string column is the expensive part of a sort)."""
+    cols = [_sort_codes(pdf[k]) for k in keys]
     order = np.lexsort(cols[::-1]) if cols else np.arange(len(pdf))
-    if len(order) > 1:
+    if then and len(order) > 1:
         ranked = [c[order] for c in cols]
         ties = np.logical_and.reduce([_equal(c[1:], c[:-1]) for c in ranked]) if ranked else None
         if ties is None or ties.any():
-            order = np.lexsort([_sort_codes(pdf[keys[-1]]), *cols[::-1]])
+            order = np.lexsort([*[_sort_codes(pdf[k]) for k in then][::-1], *cols[::-1]])
     return order
 
 
 def _sorted(pdf: pd.DataFrame) -> pd.DataFrame:
-    """Messages in replay order: :data:`SORT_KEYS` (a null ``sequence_id`` sorts as -1)."""
+    """Messages in replay order: :data:`SORT_KEYS` then :data:`TIE_KEYS` (a null
+    ``sequence_id`` sorts as -1)."""
     keyed = pdf.assign(_seq_sort=pdf["sequence_id"].fillna(-1))
-    return pdf.take(stable_order(keyed, SORT_KEYS)).reset_index(drop=True)
+    return pdf.take(stable_order(keyed, SORT_KEYS, TIE_KEYS)).reset_index(drop=True)
 
 
 def _times(df: pd.DataFrame, speed: float, renames: Mapping[str, str]) -> pd.DataFrame:
@@ -200,7 +211,7 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
 
     ``pdf``: accepted messages (``pipelines.ingest.ACCEPTED_COLUMNS``; ``event_ms`` int64 ms,
     ``segment_hash`` / ``hash_b`` null for keyless), any order. Returns the messages sorted by
-    (event_ms, producer_name, sequence_id, order_key) with ``segment_id`` (int64),
+    :data:`SORT_KEYS` and :data:`TIE_KEYS` with ``segment_id`` (int64),
     ``bucket_index`` (int32) and ``layout_epoch`` (int64) added, and the advanced controller
     (its decisions / samples are taken by :func:`control_outputs`). An empty ``pdf`` just moves
     the controller through time (ticks, merges). ``ValueError`` (from the core) when messages
@@ -305,7 +316,7 @@ def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: Batc
     cast = {c: t for c, t in _MESSAGE_DTYPES.items() if routed[c].dtype != t}
     routed = routed.astype(cast) if cast else routed
     n = len(routed)
-    cols = _BatchInput.of(routed)
+    cols = _BatchInput.of(routed, bcfg.mode is BatchingMode.KEY_BASED)
     codes, uniques = pd.factorize(routed["producer_name"], sort=True)
     by_code = np.argsort(codes, kind="stable")  # rows grouped by producer, replay order kept
     bounds = np.searchsorted(codes[by_code], np.arange(len(uniques) + 1))
@@ -373,20 +384,22 @@ class _BatchInput:
     segments: np.ndarray
     hashes: np.ndarray  # hash_b, 0 for keyless
     sizes: np.ndarray
-    key_ids: np.ndarray  # -1 for keyless
+    key_ids: np.ndarray | None  # -1 for keyless; only for key_based batching (None otherwise)
 
     @classmethod
-    def of(cls, routed: pd.DataFrame) -> _BatchInput:
+    def of(cls, routed: pd.DataFrame, key_based: bool) -> _BatchInput:
         seq = routed["sequence_id"]
         keys = routed["key"]
+        key_ids = (np.where(keys.isna(), -1, pd.util.hash_array(
+            keys.fillna("").to_numpy(object)) >> np.uint64(1)).astype(np.int64)
+            if key_based else None)
         return cls(
             times=routed["event_ms"].to_numpy(np.int64),
             seqs=seq.fillna(-1).to_numpy(np.int64), seq_missing=seq.isna().to_numpy(),
             segments=routed["segment_id"].to_numpy(np.int64),
             hashes=routed["hash_b"].fillna(0).to_numpy(np.int64),
             sizes=routed["payload_size"].to_numpy(np.int64),
-            key_ids=np.where(keys.isna(), -1, pd.util.hash_array(
-                keys.fillna("").to_numpy(object)) >> np.uint64(1)).astype(np.int64))
+            key_ids=key_ids)
 
 
 def _batch(b: ProducerBatcher, cols: _BatchInput, idx: np.ndarray, seq: np.ndarray,
@@ -419,7 +432,8 @@ def _add(b: ProducerBatcher, cols: _BatchInput, idx: np.ndarray, seq: np.ndarray
          splits: Mapping[int, list[int]]) -> Entries:
     seg = cols.segments[idx]
     return b.add_messages(cols.times[idx], seq, seg, cols.hashes[idx], cols.sizes[idx],
-                          cols.key_ids[idx], {int(s): splits[int(s)] for s in np.unique(seg)})
+                          None if cols.key_ids is None else cols.key_ids[idx],
+                          {int(s): splits[int(s)] for s in np.unique(seg)})
 
 
 def _lookup(ordinals: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -432,8 +446,14 @@ def _lookup(ordinals: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def _message_rows(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> pd.DataFrame:
     """Rows ``pos`` of ``routed``'s :data:`MESSAGE_COLUMNS` (one take per column: no copy of the
-    whole frame), with ``extra`` columns (aligned with ``pos``) replacing or following them."""
-    columns: dict[str, Any] = {c: routed[c].array.take(pos) for c in MESSAGE_COLUMNS}
+    whole frame), with ``extra`` columns (aligned with ``pos``) replacing or following them.
+    NumPy columns (strings are objects) are indexed as arrays: pandas' ``take`` would check
+    each string for a null."""
+    columns: dict[str, Any] = {}
+    for c in MESSAGE_COLUMNS:
+        col = routed[c]
+        columns[c] = (col.to_numpy()[pos] if isinstance(col.dtype, np.dtype)
+                      else col.array.take(pos))
     columns.update(extra)
     return pd.DataFrame(columns)
 
@@ -647,8 +667,7 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
 
 
 STAGE_INPUT_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
-                       "payload_size", "event_ms", "hash32", "segment_hash", "hash_b",
-                       "order_key"]
+                       "payload_size", "event_ms", "hash32", "segment_hash", "hash_b"]
 """Accepted-message columns the topic stage reads (``source_file`` is not shipped)."""
 
 
@@ -692,11 +711,18 @@ STAGING_TOPIC_COLUMN = "topic_sha1"
 SHA-1 hex of the topic name, a folder name for any topic, so a task reads only its topic."""
 
 
-STAGING_ROW_GROUP_BYTES = 4 * 1024 * 1024
-"""Row-group size of the staged messages (Parquet ``parquet.block.size``, bytes). Input is
-roughly in time order, so small row groups let :func:`read_staged` skip, by their ``event_ms``
-statistics, the part of a micro-batch outside the window (a 128 MiB default row group holds a
-whole micro-batch: every window overlapping it would read all of it)."""
+STAGING_ROW_GROUP_ROWS = 65_536
+"""Rows per row group of the staged messages (about 4 MiB). Input is roughly in time order, so
+small row groups let :func:`read_staged` skip, by their ``event_ms`` statistics, the part of a
+micro-batch outside the window (one row group per file would make every window overlapping a
+micro-batch read all of it)."""
+
+KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
+"""Staged columns the staging writer adds (``pipelines.udfs.key_hashes_arrow`` of ``key``)."""
+
+STAGING_SOURCE_COLUMNS = [c for c in STAGE_INPUT_COLUMNS if c not in KEY_HASH_COLUMNS]
+"""Accepted-message columns :func:`stage_batch` takes from Spark (the hashes are added as the
+files are written)."""
 
 
 def topic_digest(topic: str) -> str:
@@ -712,6 +738,68 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     row groups outside the window are skipped by their ``event_ms`` statistics). Returns the
     :data:`STAGE_INPUT_COLUMNS` in file order (the stages sort); no rows when none match."""
     return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
+
+
+def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, int]:
+    """Write one Spark partition of a micro-batch's accepted messages as staged Parquet.
+
+    ``batches``: pyarrow ``RecordBatch``es of :data:`STAGING_SOURCE_COLUMNS` (any topics, any
+    order). Each gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
+    ``pipelines.udfs.key_hashes_arrow``, the same function as ingest's UDF) and goes, split by
+    topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
+    groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
+    under a hidden temporary name and moved into place, so a retried task replaces it whole
+    (readers skip hidden files). Returns topic → messages written. pyarrow's C++ writer, on the
+    Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from pipelines.delta_io import fs_uri
+    from pipelines.udfs import key_hashes_arrow
+
+    fs, root = pafs.FileSystem.from_uri(fs_uri(folder))
+    size = STAGING_ROW_GROUP_ROWS
+    pending: dict[str, list[Any]] = {}
+    counts: dict[str, int] = {}
+    writers: dict[str, tuple[Any, str]] = {}
+
+    def flush(topic: str, last: bool) -> None:
+        """Write the topic's pending rows as whole row groups (all of them when ``last``)."""
+        table = pa.Table.from_batches(pending.pop(topic))
+        rows = table.num_rows if last else table.num_rows // size * size
+        if rows < table.num_rows:
+            pending[topic] = table.slice(rows).to_batches()
+        if topic not in writers:
+            target = f"{root}/{STAGING_TOPIC_COLUMN}={topic_digest(topic)}/part-{part:05d}.parquet"
+            fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            tmp = target.replace("/part-", "/.part-") + ".tmp"
+            writers[topic] = (pq.ParquetWriter(tmp, table.schema, filesystem=fs), target)
+        writers[topic][0].write_table(table.slice(0, rows), row_group_size=size)
+
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        hashes = key_hashes_arrow(batch.column("key"))
+        batch = pa.RecordBatch.from_arrays(
+            [*batch.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
+            names=[*batch.schema.names, *KEY_HASH_COLUMNS])
+        codes = batch.column("topic").dictionary_encode()
+        order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
+        cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
+        by_topic = batch.take(pa.array(order))
+        for topic, hi, lo in zip(codes.dictionary.to_pylist(), cuts, [0, *cuts[:-1]],
+                                 strict=True):
+            pending.setdefault(topic, []).append(by_topic.slice(lo, hi - lo))
+            counts[topic] = counts.get(topic, 0) + int(hi - lo)
+            if sum(b.num_rows for b in pending[topic]) >= size:
+                flush(topic, last=False)
+    for topic in list(pending):
+        flush(topic, last=True)
+    for writer, target in writers.values():
+        writer.close()
+        fs.move(target.replace("/part-", "/.part-") + ".tmp", target)
+    return counts
 
 
 def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int, int]]:
@@ -752,6 +840,39 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
                 n, lo0, hi0 = out.get(topic, (0, lo, hi))
                 out[topic] = (n + group.num_rows, min(lo, lo0), max(hi, hi0))
     return out
+
+
+def staged_histogram(staging: str, bins: int) -> tuple[int, int, np.ndarray] | None:
+    """Every staged message's ``event_ms`` (all batches under ``staging``) counted in ``bins``
+    equal bins: ``(lo, width, counts)`` — bin ``i`` holds ``lo + i * width <= event_ms <
+    lo + (i + 1) * width`` (``lo`` the smallest ``event_ms``, ``width = (max - lo) // bins +
+    1``); ``counts``: int64 array of length ``bins``. ``None`` when nothing is staged. Reads
+    the ``event_ms`` column twice, a record batch at a time (memory does not grow with the
+    messages)."""
+    import pyarrow.fs as pafs
+
+    from pipelines.delta_io import fs_uri
+
+    fs, path = pafs.FileSystem.from_uri(fs_uri(staging))
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        return None
+    dataset = _staged_dataset(staging)
+    if "event_ms" not in dataset.schema.names:  # batch folders without files
+        return None
+    lo: int | None = None
+    hi: int | None = None
+    for batch in dataset.to_batches(columns=["event_ms"]):
+        if batch.num_rows:
+            values = batch.column(0).to_numpy()
+            lo = int(values.min()) if lo is None else min(lo, int(values.min()))
+            hi = int(values.max()) if hi is None else max(hi, int(values.max()))
+    if lo is None or hi is None:
+        return None
+    width = (hi - lo) // bins + 1
+    counts = np.zeros(bins, dtype=np.int64)
+    for batch in dataset.to_batches(columns=["event_ms"]):
+        counts += np.bincount((batch.column(0).to_numpy() - lo) // width, minlength=bins)
+    return lo, width, counts
 
 
 def _staged_dataset(staging: str) -> Any:
@@ -803,6 +924,37 @@ def topic_bins(weights: Mapping[str, int], slots: int) -> list[list[str]]:
 
 # ---- Spark wrapper ----------------------------------------------------------------------------
 # pyspark is imported lazily so that the local engine runs without it.
+
+
+def stage_batch(accepted: Any, staging: str, batch_id: int) -> dict[str, int]:
+    """Spark: stage micro-batch ``batch_id``'s ``accepted`` messages (a DataFrame with
+    :data:`STAGING_SOURCE_COLUMNS`) under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a
+    re-run restages it), by :func:`write_staging` in each task. Returns topic → messages
+    staged."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    from pipelines.delta_io import fs_uri
+
+    folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
+    fs, path = pafs.FileSystem.from_uri(fs_uri(folder))
+    if fs.get_file_info(path).type != pafs.FileType.NotFound:
+        fs.delete_dir(path)
+    fs.create_dir(path, recursive=True)
+
+    def run(batches: Iterable[Any]) -> Iterator[Any]:
+        from pyspark import TaskContext
+
+        counts = write_staging(batches, folder, TaskContext.get().partitionId())
+        yield pa.RecordBatch.from_pydict({"topic": list(counts), "messages": list(counts.values())},
+                                         schema=pa.schema([("topic", pa.string()),
+                                                           ("messages", pa.int64())]))
+
+    out: dict[str, int] = {}
+    for row in (accepted.select(*STAGING_SOURCE_COLUMNS)
+                .mapInArrow(run, "topic string, messages bigint").collect()):
+        out[row["topic"]] = out.get(row["topic"], 0) + row["messages"]
+    return out
 
 
 def topic_stage(spark: Any, staging: str, topics: Mapping[str, int], lo_ms: int | None,

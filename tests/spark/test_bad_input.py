@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pipelines.config import load_config
 from pipelines.delta_io import DeltaStore
 from pipelines.ingest import ingest_batch, salvage_files
+from pipelines.local import read_local
 from pipelines.presets import get_preset
 from pipelines.replay import Replay, _nothing_quarantined
 
@@ -171,6 +172,32 @@ def test_unreadable_parquet_files_are_reported_with_their_path(parquet_run):
 def test_run_continues_with_the_readable_parquet_file(parquet_run):
     _, store = parquet_run
     assert sorted(store.read("messages", "bad")["key"]) == ["a", "b", "c"]
+
+
+def _parquet_with_invalid_utf8(path: Path) -> None:
+    """Two rows; the first one's ``key`` holds the byte 0xFF (pyarrow refuses to build such a
+    string column, so its buffers are taken from a binary one)."""
+    raw = pa.array([b"k\xff", b"ok"], pa.binary())
+    key = pa.Array.from_buffers(pa.string(), 2, raw.buffers())
+    pq.write_table(pa.table({"topic": ["t", "t"], "key": key,
+                             "publish_time": pa.array([T0, T0], pa.timestamp("ms", tz="UTC")),
+                             "payload_size": [1, 2]}), path)
+
+
+def test_parquet_string_with_invalid_utf8_is_quarantined_by_both_engines(spark, tmp_path):
+    path = tmp_path / "bad.parquet"
+    _parquet_with_invalid_utf8(path)
+    spec = get_preset("contract", format="parquet")
+    expected = [(f"file:{path}", '{"topic":"t","key":"k\ufffd","publish_time":'
+                 '"2024-01-01T00:00:00.000Z","payload_size":1}', "invalid_utf8")]
+
+    accepted, quarantine = ingest_batch(spark, str(path), spec)
+    local_accepted, local_quarantine = read_local(spec, [str(path)])
+
+    assert [tuple(r) for r in quarantine.collect()] == expected
+    assert list(local_quarantine[["source_file", "raw_record", "reason"]].itertuples(
+        index=False, name=None)) == expected
+    assert [r.key for r in accepted.collect()] == local_accepted["key"].tolist() == ["ok"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")

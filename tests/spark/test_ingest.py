@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import gzip
-import hashlib
 import json
 import math
 from pathlib import Path
@@ -50,7 +49,6 @@ ACCEPTED_SCHEMA = T.StructType(
         T.StructField("publish_time", T.TimestampType()),
         T.StructField("payload_size", T.LongType()),
         T.StructField("source_file", T.StringType()),
-        T.StructField("order_key", T.StringType()),
         T.StructField("event_ms", T.LongType()),
         T.StructField("hash32", T.LongType()),
         T.StructField("segment_hash", T.IntegerType()),
@@ -72,7 +70,6 @@ def _uri(path: Path) -> str:
 
 
 def _expected(
-    raw: str,
     path: Path,
     topic: str,
     key: str | None,
@@ -92,7 +89,6 @@ def _expected(
         publish,
         size,
         _uri(path),
-        hashlib.sha256(raw.encode("utf-8")).hexdigest(),
         math.floor(micros / 1000 / speed),
         h,
         None if h is None else h >> 16,
@@ -136,8 +132,8 @@ def test_contract_json_lines_are_mapped_to_accepted_columns(spark, tmp_path):
         spark,
         accepted,
         [
-            _expected(keyed, path, "orders", "k1", "p1", 7, t0, 10),
-            _expected(keyless, path, "orders", None, "default-producer", None, t1, 0),
+            _expected(path, "orders", "k1", "p1", 7, t0, 10),
+            _expected(path, "orders", None, "default-producer", None, t1, 0),
         ],
     )
     assert quarantine.count() == 0
@@ -151,7 +147,7 @@ def test_contract_csv_takes_column_order_from_the_header(spark, tmp_path):
     accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract", format="csv"))
 
     t = dt.datetime(2024, 1, 1, 0, 0, 1, tzinfo=UTC)
-    _assert_accepted(spark, accepted, [_expected(line, path, "orders", "k", "p", 7, t, 12)])
+    _assert_accepted(spark, accepted, [_expected(path, "orders", "k", "p", 7, t, 12)])
     assert quarantine.count() == 0
 
 
@@ -173,7 +169,7 @@ def test_contract_parquet_rows_are_accepted_with_json_raw_record(spark, tmp_path
     raw = read_raw_batch(spark, str(path), "parquet").first().raw_record
     assert json.loads(raw)["key"] == "k"
     _assert_accepted(
-        spark, accepted, [_expected(raw, path, "orders", "k", "default-producer", None, t, 3)]
+        spark, accepted, [_expected(path, "orders", "k", "default-producer", None, t, 3)]
     )
     assert quarantine.count() == 0
 
@@ -340,7 +336,7 @@ def test_online_retail_maps_topic_key_producer_and_payload_bytes(spark, tmp_path
     t = dt.datetime(2010, 12, 1, 8, 26, tzinfo=UTC)
     size = len(line.encode("utf-8"))
     _assert_accepted(
-        spark, accepted, [_expected(line, path, "United Kingdom", "85123A", "17850", None, t, size)]
+        spark, accepted, [_expected(path, "United Kingdom", "85123A", "17850", None, t, size)]
     )
 
 
@@ -389,7 +385,7 @@ def test_pulsar_export_maps_dunder_columns_and_sizes_the_value(spark, tmp_path):
     accepted, _ = ingest_batch(spark, str(path), get_preset("pulsar-export", topic="events"))
 
     t = dt.datetime(2024, 1, 1, tzinfo=UTC)
-    _assert_accepted(spark, accepted, [_expected(line, path, "events", "k", "prod-1", 42, t, 6)])
+    _assert_accepted(spark, accepted, [_expected(path, "events", "k", "prod-1", 42, t, 6)])
 
 
 def test_apache_log_line_not_in_log_format_is_malformed(spark, tmp_path):
