@@ -256,7 +256,8 @@ class _Chunk:
 
 
 class _SegRun:
-    """Mutable per-segment scan state within one call (bids are call-local batch ids)."""
+    """A segment container's open batch at the end of a call: timer, aggregate counters and its
+    inner batches (``live``: group → call-local batch id, in arrival order)."""
 
     __slots__ = ("fire", "count", "nbytes", "live")
 
@@ -458,73 +459,131 @@ class ProducerBatcher:
             message_entry_seq=entry_seq.copy(), first_ordinal=first,
         )
 
+    def _cut_containers(self, chunk: _Chunk | None, horizon: int,
+                        close: tuple[int, int, set[int] | None] | None) -> _Cuts:
+        """Every segment container's batches of one call (cbs; :func:`_cut_segment`), in
+        segment order, with the timers due by ``horizon`` fired and the ``close`` applied.
+        Each closed cb is one flush event, keyed (position, phase, fire time, segment) in
+        the order the container rules give: a timer fires before the first message at or after
+        its time (phase 0), a pre-add byte flush comes before its message (1), a full
+        container after it (2), closes last (3)."""
+        cfg = self.config
+        n = 0 if chunk is None else chunk.times.shape[0]
+        positions = dict(chunk.segments) if chunk is not None else {}
+        none = np.zeros(0, dtype=np.intp)
+        cb = _CutTable()
+        msg_cb = np.empty(n, dtype=np.int64)
+        carried_cb: dict[int, int] = {}  # segment → its carried cb
+        open_cb: dict[int, _SegRun] = {}  # segment → its open cb's counters (live: by the caller)
+        open_id: dict[int, int] = {}
+        for s in sorted(set(self._containers) | set(positions)):
+            cont = self._containers.get(s)
+            pos = positions.get(s, none)
+            t = chunk.times[pos] if chunk is not None else _i64()
+            sizes = chunk.sizes[pos] if chunk is not None else _i64()
+            carry = None if cont is None else (cont.count, cont.payload_bytes, cont.fire_time)
+            cut = _cut_segment(t, sizes, carry, cfg.max_messages, cfg.max_bytes,
+                               cfg.max_publish_delay_ms)
+            base = cb.size
+            if carry is not None:
+                carried_cb[s] = base
+            length = t.shape[0]
+            if length:
+                msg_cb[pos] = base + np.searchsorted(cut.start, np.arange(length),
+                                                     side="right") - 1
+            at = np.minimum(cut.step, max(length - 1, 0))  # the closing message (if closed)
+            step_pos = pos[at] if length else np.zeros(len(cut.start), dtype=np.int64)
+            timer = cut.kind == 0
+            k0 = np.where(timer, _positions(chunk, cut.fire), step_pos)
+            k1 = np.where(timer, 0, np.where(cut.kind == 1, 1, 2))
+            when = np.where(timer, cut.fire, t[at] if length else cut.fire)
+            closed = cut.step < length
+            cb.add(s, carry is not None, k0, k1, np.where(timer, cut.fire, 0),
+                   np.where(timer, s, 0), when, _KIND_CODES[cut.kind], closed)
+            last = len(cut.start) - 1
+            if not closed[last]:
+                start = int(cut.start[last])
+                held, held_bytes = length - start, int(sizes[start:].sum())
+                if last == 0 and carry is not None:
+                    held, held_bytes = held + carry[0], held_bytes + carry[1]
+                open_cb[s] = _SegRun(int(cut.fire[last]), held, held_bytes, {})
+                open_id[s] = base + last
+        ev = cb.arrays()
+
+        # --- timers still armed and due by the horizon, then the closes
+        for s in sorted(open_cb):
+            run = open_cb[s]
+            if run.fire <= horizon:
+                k = open_id.pop(s)
+                ev.set(k, int(_positions(chunk, np.asarray([run.fire]))[0]), 0, run.fire, s,
+                       run.fire, _R_MAX_DELAY)
+                del open_cb[s]
+        if close is not None:
+            now, close_code, wanted = close
+            for s in sorted(open_cb):
+                if wanted is None or s in wanted:
+                    ev.set(open_id.pop(s), n, 3, 0, s, now, close_code)
+                    del open_cb[s]
+
+        return _Cuts(ev, msg_cb, carried_cb, open_cb, open_id)
+
     def _run(self, chunk: _Chunk | None, horizon: int,
              close: tuple[int, int, set[int] | None] | None) -> Entries:
-        """One state-machine step: scan ``chunk``, fire timers due by ``horizon``, close."""
-        cfg = self.config
-        # --- call-local batch ids: carried open batches first (0..C-1), new ones after.
+        """One state-machine step: cut ``chunk`` into container batches per segment
+        (:func:`_cut_segment`), fire the timers due by ``horizon``, close (``close``: time,
+        reason code, segments or ``None`` = all); emit the closed batches' inner batches."""
+        # --- call-local inner-batch ids (bids): carried open batches first (0..C-1)
         carried: list[_OpenBatch] = []
         bid_seg: list[int] = []
-        runs: dict[int, _SegRun] = {}
+        carried_live: dict[int, dict[int, int]] = {}  # segment → group → bid
         for s in sorted(self._containers):
-            cont = self._containers[s]
-            live: dict[int, int] = {}
-            for b in cont.batches:
-                live[b.group] = len(carried)
+            carried_live[s] = {}
+            for b in self._containers[s].batches:
+                carried_live[s][b.group] = len(carried)
                 carried.append(b)
                 bid_seg.append(s)
-            runs[s] = _SegRun(cont.fire_time, cont.count, cont.payload_bytes, live)
         n_carried = len(carried)
+        n = 0 if chunk is None else chunk.times.shape[0]
+
+        cuts = self._cut_containers(chunk, horizon, close)
+        ev, msg_cb, carried_cb, open_cb, open_id = (cuts.ev, cuts.msg_cb, cuts.carried_cb,
+                                                     cuts.open_cb, cuts.open_id)
+        positions = dict(chunk.segments) if chunk is not None else {}
+        none = np.zeros(0, dtype=np.intp)
+
+        # --- inner batches: one per (cb, group); a carried cb keeps its carried bids
         next_bid = n_carried
-
-        timer_events: list[tuple[int, int, list[int]]] = []  # (fire time, segment, bids)
-        msg_events: list[tuple[int, int, int, int, list[int]]] = []  # (pos, phase, t, code, bids)
-        n = 0
         bid_arr = np.zeros(0, dtype=np.int64)
-        if chunk is not None:
-            n = chunk.times.shape[0]
+        if chunk is not None and n:
+            order = np.lexsort((chunk.groups, msg_cb))
+            sc, sg = msg_cb[order], chunk.groups[order]
+            first = np.flatnonzero(np.r_[True, (sc[1:] != sc[:-1]) | (sg[1:] != sg[:-1])])
+            run_cb, run_g = sc[first], sg[first]
+            run_bid = np.full(first.shape[0], -1, dtype=np.int64)
+            for r in np.flatnonzero(ev.carried[run_cb]).tolist():
+                run_bid[r] = carried_live[int(ev.seg[run_cb[r]])].get(int(run_g[r]), -1)
+            new = run_bid < 0
+            run_bid[new] = n_carried + np.arange(int(new.sum()), dtype=np.int64)
+            next_bid = n_carried + int(new.sum())
+            bid_seg.extend(ev.seg[run_cb[new]].tolist())
             bid_arr = np.empty(n, dtype=np.int64)
-            for s, pos in chunk.segments:
-                run = runs.get(s)
-                if run is None:
-                    run = runs[s] = _SegRun(_NEVER, 0, 0, {})
-                out: list[int] = []
-                start_bid = next_bid
-                next_bid = _scan_segment(
-                    s, chunk.times[pos].tolist(), chunk.sizes[pos].tolist(),
-                    chunk.groups[pos].tolist(), pos.tolist(), run, cfg.max_messages,
-                    cfg.max_bytes, cfg.max_publish_delay_ms, next_bid, out,
-                    timer_events, msg_events)
-                bid_seg.extend([s] * (next_bid - start_bid))
-                bid_arr[pos] = out
-
-        # --- timers still armed and due by the horizon
-        for s in sorted(runs):
-            run = runs[s]
-            if run.count and run.fire <= horizon:
-                timer_events.append((run.fire, s, list(run.live.values())))
-                run.fire, run.count, run.nbytes, run.live = _NEVER, 0, 0, {}
-
-        # --- global event order: (position of the message it precedes/follows, phase, ...)
-        events: list[tuple[int, int, int, int, int, int, list[int]]] = []
-        if timer_events:
-            fires = np.asarray([e[0] for e in timer_events], dtype=np.int64)
-            if chunk is not None:
-                js = np.searchsorted(chunk.times, fires, side="left").tolist()
-            else:
-                js = [0] * len(timer_events)
-            for j, (f, s, bids) in zip(js, timer_events, strict=True):
-                events.append((j, 0, f, s, f, _R_MAX_DELAY, bids))
-        for p, phase, t, code, bids in msg_events:
-            events.append((p, phase, 0, 0, t, code, bids))
-        if close is not None:
-            now, code, wanted = close
-            for s in sorted(runs):
-                run = runs[s]
-                if run.count and (wanted is None or s in wanted):
-                    events.append((n, 3, 0, s, now, code, list(run.live.values())))
-                    run.fire, run.count, run.nbytes, run.live = _NEVER, 0, 0, {}
-        events.sort(key=lambda e: (e[0], e[1], e[2], e[3]))
+            bid_arr[order] = np.repeat(run_bid, np.diff(np.r_[first, n]))
+            bid_cb = np.concatenate([[carried_cb[s] for s in bid_seg[:n_carried]],
+                                     run_cb[new]]).astype(np.int64)
+        else:
+            bid_cb = np.asarray([carried_cb[s] for s in bid_seg], dtype=np.int64)
+        # the open cbs' inner batches, in the order their groups arrived (the carried ones first)
+        for s, run in open_cb.items():
+            live = dict(carried_live[s]) if carried_cb.get(s) == open_id[s] else {}
+            if chunk is not None and n:
+                mine = positions.get(s, none)
+                mine = mine[msg_cb[mine] == open_id[s]]
+                bids, at = np.unique(bid_arr[mine], return_index=True)
+                for bid, g in zip(bids[np.argsort(at)].tolist(),
+                                  chunk.groups[mine][np.sort(at)].tolist(), strict=True):
+                    live.setdefault(g, bid)
+            run.live = live
+        runs = open_cb
 
         # --- per-batch statistics (carried part + this chunk)
         m = next_bid
@@ -564,27 +623,17 @@ class ProducerBatcher:
             topen[ub] = np.minimum(topen[ub], np.minimum.reduceat(chunk.times[sorted_pos], starts))
             omax[ub] = np.maximum(omax[ub], first_ordinal + np.maximum.reduceat(sorted_pos, starts))
 
-        # --- entries: flatten events, order each flush's batches by highest sequence id
-        ev_rank: list[int] = []
-        ev_bids: list[int] = []
-        ev_time: list[int] = []
-        ev_code: list[int] = []
-        for r, ev in enumerate(events):
-            bids = ev[6]
-            ev_rank.extend([r] * len(bids))
-            ev_bids.extend(bids)
-            ev_time.append(ev[4])
-            ev_code.append(ev[5])
-        rank_a = np.asarray(ev_rank, dtype=np.int64)
-        bids_a = np.asarray(ev_bids, dtype=np.int64)
-        order = np.lexsort((omax[bids_a], smax[bids_a], rank_a))
-        rank_a, bids_a = rank_a[order], bids_a[order]
+        # --- entries: the closed cbs' inner batches, by event, then highest sequence id
+        closed_bids = np.flatnonzero(ev.closed[bid_cb]) if m else _i64()
+        rank = np.empty(ev.size, dtype=np.int64)
+        rank[np.lexsort((ev.k3, ev.k2, ev.k1, ev.k0))] = np.arange(ev.size, dtype=np.int64)
+        bids_a = closed_bids[np.lexsort((omax[closed_bids], smax[closed_bids],
+                                         rank[bid_cb[closed_bids]]))]
+        cb_a = bid_cb[bids_a]
         e = bids_a.shape[0]
         entry_seq = self._entries_emitted + np.arange(e, dtype=np.int64)
         lut = np.full(m, -1, dtype=np.int64)
         lut[bids_a] = entry_seq
-        time_a = np.asarray(ev_time, dtype=np.int64)
-        code_a = np.asarray(ev_code, dtype=np.int64)
         reasons = np.asarray(CLOSE_REASONS, dtype=_REASON_DTYPE)
 
         carried_ord: list[int] = []
@@ -598,7 +647,7 @@ class ProducerBatcher:
                 carried_ent.extend([es] * len(b.ordinals))
 
         result = Entries(
-            segment_id=np.asarray(bid_seg, dtype=np.int64)[bids_a] if e else _i64(),
+            segment_id=np.asarray(bid_seg, dtype=np.int64)[bids_a],
             bucket_index=bmin[bids_a].astype(np.int32),
             entry_seq=entry_seq,
             entry_hash_min=hmin[bids_a].astype(np.int32),
@@ -606,8 +655,8 @@ class ProducerBatcher:
             num_messages=cnt[bids_a],
             payload_bytes=nbytes[bids_a],
             open_time_ms=topen[bids_a],
-            publish_time_ms=time_a[rank_a] if e else _i64(),
-            close_reason=reasons[code_a[rank_a]] if e else np.zeros(0, dtype=_REASON_DTYPE),
+            publish_time_ms=ev.time[cb_a],
+            close_reason=reasons[ev.code[cb_a]],
             first_sequence_id=smin[bids_a],
             last_sequence_id=smax[bids_a],
             message_entry_seq=lut[bid_arr],
@@ -650,57 +699,145 @@ class ProducerBatcher:
         return result
 
 
-def _scan_segment(
-    seg: int, times: list[int], sizes: list[int], groups: list[int], pos: list[int],
-    run: _SegRun, max_messages: int, max_bytes: int, delay: int, next_bid: int,
-    out: list[int], timer_events: list[tuple[int, int, list[int]]],
-    msg_events: list[tuple[int, int, int, int, list[int]]],
-) -> int:
-    """Hot loop: one segment container over its messages (Python lists, local variables).
+_KIND_CODES = np.asarray([_R_MAX_DELAY, _R_MAX_BYTES, _R_MAX_MESSAGES, _R_MAX_BYTES],
+                         dtype=np.int64)
+"""Close reason code of each :class:`_Cut` kind."""
 
-    Appends each message's call-local batch id to ``out`` and flush events to the event lists;
-    returns the next free batch id. Phases: 1 = pre-add flush, 2 = full after add.
-    """
-    fire = run.fire
-    count = run.count
-    nbytes = run.nbytes
-    live = run.live
-    append = out.append
-    for k in range(len(times)):
-        t = times[k]
-        size = sizes[k]
-        if t >= fire:
-            timer_events.append((fire, seg, list(live.values())))
-            live = {}
-            count = 0
-            nbytes = 0
-        elif count and nbytes + size > max_bytes:
-            msg_events.append((pos[k], 1, t, _R_MAX_BYTES, list(live.values())))
-            live = {}
-            count = 0
-            nbytes = 0
-        if not count:
-            fire = t + delay
-        g = groups[k]
-        b = live.get(g)
-        if b is None:
-            b = live[g] = next_bid
-            next_bid += 1
-        append(b)
-        count += 1
-        nbytes += size
-        if count >= max_messages:
-            msg_events.append((pos[k], 2, t, _R_MAX_MESSAGES, list(live.values())))
-        elif nbytes >= max_bytes:
-            msg_events.append((pos[k], 2, t, _R_MAX_BYTES, list(live.values())))
-        else:
-            continue
-        live = {}
-        count = 0
-        nbytes = 0
-        fire = _NEVER
-    run.fire = fire if count else _NEVER
-    run.count = count
-    run.nbytes = nbytes
-    run.live = live
-    return next_bid
+
+@dataclass(frozen=True)
+class _Cut:
+    """One segment container's batches of one call, in order (the carried one first, if any).
+
+    ``start``: local index of each batch's first message (0 for the carried batch); ``step``:
+    local index of the message at which it closed (``>= L`` = still open); ``kind``: 0 timer
+    (before that message), 1 pre-add byte check (before it), 2 full by messages (after it),
+    3 full by bytes (after it); ``fire``: its timer's fire time (ms)."""
+
+    start: npt.NDArray[np.int64]
+    step: npt.NDArray[np.int64]
+    kind: npt.NDArray[np.int64]
+    fire: npt.NDArray[np.int64]
+
+
+def _cut_segment(times: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+                 carry: tuple[int, int, int] | None, max_messages: int, max_bytes: int,
+                 delay: int) -> _Cut:
+    """Cut one segment container's messages (``times`` ms non-decreasing, ``sizes`` bytes) into
+    batches, as the container rules of the module doc do message by message: a batch that
+    starts at message ``i`` (container empty) closes at the first of — its timer
+    (``times[i] + delay``) reached by a message, before it; the message that would take the
+    payload past ``max_bytes``, before it (not for the batch's first message); the message
+    making it full (``max_messages``, then ``max_bytes``), after it. Ties go to the earlier
+    check (timer, pre-add, messages, bytes). Each batch's end is found for every ``i`` at once
+    (``searchsorted`` on times and cumulative sizes); only the chain of batch starts is a loop,
+    one step per batch. ``carry``: ``(count, payload bytes, fire time)`` of the container's
+    open batch from an earlier call, which continues first."""
+    length = times.shape[0]
+    cum = np.zeros(length + 1, dtype=np.int64)
+    np.cumsum(sizes, out=cum[1:])
+    idx = np.arange(length, dtype=np.int64)
+    fire = times + delay
+    by_bytes = np.searchsorted(cum, cum[:-1] + max_bytes, side="left") - 1
+    over = cum[np.minimum(by_bytes, length - 1) + 1] - cum[:-1] > max_bytes
+    bytes_kind = np.where(over & (by_bytes > idx) & (by_bytes < length), 1, 3)
+    key = np.minimum(np.minimum(np.searchsorted(times, fire, side="left") * 4,
+                                (idx + max_messages - 1) * 4 + 2),
+                     by_bytes * 4 + bytes_kind)
+    step, kind = key >> 2, key & 3
+    following = np.where(kind <= 1, step, step + 1).tolist()
+    starts: list[int] = []
+    steps: list[int] = []
+    kinds: list[int] = []
+    fires: list[int] = []
+    at = 0
+    if carry is not None:
+        count, nbytes, fire0 = carry
+        b = int(np.searchsorted(cum, max_bytes - nbytes, side="left")) - 1
+        b_kind = 1 if b < length and nbytes + int(cum[b + 1]) > max_bytes else 3
+        key0 = min(int(np.searchsorted(times, fire0, side="left")) * 4,
+                   (max_messages - count - 1) * 4 + 2, b * 4 + b_kind)
+        starts.append(0)
+        steps.append(key0 >> 2)
+        kinds.append(key0 & 3)
+        fires.append(fire0)
+        at = (key0 >> 2) + (0 if key0 & 3 <= 1 else 1)
+    first = len(starts)
+    while at < length:
+        starts.append(at)
+        at = following[at]
+    fresh = np.asarray(starts[first:], dtype=np.int64)
+    return _Cut(np.asarray(starts, dtype=np.int64),
+                np.concatenate([np.asarray(steps, dtype=np.int64), step[fresh]]),
+                np.concatenate([np.asarray(kinds, dtype=np.int64), kind[fresh]]),
+                np.concatenate([np.asarray(fires, dtype=np.int64), fire[fresh]]))
+
+
+def _positions(chunk: _Chunk | None, fires: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Chunk position of the first message at or after each timer's fire time (all segments):
+    the timer fires before it."""
+    if chunk is None:
+        return np.zeros(fires.shape[0], dtype=np.int64)
+    return np.searchsorted(chunk.times, fires, side="left").astype(np.int64)
+
+
+class _CutTable:
+    """The container batches (cbs) of one call, all segments: per-segment parts appended, then
+    :meth:`arrays` makes one set of columns; events of cbs closed later are set by index."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[np.ndarray, ...]] = []
+        self.size = 0
+
+    def add(self, seg: int, carried: bool, *columns: np.ndarray) -> None:
+        """``columns``: k0, k1, k2, k3 (event sort key), time, code, closed — aligned."""
+        k = columns[0].shape[0]
+        flags = np.zeros(k, dtype=bool)
+        flags[:1] = carried
+        self.parts.append((np.full(k, seg, dtype=np.int64), flags, *columns))
+        self.size += k
+
+    def arrays(self) -> _CutArrays:
+        names = ("seg", "carried", "k0", "k1", "k2", "k3", "time", "code", "closed")
+        if not self.parts:
+            return _CutArrays(*[np.zeros(0, dtype=bool if n in ("carried", "closed")
+                                         else np.int64) for n in names])
+        return _CutArrays(*[np.concatenate([p[i] for p in self.parts]).astype(
+            bool if n in ("carried", "closed") else np.int64) for i, n in enumerate(names)])
+
+
+@dataclass
+class _CutArrays:
+    """Columns of :class:`_CutTable`: segment, carried (the segment's carried batch), event
+    sort key (k0..k3), publish time (ms), reason code, closed."""
+
+    seg: np.ndarray
+    carried: np.ndarray
+    k0: np.ndarray
+    k1: np.ndarray
+    k2: np.ndarray
+    k3: np.ndarray
+    time: np.ndarray
+    code: np.ndarray
+    closed: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.seg.shape[0])
+
+    def set(self, k: int, k0: int, k1: int, k2: int, k3: int, time: int, code: int) -> None:
+        """Close cb ``k`` with this event."""
+        self.k0[k], self.k1[k], self.k2[k], self.k3[k] = k0, k1, k2, k3
+        self.time[k], self.code[k], self.closed[k] = time, code, True
+
+
+@dataclass
+class _Cuts:
+    """:meth:`ProducerBatcher._cut_containers`'s result: the cbs (:class:`_CutArrays`), each
+    message's cb, each segment's carried cb, and the segments whose cb stays open (counters
+    and cb index)."""
+
+    ev: _CutArrays
+    msg_cb: np.ndarray
+    carried_cb: dict[int, int]
+    open_cb: dict[int, _SegRun]
+    open_id: dict[int, int]
