@@ -86,7 +86,9 @@ def conform_arrow(table: str, data: pa.Table | pd.DataFrame,
     if columns is not None:
         schema = pa.schema([f for f in schema if f.name in set(columns)])
     if isinstance(data, pd.DataFrame):
-        data = pa.Table.from_pandas(data, preserve_index=False)
+        # one thread: pyarrow's per-call thread pool costs more than it saves on frames of a
+        # window (a topic stage task converts several per window while the other cores work)
+        data = pa.Table.from_pandas(data, preserve_index=False, nthreads=1)
     elif not isinstance(data, pa.Table):
         data = pa.table(data)
     extra = [c for c in data.column_names if c not in schema.names]

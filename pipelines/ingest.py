@@ -1,7 +1,7 @@
 """Ingest: read message logs, map them to the input contract, validate, quarantine, hash.
 
-Two readers produce the same *raw* DataFrame (columns ``source_file``, ``raw_record`` and, for
-Parquet, ``record``: the row as a struct):
+Two readers produce the same *raw* DataFrame (columns ``source_file`` and ``raw_record``; for
+Parquet ``source_file`` and ``record``, the row as a struct):
 
 - :func:`read_raw_stream`: a streaming DataFrame (``spark.readStream``, ``maxFilesPerTrigger``),
   meant to be fed to ``foreachBatch``;
@@ -10,9 +10,12 @@ Parquet, ``record``: the row as a struct):
 CSV, JSON lines and ``text`` logs are read with Spark's ``text`` source, one raw line per record
 (``.gz`` files are decompressed transparently), so a rejected record keeps its exact text;
 ``source_file`` is ``_metadata.file_path`` (available for streaming text sources too). Parquet
-uses the Parquet source (schema from a static read of the inputs) with ``raw_record =
-to_json(struct(*))``. A consequence of line-based reading: a CSV field with an embedded line
-break is not supported (each physical line is one record).
+uses the Parquet source (schema from a static read of the inputs); its ``raw_record`` is
+``to_json(record)``, made by :func:`parse_records` only where it is used (quarantined records,
+mappings that name it): a ``foreachBatch`` micro-batch is materialised as read, so a JSON form
+made by the reader would be computed for every record (1.3 s per million here). A consequence
+of line-based reading: a CSV field with an embedded line break is not supported (each physical
+line is one record).
 
 :func:`parse_records` turns a *static* raw DataFrame (a micro-batch inside ``foreachBatch``, or
 a batch read) into ``(accepted, quarantine)``. It is meant for static DataFrames because the
@@ -165,11 +168,8 @@ def _text_raw(df: DataFrame) -> DataFrame:
 
 def _parquet_raw(df: DataFrame) -> DataFrame:
     cols = [F.col(f"`{c}`") for c in df.columns]
-    return df.select(
-        F.col("_metadata.file_path").alias("source_file"),
-        F.to_json(F.struct(*cols)).alias("raw_record"),
-        F.struct(*cols).alias("record"),
-    )
+    return df.select(F.col("_metadata.file_path").alias("source_file"),
+                     F.struct(*cols).alias("record"))
 
 
 def read_raw_batch(
@@ -182,7 +182,7 @@ def read_raw_batch(
 ) -> DataFrame:
     """Static raw DataFrame of the files (or folders / globs) ``paths`` in format ``fmt``.
 
-    Columns: ``source_file``, ``raw_record`` (+ ``record`` struct for Parquet).
+    Columns: ``source_file``, ``raw_record`` (Parquet: ``source_file``, ``record`` struct).
     ``path_glob_filter``: read only files whose name matches (e.g. ``spec.file_glob``).
     ``record_schema``: Parquet only, the row schema (default: inferred from the files).
     ``ignore_corrupt_files``: Spark's ``ignoreCorruptFiles`` (a file that fails part-way gives
@@ -385,7 +385,7 @@ def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]
 
     Returns the frame and the names of its source columns.
     """
-    raw_col = F.col("raw_record")
+    raw_col = F.to_json(F.col("record")) if spec.format == "parquet" else F.col("raw_record")
     base = [F.col("source_file").alias(_FILE), raw_col.alias(_RAW)]
     blank = _blank(raw_col)
     if spec.format == "parquet":
@@ -616,7 +616,10 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         F.col("__m_publish_time"), types["__m_publish_time"], spec
     )
     size, size_bad = _integer(F.col("__m_payload_size"), types["__m_payload_size"])
-    size_missing = _blank(F.col("__m_payload_size").cast("string"))
+    size_type = types["__m_payload_size"]
+    # a number is never blank: no string form of every record's size
+    size_missing = (F.col("__m_payload_size").isNull() if isinstance(size_type, T.NumericType)
+                    else _blank(F.col("__m_payload_size").cast("string")))
     seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
 
     checked = mapped.select(

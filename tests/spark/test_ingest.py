@@ -151,7 +151,7 @@ def test_contract_csv_takes_column_order_from_the_header(spark, tmp_path):
     assert quarantine.count() == 0
 
 
-def test_contract_parquet_rows_are_accepted_with_json_raw_record(spark, tmp_path):
+def test_contract_parquet_rows_are_accepted(spark, tmp_path):
     t = dt.datetime(2024, 1, 1, 0, 0, 2, 5, UTC)
     table = pa.table(
         {
@@ -166,12 +166,30 @@ def test_contract_parquet_rows_are_accepted_with_json_raw_record(spark, tmp_path
 
     accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract", format="parquet"))
 
-    raw = read_raw_batch(spark, str(path), "parquet").first().raw_record
-    assert json.loads(raw)["key"] == "k"
     _assert_accepted(
         spark, accepted, [_expected(path, "orders", "k", "default-producer", None, t, 3)]
     )
     assert quarantine.count() == 0
+
+
+def test_quarantined_parquet_row_keeps_its_json_form(spark, tmp_path):
+    # the reader gives the row as a struct; its JSON form is made for quarantined rows only
+    t = dt.datetime(2024, 1, 1, 0, 0, 2, 5, UTC)
+    table = pa.table({"topic": ["orders", "orders"], "key": ["k", "bad"],
+                      "publish_time": pa.array([t, t], pa.timestamp("us", tz="UTC")),
+                      "payload_size": pa.array([3, -1], pa.int64())})
+    path = tmp_path / "a.parquet"
+    pq.write_table(table, path)
+
+    accepted, quarantine = ingest_batch(spark, str(path), get_preset("contract", format="parquet"))
+
+    assert read_raw_batch(spark, str(path), "parquet").columns == ["source_file", "record"]
+    assert accepted.count() == 1
+    rows = quarantine.collect()
+    assert [r["reason"] for r in rows] == ["negative_payload_size"]
+    assert json.loads(rows[0]["raw_record"]) == {"topic": "orders", "key": "bad",
+                                                 "publish_time": "2024-01-01T00:00:02.000Z",
+                                                 "payload_size": -1}
 
 
 def test_gzip_json_lines_are_read(spark, tmp_path):
