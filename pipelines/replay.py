@@ -9,7 +9,8 @@ Shape (DESIGN "Shape of the pipeline"), per micro-batch ``k``:
 2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``; a staged record older
    than the horizon that was already finalized is quarantined as ``late``.
 3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by the topic
-   stage (``pipelines.stages.topic_stage``: one Spark job, tasks reading whole topics) whose
+   stage (``pipelines.stages.topic_stage``: one Spark job for one or more consecutive windows,
+   tasks reading whole topics) whose
    per-topic state (controller, producer batchers, subscription dispatchers) is carried between
    micro-batches in :class:`ReplayState`; per topic, in one task:
    control plane → routing + ``segment_load`` + ``autoscale_decisions`` + ``segments``;
@@ -133,6 +134,12 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
         raise OutputConflictError(
             f"output {output} cannot take run {run_id}: {'; '.join(problems)}; use another "
             f"--run-id or --output (or delete the run's rows and {manifest.parent})")
+
+FINALIZE_WINDOWS_PER_JOB = 8
+"""End-of-input windows run per Spark job (:meth:`Replay._finalize_windows`): a job costs
+about 0.2 s on these machines whatever it does, and a topic's windows are sequential anyway.
+The driver holds the job's state blobs (topics × windows) until their windows are written; a
+crash recomputes at most this many windows."""
 
 FINALIZE_WINDOW_MESSAGES = 500_000
 """A batch replay finalizes at most about this many staged messages per window. Memory bound:
@@ -354,7 +361,7 @@ class Replay:
         # streaming replay finalizes every window the watermark has passed.
         if (self.streaming and not self.state.finalized and new_horizon is not None
                 and (horizon is None or new_horizon > horizon)):
-            self._finalize_window(horizon, new_horizon, batch_id, final=False)
+            self._finalize_window(new_horizon, batch_id, final=False)
         self.state.batch_id = batch_id
         state_bytes = self._save_state()
         _fault(f"after_state:{batch_id}")
@@ -452,19 +459,22 @@ class Replay:
             self._save_state()
             return
         windows = self._final_windows()
-        for i, hi in enumerate(windows):
-            done = self.state.horizon_ms
-            if hi is not None and done is not None and hi <= done:
-                continue  # finalized before a restart
-            t0 = time.time()
-            self._finalize_window(done, hi, FINAL_VERSION_OFFSET + i, final=hi is None)
-            # the last window's state is saved once the run is marked finalized, below
-            state_bytes = (self._save_state() if hi is not None
-                           else len(pickle.dumps(self.state)))
-            self.progress(f"window {i + 1}/{len(windows)}: finalized up to "
-                          f"{self._fmt_time(hi) if hi is not None else 'end of input'}, "
-                          f"state {state_bytes:,} bytes "
-                          f"({time.time() - t0:.1f}s)")
+        done = self.state.horizon_ms
+        todo = [(i, hi) for i, hi in enumerate(windows)  # not finalized before a restart
+                if hi is None or done is None or hi > done]
+        t0 = time.time()
+        for start in range(0, len(todo), FINALIZE_WINDOWS_PER_JOB):
+            group = todo[start:start + FINALIZE_WINDOWS_PER_JOB]
+            spans = [(FINAL_VERSION_OFFSET + i, hi, hi is None) for i, hi in group]
+            for (i, hi), _ in zip(group, self._finalize_windows(spans), strict=True):
+                # the last window's state is saved once the run is marked finalized, below
+                state_bytes = (self._save_state() if hi is not None
+                               else len(pickle.dumps(self.state)))
+                self.progress(f"window {i + 1}/{len(windows)}: finalized up to "
+                              f"{self._fmt_time(hi) if hi is not None else 'end of input'}, "
+                              f"state {state_bytes:,} bytes "
+                              f"({time.time() - t0:.1f}s)")
+                t0 = time.time()
         self.state.finalized = True
         # The batch id stays that of the last micro-batch: a later micro-batch (new files on
         # a re-run) is then processed, as late, instead of being mistaken for a re-delivery.
@@ -495,29 +505,57 @@ class Replay:
         return [*bounds, None]
 
     # ---- one finalized window ------------------------------------------------------------------
-    def _finalize_window(self, lo: int | None, hi: int | None, version: int, final: bool) -> None:
-        """Run the window ``[lo, hi)`` of staged messages through the topic stage
-        (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic, in
-        tasks that read their topics' staged messages themselves) and write its tables.
+    def _finalize_window(self, hi: int | None, version: int, final: bool) -> None:
+        """Finalize the staged messages from the finalized horizon up to ``hi``
+        (:meth:`_finalize_windows` with one window)."""
+        for _ in self._finalize_windows([(version, hi, final)]):
+            pass
 
-        Each task writes its topic's output rows as Parquet files by kind under
-        ``_work/<run_id>/windows/<version>`` (narrow, typed files: no wide union of the tables
-        passes through Spark); each big table (messages, entries, dispatch, …) is then committed
-        from its folder (:meth:`DeltaStore.append_parquet`), and only the per-topic state blobs
-        and the control plane's small tables reach the driver. The folder is removed once the
-        window is written (a re-run recomputes it: the stage is deterministic and the commits
-        are idempotent)."""
+    def _finalize_windows(self, spans: Sequence[tuple[int, int | None, bool]]) -> Iterator[None]:
+        """Run consecutive windows of staged messages through the topic stage, in one Spark job
+        (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic, in
+        tasks that read their topics' staged messages themselves and carry their states from
+        window to window), then write their tables window by window, yielding after each.
+
+        ``spans``: ``(version, hi, final)`` per window, in order; a window runs from the
+        previous one's ``hi`` (the first from the finalized horizon) to its ``hi`` (``None`` =
+        +∞) and commits with its ``version``. Each task writes its topics' output rows as
+        Parquet files by kind under ``_work/<run_id>/windows/<version>`` (narrow, typed files:
+        no wide union of the tables passes through Spark); each big table (messages, entries,
+        dispatch, …) is then committed from its folder (:meth:`DeltaStore.append_parquet`),
+        and only the per-topic state blobs and the control plane's small tables reach the
+        driver. A window's folder is removed once it is written; the caller saves the state
+        after each yield, so a crash recomputes from the last saved window (the stage is
+        deterministic and the commits are idempotent)."""
         settings = stages.StageSettings.from_config(self.config, self.state.first_event_ms)
-        out_dir = self.work_dir / "windows" / str(version)
-        shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
+        windows = []
+        lo = self.state.horizon_ms
+        for version, hi, final in spans:
+            out_dir = self.work_dir / "windows" / str(version)
+            shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
+            windows.append(stages.StageWindow(lo, hi, final, str(out_dir)))
+            lo = hi
         t0 = time.perf_counter()
         self._tick()
         # every topic with a controller has staged messages: state.staged lists them all
-        states = stages.StageStates.of(stages.topic_stage(
-            self.spark, self.staging, self.state.staged, lo, hi, self.state.controllers,
-            self.state.batchers, self.state.dispatchers, settings, final, str(out_dir)))
+        results = [stages.StageStates.of(rows) for rows in stages.topic_stage(
+            self.spark, self.staging, self.state.staged, windows, self.state.controllers,
+            self.state.batchers, self.state.dispatchers, settings)]
+        seconds: dict[str, float] = {}
+        for states in results:
+            for stage, s in states.seconds.items():
+                seconds[stage] = seconds.get(stage, 0.0) + s
+        self._attribute(time.perf_counter() - t0, seconds)
+        for (version, _, final), window, states in zip(spans, windows, results, strict=True):
+            self._commit_window(states, window, version, final, settings)
+            yield None
+
+    def _commit_window(self, states: stages.StageStates, window: stages.StageWindow,
+                       version: int, final: bool, settings: stages.StageSettings) -> None:
+        """Write one window's tables (its state blobs ``states``, its files under
+        ``window.out_dir``) with ``version`` and advance the replay's state past it."""
+        out_dir = Path(window.out_dir)
         ctl = stages.control_outputs(states.controllers, settings.speed)
-        self._attribute(time.perf_counter() - t0, states.seconds)
         self.state.controllers = ctl.states
         self.state.batchers = {**self.state.batchers, **states.producers}
         self.state.dispatchers = {**self.state.dispatchers, **states.dispatchers}
@@ -531,7 +569,7 @@ class Replay:
         for kind, table in stages.STAGE_KINDS.items():
             self.write_staged(table, out_dir / kind, version)
         shutil.rmtree(out_dir, ignore_errors=True)
-        self.state.horizon_ms = hi
+        self.state.horizon_ms = window.hi_ms
 
     def _attribute(self, wall_s: float, task_s: Mapping[str, float]) -> None:
         """Close the timer opened for a topic stage: its ``wall_s`` (Spark job, shuffle and
