@@ -235,17 +235,17 @@ def _json_value(v: Any) -> str | None:
 
 def _source_frame(path: Path, spec: InputSpec) -> tuple[pd.DataFrame, list[str]]:
     """One file → frame with ``source_file``, ``raw_record``, ``_malformed``, ``_header`` and the
-    source columns (strings; Parquet keeps its column types)."""
+    source columns (strings; Parquet keeps its column types, and its ``raw_record`` is
+    ``attrs["parquet_raw"]``, a :class:`ParquetRaw`)."""
     uri = "file:" + path.as_uri().removeprefix("file://")  # as Spark's _metadata.file_path
     if spec.format == "parquet":
         table, invalid = _valid_utf8(pq.read_table(path))
         pdf = table.to_pandas(timestamp_as_object=False)
         names = list(pdf.columns)
-        raw = [json.dumps({k: _parquet_json(v) for k, v in row.items() if _present(v)},
-                          separators=(",", ":"), ensure_ascii=False)
-               for row in table.to_pylist()]
-        return pdf.assign(source_file=uri, raw_record=raw, _malformed=False,
-                          _header=False, _invalid_utf8=invalid), names
+        out = pdf.assign(source_file=uri, _malformed=False, _header=False,
+                         _invalid_utf8=invalid)
+        out.attrs["parquet_raw"] = ParquetRaw([table])  # raw_record, for the rows that need it
+        return out, names
     lines, invalid_utf8 = _lines(path)
     n = len(lines)
     blank = np.array([not ln.strip() for ln in lines], dtype=bool)
@@ -325,6 +325,39 @@ def _valid_utf8(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
             fixed.append(text)
         table = table.set_column(i, f, pa.array(fixed, f.type))
     return table, invalid
+
+
+class ParquetRaw:
+    """The ``raw_record`` of Parquet rows — each row's JSON, as Spark's ``to_json(record)`` —
+    made only for the rows that need it (quarantined rows, minute spreading, a mapping that
+    names it): a JSON string per row costs more than the rest of the local reader. ``tables``:
+    the files' tables, their rows in frame order; a Parquet frame of :func:`_source_frame`
+    carries it as ``attrs["parquet_raw"]`` (read by :func:`_raw_records`)."""
+
+    def __init__(self, tables: list[pa.Table]) -> None:
+        self.tables = tables
+
+    def rows(self, positions: np.ndarray) -> np.ndarray:
+        """The JSON strings (object array) of rows ``positions`` (ascending, frame order)."""
+        out = np.empty(len(positions), dtype=object)
+        start = 0
+        for table in self.tables:
+            at = np.flatnonzero((positions >= start) & (positions < start + table.num_rows))
+            if len(at):
+                picked = table.take(pa.array(positions[at] - start)).to_pylist()
+                out[at] = [json.dumps({k: _parquet_json(v) for k, v in row.items()
+                                       if _present(v)}, separators=(",", ":"),
+                                      ensure_ascii=False) for row in picked]
+            start += table.num_rows
+        return out
+
+
+def _raw_records(frame: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
+    """``raw_record`` of ``frame``'s rows where the bool mask ``rows`` is set (object array)."""
+    raw = frame.attrs.get("parquet_raw")
+    if raw is None:
+        return frame["raw_record"][rows].to_numpy()
+    return raw.rows(np.flatnonzero(rows))
 
 
 def _present(v: Any) -> bool:
@@ -573,10 +606,15 @@ def parse_local(frame: pd.DataFrame, names: list[str],
                 spec: InputSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
     """pandas version of ``pipelines.ingest.parse_records`` over :func:`_source_frame`
     output: ``(accepted, quarantine)`` with the same columns, reasons and values."""
-    frame = frame[~frame["_header"].to_numpy(bool)].reset_index(drop=True)
+    header = frame["_header"].to_numpy(bool)
+    if header.any():  # CSV only (Parquet frames have no header rows to drop)
+        frame = frame[~header].reset_index(drop=True)
     n = len(frame)
     scope: dict[str, pd.Series] = {c: frame[c] for c in names}
-    scope.setdefault("raw_record", frame["raw_record"])
+    named = any("raw_record" in (v or "") for v in (*spec.columns.values(), *spec.spread_order))
+    if "raw_record" not in scope and ("parquet_raw" not in frame.attrs or named):
+        scope["raw_record"] = pd.Series(_raw_records(frame, np.ones(n, dtype=bool)),
+                                        dtype=object)
     scope.setdefault("source_file", frame["source_file"])
 
     def mapped(value: str | None) -> pd.Series:
@@ -622,12 +660,13 @@ def parse_local(frame: pd.DataFrame, names: list[str],
         reason[np.asarray(cond, dtype=bool)] = name
     bad = pd.notna(reason)
     quarantine = pd.DataFrame({"source_file": frame["source_file"][bad].to_numpy(),
-                               "raw_record": frame["raw_record"][bad].to_numpy(),
+                               "raw_record": _raw_records(frame, bad),
                                "reason": reason[bad]})
     ok = ~bad
     us = micros[ok].astype(np.int64)
     if spec.spread_within_minute:
-        raw_sha = [hashlib.sha256(r.encode("utf-8")).hexdigest() for r in frame["raw_record"][ok]]
+        raw_sha = [hashlib.sha256(r.encode("utf-8")).hexdigest()
+                   for r in _raw_records(frame, ok)]
         minute = us - us % 60_000_000
         order = pd.DataFrame({"_minute": minute})
         for i, v in enumerate(spec.spread_order):
@@ -688,7 +727,10 @@ def read_local(spec: InputSpec, inputs: Sequence[str],
     for b in range(0, len(files), max_files_per_trigger):
         frames = [_source_frame(f, spec) for f in files[b:b + max_files_per_trigger]]
         names = list(dict.fromkeys(n for _, ns in frames for n in ns))
+        raws = [f.attrs["parquet_raw"] for f, _ in frames if "parquet_raw" in f.attrs]
         frame = pd.concat([f for f, _ in frames], ignore_index=True)
+        if raws:  # Parquet: the batch's tables, in frame order
+            frame.attrs["parquet_raw"] = ParquetRaw([t for r in raws for t in r.tables])
         for c in names:
             if c not in frame.columns:
                 frame[c] = None

@@ -807,43 +807,56 @@ def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, i
     return counts
 
 
-def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int, int]]:
-    """Micro-batch ``batch_id``'s staged messages per topic: ``(messages, min event_ms, max
-    event_ms)``, from the Parquet footers of its files under ``staging`` (row counts and
-    ``event_ms`` statistics; the topic's name from one value of its ``topic`` column), so no
-    data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
-    import pyarrow.compute as pc
+def _staged_files(folder: str) -> Iterator[Any]:
+    """Open pyarrow ``ParquetFile``s of the staged files under ``folder`` (recursively, path
+    order; hidden and temporary files skipped), one at a time."""
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
     from pipelines.delta_io import fs_uri
 
-    fs, path = pafs.FileSystem.from_uri(fs_uri(f"{staging.rstrip('/')}/batch_id={batch_id}"))
+    fs, path = pafs.FileSystem.from_uri(fs_uri(folder))
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    out: dict[str, tuple[int, int, int]] = {}
     for info in sorted(infos, key=lambda i: i.path):
         name = info.base_name
         if (info.type != pafs.FileType.File or not name.endswith(".parquet")
                 or name.startswith((".", "_"))):
             continue
         with fs.open_input_file(info.path) as f:
-            pf = pq.ParquetFile(f)
-            col = pf.schema_arrow.get_field_index("event_ms")
-            topic = None  # one topic per file (its folder): read one value of it
-            for i in range(pf.metadata.num_row_groups):
-                group = pf.metadata.row_group(i)
-                if not group.num_rows:
-                    continue
-                if topic is None:
-                    topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
-                st = group.column(col).statistics
-                if st is not None and st.has_min_max:
-                    lo, hi = int(st.min), int(st.max)
-                else:  # a writer without statistics: read the column
-                    mm = pc.min_max(pf.read_row_group(i, columns=["event_ms"]).column(0))
-                    lo, hi = mm["min"].as_py(), mm["max"].as_py()
-                n, lo0, hi0 = out.get(topic, (0, lo, hi))
-                out[topic] = (n + group.num_rows, min(lo, lo0), max(hi, hi0))
+            yield pq.ParquetFile(f)
+
+
+def _event_ms_ranges(pf: Any) -> Iterator[tuple[int, int, int]]:
+    """``(row group, min event_ms, max event_ms)`` of each non-empty row group of a staged
+    file, from its footer statistics (the column is read when a writer left none)."""
+    import pyarrow.compute as pc
+
+    col = pf.schema_arrow.get_field_index("event_ms")
+    for i in range(pf.metadata.num_row_groups):
+        group = pf.metadata.row_group(i)
+        if not group.num_rows:
+            continue
+        st = group.column(col).statistics
+        if st is not None and st.has_min_max:
+            yield i, int(st.min), int(st.max)
+        else:
+            mm = pc.min_max(pf.read_row_group(i, columns=["event_ms"]).column(0))
+            yield i, mm["min"].as_py(), mm["max"].as_py()
+
+
+def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int, int]]:
+    """Micro-batch ``batch_id``'s staged messages per topic: ``(messages, min event_ms, max
+    event_ms)``, from the Parquet footers of its files under ``staging`` (row counts and
+    ``event_ms`` statistics; the topic's name from one value of its ``topic`` column), so no
+    data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
+    out: dict[str, tuple[int, int, int]] = {}
+    for pf in _staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
+        topic = None  # one topic per file (its folder): read one value of it
+        for i, lo, hi in _event_ms_ranges(pf):
+            if topic is None:
+                topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
+            n, lo0, hi0 = out.get(topic, (0, lo, hi))
+            out[topic] = (n + pf.metadata.row_group(i).num_rows, min(lo, lo0), max(hi, hi0))
     return out
 
 
@@ -851,32 +864,20 @@ def staged_histogram(staging: str, bins: int) -> tuple[int, int, np.ndarray] | N
     """Every staged message's ``event_ms`` (all batches under ``staging``) counted in ``bins``
     equal bins: ``(lo, width, counts)`` — bin ``i`` holds ``lo + i * width <= event_ms <
     lo + (i + 1) * width`` (``lo`` the smallest ``event_ms``, ``width = (max - lo) // bins +
-    1``); ``counts``: int64 array of length ``bins``. ``None`` when nothing is staged. Reads
-    the ``event_ms`` column twice, a record batch at a time (memory does not grow with the
-    messages)."""
-    import pyarrow.fs as pafs
-
-    from pipelines.delta_io import fs_uri
-
-    fs, path = pafs.FileSystem.from_uri(fs_uri(staging))
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+    1``); ``counts``: int64 array of length ``bins``. ``None`` when nothing is staged. The
+    range comes from the footers' statistics, the counts from one row group's ``event_ms``
+    at a time, read on this thread: memory does not grow with the messages (a dataset scan's
+    read-ahead left the driver 95 MB larger at 10 M messages)."""
+    ranges = [(lo, hi) for pf in _staged_files(staging) for _, lo, hi in _event_ms_ranges(pf)]
+    if not ranges:
         return None
-    dataset = _staged_dataset(staging)
-    if "event_ms" not in dataset.schema.names:  # batch folders without files
-        return None
-    lo: int | None = None
-    hi: int | None = None
-    for batch in dataset.to_batches(columns=["event_ms"]):
-        if batch.num_rows:
-            values = batch.column(0).to_numpy()
-            lo = int(values.min()) if lo is None else min(lo, int(values.min()))
-            hi = int(values.max()) if hi is None else max(hi, int(values.max()))
-    if lo is None or hi is None:
-        return None
-    width = (hi - lo) // bins + 1
+    lo = min(r[0] for r in ranges)
+    width = (max(r[1] for r in ranges) - lo) // bins + 1
     counts = np.zeros(bins, dtype=np.int64)
-    for batch in dataset.to_batches(columns=["event_ms"]):
-        counts += np.bincount((batch.column(0).to_numpy() - lo) // width, minlength=bins)
+    for pf in _staged_files(staging):
+        for i, _, _ in _event_ms_ranges(pf):
+            values = pf.read_row_group(i, columns=["event_ms"], use_threads=False).column(0)
+            counts += np.bincount((values.to_numpy() - lo) // width, minlength=bins)
     return lo, width, counts
 
 
