@@ -233,19 +233,19 @@ def _json_value(v: Any) -> str | None:
     return json.dumps(v, separators=(",", ":"))
 
 
-def _source_frame(path: Path, spec: InputSpec) -> tuple[pd.DataFrame, list[str]]:
+def _source_frame(path: Path,
+                  spec: InputSpec) -> tuple[pd.DataFrame, list[str], ParquetRaw | None]:
     """One file → frame with ``source_file``, ``raw_record``, ``_malformed``, ``_header`` and the
-    source columns (strings; Parquet keeps its column types, and its ``raw_record`` is
-    ``attrs["parquet_raw"]``, a :class:`ParquetRaw`)."""
+    source columns (strings; Parquet keeps its column types, and its ``raw_record`` is the
+    returned :class:`ParquetRaw` instead), the source column names and that ``ParquetRaw``
+    (``None`` for text formats)."""
     uri = "file:" + path.as_uri().removeprefix("file://")  # as Spark's _metadata.file_path
     if spec.format == "parquet":
         table, invalid = _valid_utf8(pq.read_table(path))
         pdf = table.to_pandas(timestamp_as_object=False)
         names = list(pdf.columns)
-        out = pdf.assign(source_file=uri, _malformed=False, _header=False,
-                         _invalid_utf8=invalid)
-        out.attrs["parquet_raw"] = ParquetRaw([table])  # raw_record, for the rows that need it
-        return out, names
+        return (pdf.assign(source_file=uri, _malformed=False, _header=False,
+                           _invalid_utf8=invalid), names, ParquetRaw([table]))
     lines, invalid_utf8 = _lines(path)
     n = len(lines)
     blank = np.array([not ln.strip() for ln in lines], dtype=bool)
@@ -302,7 +302,7 @@ def _source_frame(path: Path, spec: InputSpec) -> tuple[pd.DataFrame, list[str]]
         header = np.zeros(n, dtype=bool)
     pdf = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
     return pdf.assign(source_file=uri, raw_record=lines, _malformed=bad, _header=header,
-                      _invalid_utf8=invalid_utf8), names
+                      _invalid_utf8=invalid_utf8), names, None
 
 
 def _valid_utf8(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
@@ -331,8 +331,8 @@ class ParquetRaw:
     """The ``raw_record`` of Parquet rows — each row's JSON, as Spark's ``to_json(record)`` —
     made only for the rows that need it (quarantined rows, minute spreading, a mapping that
     names it): a JSON string per row costs more than the rest of the local reader. ``tables``:
-    the files' tables, their rows in frame order; a Parquet frame of :func:`_source_frame`
-    carries it as ``attrs["parquet_raw"]`` (read by :func:`_raw_records`)."""
+    the files' tables, their rows in frame order (not a frame's ``attrs``: pandas deep-copies
+    those into every frame derived from it)."""
 
     def __init__(self, tables: list[pa.Table]) -> None:
         self.tables = tables
@@ -352,9 +352,9 @@ class ParquetRaw:
         return out
 
 
-def _raw_records(frame: pd.DataFrame, rows: np.ndarray) -> np.ndarray:
-    """``raw_record`` of ``frame``'s rows where the bool mask ``rows`` is set (object array)."""
-    raw = frame.attrs.get("parquet_raw")
+def _raw_records(frame: pd.DataFrame, raw: ParquetRaw | None, rows: np.ndarray) -> np.ndarray:
+    """``raw_record`` of ``frame``'s rows where the bool mask ``rows`` is set (object array):
+    from ``raw`` for Parquet, else the frame's column."""
     if raw is None:
         return frame["raw_record"][rows].to_numpy()
     return raw.rows(np.flatnonzero(rows))
@@ -602,18 +602,19 @@ def _blank(s: pd.Series) -> np.ndarray:
     return (strs.isna() | (strs.fillna("").str.strip() == "")).to_numpy(bool)
 
 
-def parse_local(frame: pd.DataFrame, names: list[str],
-                spec: InputSpec) -> tuple[pd.DataFrame, pd.DataFrame]:
+def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
+                parquet_raw: ParquetRaw | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """pandas version of ``pipelines.ingest.parse_records`` over :func:`_source_frame`
-    output: ``(accepted, quarantine)`` with the same columns, reasons and values."""
+    output: ``(accepted, quarantine)`` with the same columns, reasons and values.
+    ``parquet_raw``: the Parquet rows' ``raw_record`` (``None``: the frame's column)."""
     header = frame["_header"].to_numpy(bool)
     if header.any():  # CSV only (Parquet frames have no header rows to drop)
         frame = frame[~header].reset_index(drop=True)
     n = len(frame)
     scope: dict[str, pd.Series] = {c: frame[c] for c in names}
     named = any("raw_record" in (v or "") for v in (*spec.columns.values(), *spec.spread_order))
-    if "raw_record" not in scope and ("parquet_raw" not in frame.attrs or named):
-        scope["raw_record"] = pd.Series(_raw_records(frame, np.ones(n, dtype=bool)),
+    if "raw_record" not in scope and (parquet_raw is None or named):
+        scope["raw_record"] = pd.Series(_raw_records(frame, parquet_raw, np.ones(n, dtype=bool)),
                                         dtype=object)
     scope.setdefault("source_file", frame["source_file"])
 
@@ -660,13 +661,13 @@ def parse_local(frame: pd.DataFrame, names: list[str],
         reason[np.asarray(cond, dtype=bool)] = name
     bad = pd.notna(reason)
     quarantine = pd.DataFrame({"source_file": frame["source_file"][bad].to_numpy(),
-                               "raw_record": _raw_records(frame, bad),
+                               "raw_record": _raw_records(frame, parquet_raw, bad),
                                "reason": reason[bad]})
     ok = ~bad
     us = micros[ok].astype(np.int64)
     if spec.spread_within_minute:
         raw_sha = [hashlib.sha256(r.encode("utf-8")).hexdigest()
-                   for r in _raw_records(frame, ok)]
+                   for r in _raw_records(frame, parquet_raw, ok)]
         minute = us - us % 60_000_000
         order = pd.DataFrame({"_minute": minute})
         for i, v in enumerate(spec.spread_order):
@@ -726,15 +727,14 @@ def read_local(spec: InputSpec, inputs: Sequence[str],
     acc, qua = [], []
     for b in range(0, len(files), max_files_per_trigger):
         frames = [_source_frame(f, spec) for f in files[b:b + max_files_per_trigger]]
-        names = list(dict.fromkeys(n for _, ns in frames for n in ns))
-        raws = [f.attrs["parquet_raw"] for f, _ in frames if "parquet_raw" in f.attrs]
-        frame = pd.concat([f for f, _ in frames], ignore_index=True)
-        if raws:  # Parquet: the batch's tables, in frame order
-            frame.attrs["parquet_raw"] = ParquetRaw([t for r in raws for t in r.tables])
+        names = list(dict.fromkeys(n for _, ns, _ in frames for n in ns))
+        raws = [r for _, _, r in frames if r is not None]  # Parquet: tables in frame order
+        raw = ParquetRaw([t for r in raws for t in r.tables]) if raws else None
+        frame = pd.concat([f for f, _, _ in frames], ignore_index=True)
         for c in names:
             if c not in frame.columns:
                 frame[c] = None
-        a, q = parse_local(frame, names, spec)
+        a, q = parse_local(frame, names, spec, raw)
         acc.append(a)
         qua.append(q.assign(batch_id=b // max_files_per_trigger))
     if not acc:
