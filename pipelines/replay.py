@@ -504,7 +504,7 @@ class Replay:
             total += n
         return [*bounds, None]
 
-    # ---- one finalized window ------------------------------------------------------------------
+    # ---- finalized windows ---------------------------------------------------------------------
     def _finalize_window(self, hi: int | None, version: int, final: bool) -> None:
         """Finalize the staged messages from the finalized horizon up to ``hi``
         (:meth:`_finalize_windows` with one window)."""
@@ -546,12 +546,12 @@ class Replay:
             for stage, s in states.seconds.items():
                 seconds[stage] = seconds.get(stage, 0.0) + s
         self._attribute(time.perf_counter() - t0, seconds)
-        for (version, _, final), window, states in zip(spans, windows, results, strict=True):
-            self._commit_window(states, window, version, final, settings)
+        for (version, _, _), window, states in zip(spans, windows, results, strict=True):
+            self._commit_window(states, window, version, settings)
             yield None
 
     def _commit_window(self, states: stages.StageStates, window: stages.StageWindow,
-                       version: int, final: bool, settings: stages.StageSettings) -> None:
+                       version: int, settings: stages.StageSettings) -> None:
         """Write one window's tables (its state blobs ``states``, its files under
         ``window.out_dir``) with ``version`` and advance the replay's state past it."""
         out_dir = Path(window.out_dir)
@@ -561,7 +561,7 @@ class Replay:
         self.state.dispatchers = {**self.state.dispatchers, **states.dispatchers}
         self.write("segment_load", ctl.samples, version)
         self.write("autoscale_decisions", ctl.decisions, version)
-        if final or self.streaming:  # a snapshot of the DAG: replace the run's rows
+        if window.final or self.streaming:  # a snapshot of the DAG: replace the run's rows
             self.write("segments", ctl.segments, version, replace=True)
         # counted first: committing may move the files into the tables
         self.state.add("entries", _staged_rows(out_dir / "entry"))
