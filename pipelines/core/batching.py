@@ -256,12 +256,15 @@ class _Chunk:
 
 
 class _SegRun:
-    """A segment container's open batch at the end of a call: timer, aggregate counters and its
-    inner batches (``live``: group → call-local batch id, in arrival order)."""
+    """A segment container's open batch at the end of a call: its cb (index in the call's
+    :class:`_CutArrays`), timer, aggregate counters and inner batches (``live``: group →
+    call-local batch id, in arrival order)."""
 
-    __slots__ = ("fire", "count", "nbytes", "live")
+    __slots__ = ("cb", "fire", "count", "nbytes", "live")
 
-    def __init__(self, fire: int, count: int, nbytes: int, live: dict[int, int]) -> None:
+    def __init__(self, cb: int, fire: int, count: int, nbytes: int,
+                 live: dict[int, int]) -> None:
+        self.cb = cb
         self.fire = fire
         self.count = count
         self.nbytes = nbytes
@@ -474,8 +477,7 @@ class ProducerBatcher:
         cb = _CutTable()
         msg_cb = np.empty(n, dtype=np.int64)
         carried_cb: dict[int, int] = {}  # segment → its carried cb
-        open_cb: dict[int, _SegRun] = {}  # segment → its open cb's counters (live: by the caller)
-        open_id: dict[int, int] = {}
+        open_cb: dict[int, _SegRun] = {}  # segment → its open cb (live: filled by the caller)
         for s in sorted(set(self._containers) | set(positions)):
             cont = self._containers.get(s)
             pos = positions.get(s, none)
@@ -506,26 +508,23 @@ class ProducerBatcher:
                 held, held_bytes = length - start, int(sizes[start:].sum())
                 if last == 0 and carry is not None:
                     held, held_bytes = held + carry[0], held_bytes + carry[1]
-                open_cb[s] = _SegRun(int(cut.fire[last]), held, held_bytes, {})
-                open_id[s] = base + last
+                open_cb[s] = _SegRun(base + last, int(cut.fire[last]), held, held_bytes, {})
         ev = cb.arrays()
 
         # --- timers still armed and due by the horizon, then the closes
         for s in sorted(open_cb):
             run = open_cb[s]
             if run.fire <= horizon:
-                k = open_id.pop(s)
-                ev.set(k, int(_positions(chunk, np.asarray([run.fire]))[0]), 0, run.fire, s,
-                       run.fire, _R_MAX_DELAY)
+                ev.set(run.cb, int(_positions(chunk, np.asarray([run.fire]))[0]), 0, run.fire,
+                       s, run.fire, _R_MAX_DELAY)
                 del open_cb[s]
         if close is not None:
             now, close_code, wanted = close
             for s in sorted(open_cb):
                 if wanted is None or s in wanted:
-                    ev.set(open_id.pop(s), n, 3, 0, s, now, close_code)
-                    del open_cb[s]
+                    ev.set(open_cb.pop(s).cb, n, 3, 0, s, now, close_code)
 
-        return _Cuts(ev, msg_cb, carried_cb, open_cb, open_id)
+        return _Cuts(ev, msg_cb, carried_cb, open_cb)
 
     def _run(self, chunk: _Chunk | None, horizon: int,
              close: tuple[int, int, set[int] | None] | None) -> Entries:
@@ -546,8 +545,7 @@ class ProducerBatcher:
         n = 0 if chunk is None else chunk.times.shape[0]
 
         cuts = self._cut_containers(chunk, horizon, close)
-        ev, msg_cb, carried_cb, open_cb, open_id = (cuts.ev, cuts.msg_cb, cuts.carried_cb,
-                                                     cuts.open_cb, cuts.open_id)
+        ev, msg_cb, carried_cb, runs = cuts.ev, cuts.msg_cb, cuts.carried_cb, cuts.open_cb
         positions = dict(chunk.segments) if chunk is not None else {}
         none = np.zeros(0, dtype=np.intp)
 
@@ -573,17 +571,16 @@ class ProducerBatcher:
         else:
             bid_cb = np.asarray([carried_cb[s] for s in bid_seg], dtype=np.int64)
         # the open cbs' inner batches, in the order their groups arrived (the carried ones first)
-        for s, run in open_cb.items():
-            live = dict(carried_live[s]) if carried_cb.get(s) == open_id[s] else {}
+        for s, run in runs.items():
+            live = dict(carried_live[s]) if carried_cb.get(s) == run.cb else {}
             if chunk is not None and n:
                 mine = positions.get(s, none)
-                mine = mine[msg_cb[mine] == open_id[s]]
+                mine = mine[msg_cb[mine] == run.cb]
                 bids, at = np.unique(bid_arr[mine], return_index=True)
                 for bid, g in zip(bids[np.argsort(at)].tolist(),
                                   chunk.groups[mine][np.sort(at)].tolist(), strict=True):
                     live.setdefault(g, bid)
             run.live = live
-        runs = open_cb
 
         # --- per-batch statistics (carried part + this chunk)
         m = next_bid
@@ -624,7 +621,7 @@ class ProducerBatcher:
             omax[ub] = np.maximum(omax[ub], first_ordinal + np.maximum.reduceat(sorted_pos, starts))
 
         # --- entries: the closed cbs' inner batches, by event, then highest sequence id
-        closed_bids = np.flatnonzero(ev.closed[bid_cb]) if m else _i64()
+        closed_bids = np.flatnonzero(ev.closed[bid_cb])
         rank = np.empty(ev.size, dtype=np.int64)
         rank[np.lexsort((ev.k3, ev.k2, ev.k1, ev.k0))] = np.arange(ev.size, dtype=np.int64)
         bids_a = closed_bids[np.lexsort((omax[closed_bids], smax[closed_bids],
@@ -668,10 +665,8 @@ class ProducerBatcher:
 
         # --- new state: open batches only
         containers: dict[int, _Container] = {}
-        for s in sorted(runs):
+        for s in sorted(runs):  # every open cb holds messages
             run = runs[s]
-            if not run.count:
-                continue
             batches: list[_OpenBatch] = []
             for g, bid in run.live.items():
                 if bid < n_carried:
@@ -833,11 +828,9 @@ class _CutArrays:
 @dataclass
 class _Cuts:
     """:meth:`ProducerBatcher._cut_containers`'s result: the cbs (:class:`_CutArrays`), each
-    message's cb, each segment's carried cb, and the segments whose cb stays open (counters
-    and cb index)."""
+    message's cb, each segment's carried cb, and the segments whose cb stays open."""
 
     ev: _CutArrays
     msg_cb: np.ndarray
     carried_cb: dict[int, int]
     open_cb: dict[int, _SegRun]
-    open_id: dict[int, int]
