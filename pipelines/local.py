@@ -780,12 +780,15 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     tables = set(config.output.tables)
     counts: dict[str, int] = {}
 
-    def write(table: str, data: pd.DataFrame, version: int) -> None:
-        if table not in tables or data is None or data.empty:
+    def write(table: str, data: pd.DataFrame | pa.Table, version: int) -> None:
+        if table not in tables or data is None or not len(data):
             return
-        keep = [c for c in stages.table_columns(table) if c in data.columns]
-        store.append(table, data[keep].assign(run_id=run_id),
-                     app_id=table_app_id(run_id, table), version=version)
+        if isinstance(data, pa.Table):  # the messages: already the table's columns
+            data = data.append_column("run_id", pa.array([run_id] * len(data), pa.string()))
+        else:
+            keep = [c for c in stages.table_columns(table) if c in data.columns]
+            data = data[keep].assign(run_id=run_id)
+        store.append(table, data, app_id=table_app_id(run_id, table), version=version)
 
     accepted, quarantine = read_local(input_spec, inputs, config.replay.max_files_per_trigger)
     for b, q in _groups(quarantine, ["batch_id"]):
@@ -798,7 +801,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     first = int(accepted["event_ms"].min()) if len(accepted) else None
     settings = stages.StageSettings.from_config(config, first)
     controllers: dict[str, Any] = {}
-    frames: dict[str, list[pd.DataFrame]] = {kind: [] for kind in stages.STAGE_KINDS}
+    frames: dict[str, list[Any]] = {kind: [] for kind in stages.STAGE_KINDS}
     for (topic,), g in _groups(accepted, ["topic"]):
         r = stages.topic_group(topic, g.reset_index(drop=True), None, {}, None, settings,
                                None, True)
@@ -814,7 +817,8 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     write("segments", ctl.segments, version)
     for kind, table in stages.STAGE_KINDS.items():
         parts = [f for f in frames[kind] if len(f)]
-        write(table, pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(), version)
+        write(table, (pa.concat_tables(parts) if isinstance(parts[0], pa.Table)
+                      else pd.concat(parts, ignore_index=True)) if parts else None, version)
     counts["entries"] = sum(len(f) for f in frames["entry"])
     counts["dispatched"] = sum(len(f) for f in frames["dispatch"])
     lap("delta_write")
