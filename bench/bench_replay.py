@@ -12,7 +12,8 @@ other, each as a subprocess whose process tree (driver JVM, Python driver, Pytho
 sampled with ``psutil`` every 0.5 s:
 
 1. the floor — ``bench/floor_job.py``: read, Spark's ``hash(key)``, group by topic, count,
-   write Parquet;
+   write Parquet; run :data:`FLOOR_RUNS` times, the run of median wall time is the anchor (a
+   job of a few seconds moves by a large share with the machine);
 2. the full Spark replay — ``topic-replay run`` under ``bench/replay.yaml`` (all tables); its
    per-stage seconds (ingest+hash, control plane, batching, dispatch, Delta writes) are read back
    from the ``runs`` table's ``timings``;
@@ -66,6 +67,8 @@ TARGETS = {
     "driver_rss_ratio": 1.2,         # driver RSS at largest ≤ 120 % of smallest
 }
 MB = 1024 * 1024
+FLOOR_RUNS = 3
+"""Runs of the floor job per size; its median is the anchor (:func:`median_run`)."""
 LOCAL_MEMORY_SHARE = 0.9
 """Largest share of the available memory the in-process replay may be expected to need. The
 linear extrapolation overestimates (10 M peaked at 11.9 GB, 7× the 1.7 GB of 1 M), and a run
@@ -308,10 +311,27 @@ class TreeSample:
     tree_cores: list[float] = field(default_factory=list)
 
 
+def peak_rss(p: Any) -> int:
+    """Peak RSS of process ``p`` (a ``psutil.Process``) since it started, in bytes: the kernel's
+    high-water mark (``VmHWM`` of ``/proc/<pid>/status``), so a peak between two samples is not
+    missed; its current RSS where the kernel does not keep one (not Linux)."""
+    try:
+        with open(f"/proc/{p.pid}/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return int(p.memory_info().rss)
+
+
 class TreeSampler(threading.Thread):
     """Samples RSS of ``pid`` and its descendants: the root is the Python driver, ``java`` the
     driver JVM, every other Python descendant a Python worker (``pyspark.daemon`` and its
-    forks; their RSS is summed, shared copy-on-write pages counted in each)."""
+    forks; their RSS is summed, shared copy-on-write pages counted in each). The driver's two
+    processes are long-lived, so their peaks are the kernel's high-water marks
+    (:func:`peak_rss`) and ``driver`` is their sum; the workers come and go, so theirs are
+    the largest sampled sum."""
 
     def __init__(self, pid: int, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
@@ -340,17 +360,16 @@ class TreeSampler(threading.Thread):
         for p in procs:
             try:
                 p = self.procs.setdefault(p.pid, p)
-                rss = p.memory_info().rss
                 cores += p.cpu_percent(None) / 100.0
                 name = p.name()
+                if p.pid == self.root.pid:
+                    py_driver += peak_rss(p)
+                elif name.startswith("java"):
+                    jvm += peak_rss(p)
+                else:
+                    workers += p.memory_info().rss
             except ps.Error:
                 continue
-            if p.pid == self.root.pid:
-                py_driver += rss
-            elif name.startswith("java"):
-                jvm += rss
-            else:
-                workers += rss
         pk = self.peak
         pk.driver_jvm = max(pk.driver_jvm, jvm)
         pk.driver_python = max(pk.driver_python, py_driver)
@@ -482,6 +501,16 @@ def replay_cmd(cli: Path, data: Path, out: Path, run_id: str, engine: str | None
     return cmd
 
 
+def median_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The run of median wall time among ``runs`` (:func:`run_measured` results; the first
+    failed one if any failed), with every run's wall seconds as ``wall_s_runs``. The floor job
+    is short, so a machine's hiccup moves it by a large share: its median is the anchor."""
+    failed = [r for r in runs if _wall(r) is None]
+    ok = sorted((r for r in runs if _wall(r) is not None), key=lambda r: r["wall_s"])
+    pick = failed[0] if failed else ok[(len(ok) - 1) // 2]
+    return {**pick, "wall_s_runs": [r.get("wall_s") for r in runs]}
+
+
 def local_memory_estimate_mb(size: int, done: Sequence[Mapping[str, Any]]) -> float | None:
     """Peak RSS (MB) the in-process replay of ``size`` messages would need, extrapolated
     linearly from the largest smaller size it finished (``None`` when there is none)."""
@@ -494,10 +523,11 @@ def local_memory_estimate_mb(size: int, done: Sequence[Mapping[str, Any]]) -> fl
 
 def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
                log: Any = print, done: Sequence[Mapping[str, Any]] = (),
-               save: Any = None, timeout_s: float | None = None) -> dict[str, Any]:
+               save: Any = None, timeout_s: float | None = None,
+               no_local: str = "n/a (engine local not available)") -> dict[str, Any]:
     """All measurements of one size (floor, Spark replay, in-process replay). The in-process
     replay is skipped when its extrapolated peak RSS exceeds :data:`LOCAL_MEMORY_SHARE` of the
-    available memory."""
+    available memory; without ``local`` its status is ``no_local``."""
     folder = data_dir / f"input-{label(size)}"
     log(f"[{label(size)}] generating input into {folder} ...")
     inp = generate_input(size, folder)
@@ -507,12 +537,16 @@ def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
     logs = data_dir / "logs"
 
     out = data_dir / f"floor-{label(size)}"
-    shutil.rmtree(out, ignore_errors=True)
-    log(f"[{label(size)}] floor job ...")
-    result["floor"] = run_measured([py, str(ROOT / "bench" / "floor_job.py"), "--input",
-                                    str(folder), "--output", str(out)],
-                                   logs / f"{label(size)}-floor.log", timeout_s=timeout_s)
-    log(f"[{label(size)}]   {result['floor']['status']} in {result['floor']['wall_s']} s")
+    log(f"[{label(size)}] floor job ({FLOOR_RUNS} runs) ...")
+    runs = []
+    for _ in range(FLOOR_RUNS):
+        shutil.rmtree(out, ignore_errors=True)
+        runs.append(run_measured([py, str(ROOT / "bench" / "floor_job.py"), "--input",
+                                  str(folder), "--output", str(out)],
+                                 logs / f"{label(size)}-floor.log", timeout_s=timeout_s))
+    result["floor"] = median_run(runs)
+    log(f"[{label(size)}]   {result['floor']['status']} in {result['floor']['wall_s']} s "
+        f"(median of {', '.join(str(r['wall_s']) for r in runs)})")
 
     out = data_dir / f"spark-{label(size)}"
     shutil.rmtree(out, ignore_errors=True)
@@ -536,7 +570,7 @@ def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
     need = local_memory_estimate_mb(size, done)
     avail = psutil.virtual_memory().available / MB
     if not local:
-        result["local"] = {"status": "n/a (engine local not available)"}
+        result["local"] = {"status": no_local}
     elif need is not None and need > LOCAL_MEMORY_SHARE * avail:
         result["local"] = {"status": f"skipped (does not fit: needs ~{need / 1024:.1f} GB, "
                                      f"{avail / 1024:.1f} GB available)"}
@@ -655,9 +689,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile_only:
         return _profile_only(min(sizes), args.data, args.results, cli)
     local = not args.no_local and local_engine_available(cli)
+    no_local = "skipped (--no-local)" if args.no_local else "n/a (engine local not available)"
     machine = machine_info()
     print(f"replay benchmark: sizes {', '.join(label(s) for s in sizes)}; in-process engine "
-          f"{'yes' if local else 'n/a (engine local not available)'}; data in {args.data}",
+          f"{'yes' if local else no_local}; data in {args.data}",
           flush=True)
 
     def say(msg: str) -> None:
@@ -672,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for s in sizes:
         res = bench_size(s, args.data, cli, local, sys.executable, say, results, save,
-                         args.timeout)
+                         args.timeout, no_local)
         save(res)
         results.append(res)
     profile = profile_replay(min(sizes), args.data, cli, say) if args.profile else None

@@ -176,3 +176,38 @@ def test_read_stage_timings_reads_the_runs_table_and_computes_other(tmp_path: Pa
         "ingest_hash": 10.0, "control_plane": 20.0, "batching": 30.0, "dispatch": 5.0,
         "delta_write": 15.0, "wall": 100.0, "other": 20.0}
     assert bench.read_counts(tmp_path, "bench-1M") == {"accepted": 7}
+
+
+@pytest.mark.parametrize(("walls", "statuses", "picked"), [
+    ([9.0, 7.0, 8.0], ["ok", "ok", "ok"], 8.0),            # the middle one
+    ([7.0, 8.0], ["ok", "ok"], 7.0),                       # even count: the lower middle
+    ([7.0, 8.0, 6.0], ["ok", "failed (exit 1): x", "ok"], 8.0),  # a failure is reported
+])
+def test_median_run_picks_the_median_wall_and_keeps_every_wall(
+        walls: list[float], statuses: list[str], picked: float) -> None:
+    runs = [{"status": st, "wall_s": w} for w, st in zip(walls, statuses, strict=True)]
+    r = bench.median_run(runs)
+    assert (r["wall_s"], r["wall_s_runs"]) == (picked, walls)
+
+
+class _Proc:
+    """The two things :func:`peak_rss` asks of a ``psutil.Process``."""
+
+    def __init__(self, pid: int, rss: int) -> None:
+        self.pid, self._rss = pid, rss
+
+    def memory_info(self) -> Any:
+        return type("MemInfo", (), {"rss": self._rss})()
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="no /proc (not Linux)")
+def test_peak_rss_reads_the_kernel_high_water_mark() -> None:
+    import os
+
+    vm = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    current = int(vm["VmRSS"].split()[0]) * 1024
+    assert bench.peak_rss(_Proc(os.getpid(), rss=1)) >= current
+
+
+def test_peak_rss_falls_back_to_the_current_rss_without_a_status_file() -> None:
+    assert bench.peak_rss(_Proc(pid=2**31 - 1, rss=12345)) == 12345
