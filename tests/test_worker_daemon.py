@@ -1,0 +1,37 @@
+"""The Python worker daemon's path fix (pipelines.worker_daemon)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from pipelines import worker_daemon
+
+
+@pytest.mark.parametrize(("path", "home", "dropped"), [
+    (["/s/python/lib/pyspark.zip", "/s/python/lib/py4j-0.10.9.9-src.zip", "/s/jars/core.jar",
+      "/venv/site-packages"], "/s",
+     ["/s/python/lib/pyspark.zip", "/s/python/lib/py4j-0.10.9.9-src.zip", "/s/jars/core.jar"]),
+    (["/s/python/lib/pyspark.zip", "/user/deps.zip"], "/s/", ["/s/python/lib/pyspark.zip"]),
+    (["/spark2/lib/pyspark.zip"], "/s", []),            # a sibling folder is not under /s
+    (["/s/python/lib/pyspark.zip"], None, []),          # no SPARK_HOME: nothing is Spark's
+    (["/s/python/lib"], "/s", []),                      # folders stay
+])
+def test_spark_archives_are_the_zips_and_jars_under_spark_home(
+        path: list[str], home: str | None, dropped: list[str]) -> None:
+    assert worker_daemon.spark_archives(path, home) == dropped
+
+
+def test_archives_stay_when_pyspark_would_not_be_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_HOME", "/s")
+    monkeypatch.setattr(sys, "path", ["/s/python/lib/pyspark.zip"])  # nothing else to import from
+    assert worker_daemon.drop_spark_archives() == []
+    assert sys.path == ["/s/python/lib/pyspark.zip"]
+
+
+def test_archives_go_when_pyspark_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPARK_HOME", "/s")
+    monkeypatch.setattr(sys, "path", ["/s/python/lib/pyspark.zip", *sys.path])
+    assert worker_daemon.drop_spark_archives() == ["/s/python/lib/pyspark.zip"]
+    assert "/s/python/lib/pyspark.zip" not in sys.path
