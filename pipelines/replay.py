@@ -524,8 +524,9 @@ class Replay:
         ``bounds``: the windows' upper bounds (emulated ms, exclusive; ``None`` = +∞), in order;
         the first window starts at the finalized horizon, each next one where the previous
         ended. ``final``: the last window is the end of input. Each task writes its topics'
-        output rows as Parquet files by kind and window under ``_work/<run_id>/windows/
-        <version>`` (narrow, typed files: no wide union of the tables passes through Spark);
+        output rows as Parquet files, one per topic and kind for all the windows, under
+        ``_work/<run_id>/windows/<version>`` (narrow, typed files: no wide union of the tables
+        passes through Spark);
         each big table (messages, entries, dispatch, …) is then committed from that folder
         (:meth:`DeltaStore.append_parquet`), and only the per-topic state blobs and the control
         plane's small tables reach the driver. The folder is removed once written; the caller
@@ -536,27 +537,27 @@ class Replay:
         shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
         windows, lo = [], self.state.horizon_ms
         for w, hi in enumerate(bounds):
-            windows.append(stages.StageWindow(lo, hi, final and w == len(bounds) - 1,
-                                              str(out_dir), tag=str(w)))
+            windows.append(stages.StageWindow(lo, hi, final and w == len(bounds) - 1))
             lo = hi
         t0 = time.perf_counter()
         self._tick()
         # every topic with a controller has staged messages: state.staged lists them all
         results = [stages.StageStates.of(rows) for rows in stages.topic_stage(
-            self.spark, self.staging, self.state.staged, windows, self.state.controllers,
+            self.spark, self.staging, self.state.staged, windows, str(out_dir),
+            self.state.controllers,
             self.state.batchers, self.state.dispatchers, settings)]
         seconds: dict[str, float] = {}
         for states in results:
             for stage, s in states.seconds.items():
                 seconds[stage] = seconds.get(stage, 0.0) + s
         self._attribute(time.perf_counter() - t0, seconds)
-        self._commit_windows(results, windows, version, settings)
+        self._commit_windows(results, windows, out_dir, version, settings)
 
     def _commit_windows(self, results: Sequence[stages.StageStates],
-                        windows: Sequence[stages.StageWindow], version: int,
+                        windows: Sequence[stages.StageWindow], out_dir: Path, version: int,
                         settings: stages.StageSettings) -> None:
         """Write consecutive windows' tables (their state blobs ``results``, their files under
-        the windows' ``out_dir``), one commit per table with ``version``, and advance the
+        ``out_dir``), one commit per table with ``version``, and advance the
         replay's state past the last window. A job's windows are committed together: a commit
         costs about 10 ms here, per table and window."""
         samples, decisions, segments = [], [], None
@@ -573,7 +574,6 @@ class Replay:
         self.write("autoscale_decisions", _concat(decisions), version)
         if segments is not None:
             self.write("segments", segments, version, replace=True)
-        out_dir = Path(windows[-1].out_dir)
         # counted first: committing may move the files into the tables
         self.state.add("entries", _staged_rows(out_dir / "entry"))
         self.state.add("dispatched", _staged_rows(out_dir / "dispatch"))
