@@ -526,12 +526,11 @@ class Replay:
         ended. ``final``: the last window is the end of input. Each task writes its topics'
         output rows as Parquet files, one per topic and kind for all the windows, under
         ``_work/<run_id>/windows/<version>`` (narrow, typed files: no wide union of the tables
-        passes through Spark);
-        each big table (messages, entries, dispatch, …) is then committed from that folder
-        (:meth:`DeltaStore.append_parquet`), and only the per-topic state blobs and the control
-        plane's small tables reach the driver. The folder is removed once written; the caller
-        saves the state, so a crash recomputes the windows (the stage is deterministic and the
-        commits are idempotent)."""
+        passes through Spark); each big table (messages, entries, dispatch, …) is then
+        committed from that folder (:meth:`DeltaStore.append_parquet`), and only the per-topic
+        state blobs and the control plane's small tables reach the driver. The folder is
+        removed once written; the caller saves the state, so a crash recomputes the windows
+        (the stage is deterministic and the commits are idempotent)."""
         settings = stages.StageSettings.from_config(self.config, self.state.first_event_ms)
         out_dir = self.work_dir / "windows" / str(version)
         shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here

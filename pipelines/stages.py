@@ -13,7 +13,7 @@
   no shuffle), writes their output rows as Parquet files by table
   (:class:`FrameWriter`) and returns one state blob per topic and window; the driver collects
   only those (bounded by topics × windows, never by messages) and commits the files per table
-  and window.
+  and job.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
@@ -719,12 +719,13 @@ def staged_file(out_dir: str, kind: str, topic: str) -> str:
 class FrameWriter:
     """A task's output files under ``out_dir``: one Parquet file per topic and kind
     (:func:`staged_file`), open across the windows of a Spark job, each window's frame of a
-    kind appended as its own row groups (a file per window cost about 5 ms of file handling
-    per topic and kind, a sixth of a small topic's window, and made 16 times as many files in
-    the tables). Frames are cast to their table's columns without ``run_id``
+    kind appended as its own row groups (a file per window meant creating, finishing and
+    moving seven files per topic and window, and 16 times as many files in the tables).
+    Frames are cast to their table's columns without ``run_id``
     (:func:`pipelines.delta_io.conform_arrow`: a null in a required column or a wrong type fails
-    here, in the task). Files are written under temporary names and moved into place by
-    :meth:`close`, so a retried or re-run task replaces each whole with the same rows."""
+    here, in the task). Files are written under hidden temporary names (readers skip them,
+    whatever a failed attempt left) and moved into place by :meth:`close`, so a retried or
+    re-run task replaces each whole with the same rows."""
 
     def __init__(self, out_dir: str) -> None:
         self.out_dir = out_dir
@@ -751,7 +752,8 @@ class FrameWriter:
             if (topic, kind) not in self.files:
                 fs, path = pafs.FileSystem.from_uri(fs_uri(staged_file(self.out_dir, kind, topic)))
                 fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
-                tmp = f"{path}.{os.getpid()}.tmp"
+                folder, name = path.rsplit("/", 1)
+                tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
                 # zstd, and dictionaries only for strings (topics, producers, consumers: few
                 # values): 45 % smaller than snappy with dictionaries everywhere, no slower
                 strings = [f.name for f in arrow.schema if f.type == "string"]
@@ -971,8 +973,8 @@ def _read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) 
         where = where & (pc.field("event_ms") < hi_ms)
     # Strings stay Arrow arrays (pandas ArrowDtype): the stages only take, sort and factorize
     # them, and the output files are Arrow again, so no Python object per key and producer
-    # is made and converted back (a third of a busy topic's read and write time).
-    # one chunk per column: taking rows from a chunk per row group is several times slower
+    # is made and converted back (a fifth of a busy topic's read and write time). One chunk
+    # per column: taking rows across a chunk per row group is several times slower.
     return dataset.to_table(columns=STAGE_INPUT_COLUMNS, filter=where).combine_chunks().to_pandas(
         types_mapper=_arrow_strings)
 
