@@ -6,6 +6,8 @@
   ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (DESIGN,
   "Environment facts").
 - Session time zone UTC (every output timestamp is UTC) and Arrow enabled for pandas conversion.
+- A local master's Python workers import the installed pyspark, not ``$SPARK_HOME``'s zips
+  (:func:`local_worker_conf`).
 - Master: ``master`` when given; otherwise whatever is already configured (``spark-submit
   --master``, ``spark.master`` in ``extra_conf``, ``MASTER``, ``PYSPARK_SUBMIT_ARGS`` or
   ``spark-defaults.conf``); ``local[*]`` only when nothing is configured.
@@ -185,6 +187,18 @@ def ensure_java() -> str | None:
     return os.environ["JAVA_HOME"]
 
 
+def local_worker_conf(master: str | None) -> dict[str, str]:
+    """Python worker settings for a local master (``local``, ``local[N]``, ``local[*]``, …;
+    nothing for others or an unknown one): pyspark's daemon with pyspark imported from the
+    installed package instead of ``$SPARK_HOME``'s zips (:mod:`pipelines.worker_daemon`: no
+    bytecode cache for zips, and every task re-read their directories). Local workers run this
+    interpreter and its packages, so the module is there; a cluster's executors may receive
+    this package only task by task (``--py-files``), after the daemon has started."""
+    if master is not None and str(master).startswith("local"):
+        return {"spark.python.daemon.module": "pipelines.worker_daemon"}
+    return {}
+
+
 DEFAULT_DRIVER_MEMORY = "2g"
 """``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
 
@@ -223,10 +237,6 @@ def build_session(
         # in the JVM (a few py4j round trips each). A replay builds its ingest plan anew for
         # every micro-batch: with the call sites, 40 % of the plan's 0.14 s.
         "spark.python.sql.dataFrameDebugging.enabled": "false",
-        # pyspark's daemon, with pyspark imported from the installed package instead of
-        # $SPARK_HOME's zips (pipelines.worker_daemon: no bytecode cache for zips, and every
-        # task re-read their directories)
-        "spark.python.daemon.module": "pipelines.worker_daemon",
         # A local driver is also the executor, and its heap must track what the run holds, not
         # how long it has run. G1 grows its heap to the limit over a long replay and keeps it
         # (driver JVM RSS 1.2 → 1.9 GB from 1 M to 10 M messages, bench/); the serial collector
@@ -251,6 +261,9 @@ def build_session(
         settings["spark.master"] = master
     elif not _master_configured(settings):
         settings["spark.master"] = DEFAULT_LOCAL_MASTER
+
+    for k, v in local_worker_conf(settings.get("spark.master")).items():
+        settings.setdefault(k, v)
 
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(settings.items()))

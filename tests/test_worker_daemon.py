@@ -35,3 +35,17 @@ def test_archives_go_when_pyspark_is_installed(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(sys, "path", ["/s/python/lib/pyspark.zip", *sys.path])
     assert worker_daemon.drop_spark_archives() == ["/s/python/lib/pyspark.zip"]
     assert "/s/python/lib/pyspark.zip" not in sys.path
+
+
+@pytest.mark.parametrize(("master", "daemon"), [
+    ("local[*]", "pipelines.worker_daemon"),
+    ("local[2]", "pipelines.worker_daemon"),
+    ("local", "pipelines.worker_daemon"),
+    ("spark://host:7077", None),        # a cluster's executors may lack the package at start
+    ("yarn", None),
+    (None, None),                       # set elsewhere (spark-submit): not known here
+])
+def test_the_daemon_is_ours_only_on_a_local_master(master: str | None, daemon: str | None) -> None:
+    from pipelines.spark_session import local_worker_conf
+
+    assert local_worker_conf(master).get("spark.python.daemon.module") == daemon
