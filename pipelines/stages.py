@@ -457,35 +457,36 @@ def _lookup(ordinals: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.nd
     return found, at
 
 
-def _message_rows(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> pd.DataFrame:
+def _message_columns(routed: pd.DataFrame, pos: np.ndarray,
+                     extra: Mapping[str, np.ndarray]) -> dict[str, Any]:
     """Rows ``pos`` of ``routed``'s :data:`MESSAGE_COLUMNS` (one take per column: no copy of the
     whole frame), with ``extra`` columns (aligned with ``pos``) replacing or following them.
     NumPy columns (strings are objects) are indexed as arrays: pandas' ``take`` would check
-    each string for a null."""
+    each string for a null; others (Arrow strings, timestamps) by their array's ``take``."""
     columns: dict[str, Any] = {}
     for c in MESSAGE_COLUMNS:
+        if c in extra:
+            columns[c] = extra[c]
+            continue
         col = routed[c]
         columns[c] = (col.to_numpy()[pos] if isinstance(col.dtype, np.dtype)
                       else col.array.take(pos))
     columns.update(extra)
-    return pd.DataFrame(columns)
+    return columns
+
+
+def _message_rows(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> pd.DataFrame:
+    """:func:`_message_columns` as a pandas frame."""
+    return pd.DataFrame(_message_columns(routed, pos, extra))
 
 
 def _message_table(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> Any:
-    """:func:`_message_rows` as a ``pyarrow.Table`` (no pandas frame is made: its consolidation
-    copies every column, and object strings would be converted back)."""
+    """:func:`_message_columns` as a ``pyarrow.Table`` (no pandas frame is made: its
+    consolidation copies every column, and object strings would be converted back)."""
     import pyarrow as pa
 
-    columns: dict[str, Any] = {}
-    for c in MESSAGE_COLUMNS:
-        if c in extra:
-            continue
-        col = routed[c]
-        columns[c] = (pa.array(col.to_numpy()[pos], from_pandas=True)
-                      if isinstance(col.dtype, np.dtype)
-                      else pa.Array.from_pandas(col.array.take(pos)))
-    columns.update({c: pa.array(v, from_pandas=True) for c, v in extra.items()})
-    return pa.table(columns)
+    return pa.table({c: pa.array(v, from_pandas=True)
+                     for c, v in _message_columns(routed, pos, extra).items()})
 
 
 def _closed_messages(routed: pd.DataFrame, seq_ids: np.ndarray, entry_of: np.ndarray,
@@ -751,8 +752,8 @@ class FrameWriter:
                                   columns=columns)
             if (topic, kind) not in self.files:
                 fs, path = pafs.FileSystem.from_uri(fs_uri(staged_file(self.out_dir, kind, topic)))
-                fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
                 folder, name = path.rsplit("/", 1)
+                fs.create_dir(folder, recursive=True)
                 tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
                 # zstd, and dictionaries only for strings (topics, producers, consumers: few
                 # values): 40 % smaller than snappy with dictionaries everywhere, no slower
