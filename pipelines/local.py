@@ -803,7 +803,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     controllers: dict[str, Any] = {}
     frames: dict[str, list[Any]] = {kind: [] for kind in stages.STAGE_KINDS}
     for (topic,), g in _groups(accepted, ["topic"]):
-        r = stages.topic_group(topic, g.reset_index(drop=True), None, {}, None, settings,
+        r = stages.topic_group(topic, g.reset_index(drop=True), None, None, None, settings,
                                None, True)
         controllers[topic] = r.controller
         for kind, df in r.frames.items():

@@ -160,7 +160,7 @@ class ReplayState:
     first_event_ms: int | None = None
     finalized: bool = False
     controllers: dict[str, bytes] = field(default_factory=dict)
-    batchers: dict[tuple[str, str], bytes] = field(default_factory=dict)
+    batchers: dict[str, bytes] = field(default_factory=dict)  # topic → batching state
     dispatchers: dict[str, bytes] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     staged: dict[str, int] = field(default_factory=dict)  # topic → messages staged so far
@@ -563,7 +563,7 @@ class Replay:
         for states, window in zip(results, windows, strict=True):
             ctl = stages.control_outputs(states.controllers, settings.speed)
             self.state.controllers = ctl.states
-            self.state.batchers = {**self.state.batchers, **states.producers}
+            self.state.batchers = {**self.state.batchers, **states.batching}
             self.state.dispatchers = {**self.state.dispatchers, **states.dispatchers}
             samples.append(ctl.samples)
             decisions.append(ctl.decisions)

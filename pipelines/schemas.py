@@ -36,6 +36,7 @@ MESSAGES = pa.schema([
     _f("key", pa.string(), True),
     _f("producer_name", pa.string()),
     _f("sequence_id", pa.int64()),
+    _f("segment_sequence_id", pa.int64()),
     _f("publish_time", TS),
     _f("payload_size", pa.int64()),
     _f("hash32", pa.int64(), True),
@@ -48,8 +49,13 @@ MESSAGES = pa.schema([
 ])
 """messages — one accepted message. ``payload_size`` in bytes; ``hash32`` is the unsigned
 murmur3-32 (seed 0) of the key as int64, ``segment_hash`` its high 16 bits, ``hash_b`` its low 16
-bits (all null for a keyless message); ``segment_id`` / ``bucket_index`` / ``layout_epoch`` are the
-routing in force at ``publish_time``; ``entry_id`` is the entry (batch) that carries it."""
+bits (all null for a keyless message); ``sequence_id`` is the input's (or the order within the
+producer when the input has none); ``segment_id`` / ``bucket_index`` / ``layout_epoch`` are the
+segment the message was persisted in, its bucket there and the layout epoch that routed it: the
+routing in force at ``publish_time``, or, for a message still in an open batch when its segment
+was sealed, the successor it was re-sent to (reference §7.2); ``segment_sequence_id`` is its
+sequence id from that segment's producer (each per-segment producer numbers its messages from 0,
+§7.2); ``entry_id`` is the entry (batch) that carries it."""
 
 ENTRIES = pa.schema([
     RUN_ID,
@@ -69,8 +75,13 @@ ENTRIES = pa.schema([
     _f("last_sequence_id", pa.int64()),
 ])
 """entries — one emitted batch entry. ``entry_hash_min`` / ``entry_hash_max`` are the min / max
-``hash_b`` of its messages; ``payload_bytes`` the sum of their sizes; ``open_time`` when the batch
-opened, ``publish_time`` when it was emitted; ``close_reason`` why it closed."""
+``hash_b`` of its messages; ``payload_bytes`` the sum of their sizes; ``open_time`` the publish
+time of its earliest message, ``publish_time`` when the producer sent it; ``close_reason`` the rule
+that sent it (``max_messages`` / ``max_bytes``: the container was full; ``max_delay``: the
+producer's flush task, reference §7.1 — also for a batch open at the end of the input;
+``disabled``: batching off); ``first_sequence_id`` / ``last_sequence_id`` its messages' lowest and
+highest ``segment_sequence_id`` (per-segment producer, §7.2); ``entry_id`` numbers the producer's
+entries in send order."""
 
 SEGMENTS = pa.schema([
     RUN_ID,

@@ -34,7 +34,14 @@ import numpy as np
 import pandas as pd
 
 from pipelines.config import ReplayConfig
-from pipelines.core.batching import BatchingConfig, BatchingMode, Entries, ProducerBatcher
+from pipelines.core.batching import (
+    BatchingConfig,
+    BatchingMode,
+    ContainerState,
+    Messages,
+    batch,
+    reroutes,
+)
 from pipelines.core.controller import (
     ConsumerSpec,
     ControllerSettings,
@@ -274,187 +281,155 @@ def control_outputs(controllers: Mapping[str, TopicController],
     )
 
 
-# ---- data plane: bucketed batching per (topic, producer) -----------------------------------
+# ---- data plane: batching of a topic's producers --------------------------------------------
 
 
 @dataclass
-class ProducerState:
-    batcher: ProducerBatcher
-    next_sequence_id: int = 0
-    pending: pd.DataFrame | None = None  # messages whose entry is still open, by ordinal
+class BatchingState:
+    """A topic's carried batching state (small, columnar; pickled between windows).
+
+    ``producers``: producer names, sorted (index = producer code); per producer ``next_ordinal``
+    (its send order), ``next_entry`` (its next ``entry_id``), ``next_sequence_id`` (the default
+    ``sequence_id`` when the input has none); ``containers``: the core's per-(producer, segment)
+    state (:class:`~pipelines.core.batching.ContainerState`, by producer code); ``pending``: the
+    rows of the open batches (the ``messages`` columns plus :data:`_PENDING_COLUMNS`), fed again
+    with the next window; ``done_ms``: the seals before it have been applied."""
+
+    producers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    next_ordinal: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    next_entry: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    next_sequence_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    containers: ContainerState = field(default_factory=ContainerState)
+    pending: pd.DataFrame | None = None
+    done_ms: int = -(2**62)
 
 
-@dataclass(frozen=True)
-class LayoutFacts:
-    """What batching needs from a topic's layout: seal times and bucket splits (small)."""
-
-    seals: list[tuple[int, list[int]]]
-    splits: dict[int, list[int]]
-
-    @classmethod
-    def of(cls, layout: SegmentLayout | None) -> LayoutFacts:
-        if layout is None:
-            return cls([], {})
-        by_time: dict[int, list[int]] = {}
-        for sid, s in layout.segments.items():
-            if not s.is_active:
-                by_time.setdefault(s.sealed_at_ms, []).append(sid)
-        return cls(sorted(by_time.items()),
-                   {sid: list(s.bucket_splits) for sid, s in layout.segments.items()})
-
+_PENDING_COLUMNS = ["event_ms", "_ordinal", "_time_ms", "_resent"]
+"""Internal columns of pending rows: emulated publish time, send order within the producer, when
+the message entered its current container (its publish time, or the seal that re-sent it) and
+whether it was re-sent."""
 
 _MESSAGE_DTYPES = {"event_ms": "int64", "payload_size": "int64", "segment_id": "int64",
                    "bucket_index": "int32", "layout_epoch": "int64"}
 """Routed columns cast before batching (a window's frame may come with other integer types)."""
 
 
-def batch_topic(routed: pd.DataFrame, producers: Mapping[str, bytes], bcfg: BatchingConfig,
-                facts: LayoutFacts, horizon_ms: int | None,
-                final: bool) -> tuple[Any, pd.DataFrame, dict[str, bytes]]:
-    """One topic's window through its producers' batchers (``pipelines.core.batching``), in
-    producer-name order.
+def batch_topic(routed: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
+                layout: SegmentLayout | None, horizon_ms: int | None,
+                final: bool) -> tuple[Any, pd.DataFrame, bytes]:
+    """One topic's window through its producers' batch containers (``pipelines.core.batching``:
+    all producers and segments at once, as columns).
 
-    ``routed``: :func:`control_group`'s output (replay order). ``producers``: carried state
-    blobs by producer; a producer without messages in the window runs only while it holds open
-    batches (its timers fire). Default sequence ids (null) are the order within the producer.
-    A segment's container is flushed when the segment is sealed (``facts.seals``); ``final``
-    flushes everything (``close_reason = end_of_input``). Returns ``(messages, entries,
-    new_state_blobs)``: ``messages`` = the ``messages`` table rows whose entry closed, as a
-    ``pyarrow.Table`` of the table's columns and types (:data:`MESSAGE_COLUMNS` +
-    ``entry_id``; by producer, earlier windows' messages first),
-    ``entries`` = the emitted entries as the core gives them plus ``producer_name``
-    (:func:`entry_frame` makes table rows of them). The messages stay in NumPy columns sliced
-    per producer and become rows once per topic: the pandas work does not grow with the
-    number of producers (traces have thousands)."""
+    ``routed``: :func:`control_group`'s output (replay order); ``blob``: the carried
+    :class:`BatchingState` (``None`` = new). Default sequence ids (null) are the order within
+    the producer. Seals of ``layout`` in the window re-send the open batches of the sealed
+    segments (reference §7.2); ``final`` (end of input) lets every flush task fire (§7.1: no
+    end-of-input flush). Returns ``(messages, entries, new_blob)``: ``messages`` = the
+    ``messages`` rows whose entry was sent, as a ``pyarrow.Table`` of the table's columns and
+    types (by producer and send order; a re-sent message carries its successor's segment,
+    bucket, layout epoch and ``segment_sequence_id``), ``entries`` = the sent entries (the
+    core's columns, ``producer_name`` for the producer code, ``entry_seq``)."""
+    st: BatchingState = pickle.loads(blob) if blob is not None else BatchingState()
     cast = {c: t for c, t in _MESSAGE_DTYPES.items() if routed[c].dtype != t}
     routed = routed.astype(cast) if cast else routed
+    names, codes = _producer_codes(st, routed["producer_name"])
+    new = _new_rows(st, routed, codes, names)
+    rows = new if st.pending is None or not len(st.pending) else pd.concat(
+        [st.pending, new], ignore_index=True)
+    codes_all = np.searchsorted(names, rows["producer_name"].to_numpy(object))
+    r = batch(_core_messages(rows, codes_all, bcfg.mode is BatchingMode.KEY_BASED),
+              st.containers, reroutes(layout, st.done_ms, None if final else horizon_ms), bcfg,
+              len(names), st.next_entry, None if final else horizon_ms)
+    rows = rows.assign(segment_id=r.segment_id, bucket_index=r.bucket_index.astype(np.int32),
+                       layout_epoch=r.epoch, _time_ms=r.time_ms, _resent=r.resent)
+    sent = np.flatnonzero(r.entry_seq >= 0)
+    sent = sent[np.lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
+    messages = _message_table(rows, sent, segment_sequence_id=r.segment_sequence_id[sent],
+                              entry_id=r.entry_seq[sent])
+    entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"})
+    entries.insert(0, "producer_name", names[r.entries["producer"]])
+    open_rows = rows.iloc[np.flatnonzero(r.entry_seq < 0)].reset_index(drop=True)
+    st.next_entry = st.next_entry + r.entries_per_producer
+    st.containers, st.pending = r.state, open_rows if len(open_rows) else None
+    if horizon_ms is not None and not final:
+        st.done_ms = max(st.done_ms, horizon_ms + 1)
+    return (conform_messages(messages), entries, pickle.dumps(st))
+
+
+def _producer_codes(st: BatchingState, producer_name: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Extend ``st``'s producers with the window's (names stay sorted, codes are re-mapped in
+    its containers and counters); returns the names and the window rows' codes."""
+    seen = pd.unique(producer_name.to_numpy(object))
+    names = np.union1d(st.producers, np.asarray(seen, dtype=object)).astype(object)
+    if len(names) != len(st.producers):
+        old = np.searchsorted(names, st.producers)
+        for attr in ("next_ordinal", "next_entry", "next_sequence_id"):
+            grown = np.zeros(len(names), dtype=np.int64)
+            grown[old] = getattr(st, attr)
+            setattr(st, attr, grown)
+        st.containers.producer = old[st.containers.producer].astype(np.int64)
+        st.producers = names
+    return names, np.searchsorted(names, producer_name.to_numpy(object))
+
+
+def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: np.ndarray,
+              names: np.ndarray) -> pd.DataFrame:
+    """The window's messages as pending rows: default sequence ids and send ordinals from the
+    producers' counters (replay order within each producer)."""
     n = len(routed)
-    cols = _BatchInput.of(routed, bcfg.mode is BatchingMode.KEY_BASED)
-    codes, uniques = pd.factorize(routed["producer_name"], sort=True)
-    by_code = np.argsort(codes, kind="stable")  # rows grouped by producer, replay order kept
-    bounds = np.searchsorted(codes[by_code], np.arange(len(uniques) + 1))
-    rows = {str(p): by_code[bounds[i]:bounds[i + 1]] for i, p in enumerate(uniques)}
-    # producers without messages run while they hold open batches (their timers may fire)
-    states: dict[str, ProducerState] = {}
-    for p, blob in producers.items():
-        if p not in rows:
-            st = pickle.loads(blob)
-            if st.batcher.open_messages:
-                states[p] = st
-    names = sorted(set(rows) | set(states))
-    none = np.zeros(0, dtype=np.intp)
-    seq_ids = np.zeros(n, dtype=np.int64)
-    ordinal = np.zeros(n, dtype=np.int64)
-    entry_of = np.full(n, -1, dtype=np.int64)
-    earlier: list[tuple[int, pd.DataFrame]] = []  # (producer rank, closed rows of old windows)
-    kept: dict[str, tuple[pd.DataFrame | None, np.ndarray]] = {}  # still open: old rows, new
-    emitted: list[tuple[str, Entries]] = []
-    for rank, name in enumerate(names):
-        idx = rows.get(name, none)
-        if name not in states:
-            blob = producers.get(name)
-            states[name] = (pickle.loads(blob) if blob is not None
-                            else ProducerState(ProducerBatcher(bcfg)))
-        st = states[name]
-        seq = cols.seqs[idx]
-        missing = cols.seq_missing[idx]
-        seq[missing] = st.next_sequence_id + np.arange(int(missing.sum()), dtype=np.int64)
-        if len(idx):
-            st.next_sequence_id = max(st.next_sequence_id, int(seq.max()) + 1)
-        seq_ids[idx] = seq
-        first_ordinal = st.batcher.messages_added
-        ordinal[idx] = first_ordinal + np.arange(len(idx), dtype=np.int64)
-        parts = _batch(st.batcher, cols, idx, seq, facts, horizon_ms, final)
-        emitted.append((name, Entries.concat(parts)))
-        ordinals, entry_ids = _entry_mapping(parts)
-        found, at = _lookup(ordinals, ordinal[idx])
-        entry_of[idx[found]] = entry_ids[at[found]]
-        old = st.pending
-        if old is not None and len(old):
-            found_old, at_old = _lookup(ordinals, old["_ordinal"].to_numpy(np.int64))
-            if found_old.any():
-                earlier.append((rank, old[found_old].assign(entry_id=entry_ids[at_old[found_old]])))
-            old = old[~found_old]
-        kept[name] = (old, idx[~found])
-    for name, (old, new) in kept.items():
-        fresh = (_message_rows(routed, new, sequence_id=seq_ids[new], _ordinal=ordinal[new])
-                 if len(new) else None)
-        pending = [f for f in (old, fresh) if f is not None and len(f)]
-        states[name].pending = (pd.concat(pending, ignore_index=True) if len(pending) > 1
-                                else pending[0].reset_index(drop=True) if pending else None)
-    return (_closed_messages(routed, seq_ids, entry_of, by_code, codes, uniques, names,
-                             earlier),
-            _entries_of(emitted), {name: pickle.dumps(states[name]) for name in names})
+    by_code = np.argsort(codes, kind="stable")
+    counts = np.bincount(codes, minlength=len(names))
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_code] = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    seq = routed["sequence_id"]
+    missing = seq.isna().to_numpy()
+    miss_rank = np.zeros(n, dtype=np.int64)
+    if missing.any():
+        m_counts = np.bincount(codes[missing], minlength=len(names))
+        order = np.argsort(codes[missing], kind="stable")
+        r = np.empty(int(missing.sum()), dtype=np.int64)
+        r[order] = (np.arange(len(order), dtype=np.int64)
+                    - np.repeat(np.cumsum(m_counts) - m_counts, m_counts))
+        miss_rank[missing] = r
+    seq_ids = np.where(missing, st.next_sequence_id[codes] + miss_rank,
+                       seq.fillna(-1).to_numpy(np.int64))
+    if n:
+        top = np.full(len(names), -1, dtype=np.int64)
+        np.maximum.at(top, codes, seq_ids)
+        st.next_sequence_id = np.maximum(st.next_sequence_id, top + 1)
+    ordinal = st.next_ordinal[codes] + rank
+    st.next_ordinal = st.next_ordinal + counts
+    columns = {c: routed[c] for c in MESSAGE_COLUMNS}
+    columns["sequence_id"] = pd.Series(seq_ids, index=routed.index)
+    frame = pd.DataFrame(columns)
+    return frame.assign(event_ms=routed["event_ms"].to_numpy(np.int64), _ordinal=ordinal,
+                        _time_ms=routed["event_ms"].to_numpy(np.int64),
+                        _resent=np.zeros(n, dtype=np.int64)).reset_index(drop=True)
 
 
-@dataclass(frozen=True)
-class _BatchInput:
-    """A topic's routed messages as NumPy columns (aligned with the routed frame)."""
-
-    times: np.ndarray
-    seqs: np.ndarray  # -1 where null
-    seq_missing: np.ndarray
-    segments: np.ndarray
-    hashes: np.ndarray  # hash_b, 0 for keyless
-    sizes: np.ndarray
-    key_ids: np.ndarray | None  # -1 for keyless; only for key_based batching (None otherwise)
-
-    @classmethod
-    def of(cls, routed: pd.DataFrame, key_based: bool) -> _BatchInput:
-        seq = routed["sequence_id"]
-        keys = routed["key"]
-        key_ids = (np.where(keys.isna(), -1, pd.util.hash_array(
-            keys.fillna("").to_numpy(object)) >> np.uint64(1)).astype(np.int64)
-            if key_based else None)
-        return cls(
-            times=routed["event_ms"].to_numpy(np.int64),
-            seqs=seq.fillna(-1).to_numpy(np.int64), seq_missing=seq.isna().to_numpy(),
-            segments=routed["segment_id"].to_numpy(np.int64),
-            hashes=routed["hash_b"].fillna(0).to_numpy(np.int64),
-            sizes=routed["payload_size"].to_numpy(np.int64),
-            key_ids=key_ids)
+def _core_messages(rows: pd.DataFrame, codes: np.ndarray, key_based: bool) -> Messages:
+    """Pending rows → the core's :class:`~pipelines.core.batching.Messages` columns."""
+    keys = rows["key"]
+    key_id = (np.where(keys.isna(), -1, pd.util.hash_array(
+        keys.fillna("").to_numpy(object)) >> np.uint64(1)).astype(np.int64)
+        if key_based else np.full(len(rows), -1, dtype=np.int64))
+    return Messages(
+        producer=codes.astype(np.int64), ordinal=rows["_ordinal"].to_numpy(np.int64),
+        time_ms=rows["_time_ms"].to_numpy(np.int64), resent=rows["_resent"].to_numpy(np.int64),
+        publish_ms=rows["event_ms"].to_numpy(np.int64),
+        segment_id=rows["segment_id"].to_numpy(np.int64),
+        bucket_index=rows["bucket_index"].to_numpy(np.int64),
+        segment_hash=rows["segment_hash"].fillna(-1).to_numpy(np.int64),
+        hash_b=rows["hash_b"].fillna(0).to_numpy(np.int64),
+        payload_size=rows["payload_size"].to_numpy(np.int64), key_id=key_id,
+        epoch=rows["layout_epoch"].to_numpy(np.int64))
 
 
-def _batch(b: ProducerBatcher, cols: _BatchInput, idx: np.ndarray, seq: np.ndarray,
-           facts: LayoutFacts, horizon_ms: int | None, final: bool) -> list[Entries]:
-    """One producer's rows ``idx`` (replay order; ``seq``: their sequence ids) through its
-    batcher: added between segment seals (a sealed segment's open container is flushed at the
-    seal), then flushed at end of input or advanced to the horizon."""
-    ev = cols.times[idx]
-    parts: list[Entries] = []
-    start = 0
-    for t, sealed in facts.seals:
-        if t < b.clock_ms or (horizon_ms is not None and t >= horizon_ms):
-            continue
-        stop = int(np.searchsorted(ev, t, side="left"))
-        parts.append(_add(b, cols, idx[start:stop], seq[start:stop], facts.splits))
-        start = stop
-        open_sealed = [s for s in sealed if s in b.open_segments]
-        if open_sealed:
-            parts.append(b.flush(t, "segment_sealed", open_sealed))
-    parts.append(_add(b, cols, idx[start:], seq[start:], facts.splits))
-    if final:
-        parts.append(b.flush(max(b.clock_ms, int(ev[-1]) if len(ev) else b.clock_ms),
-                             "end_of_input"))
-    elif horizon_ms is not None:
-        parts.append(b.advance_to(horizon_ms))
-    return parts
+def conform_messages(table: Any) -> Any:
+    """``messages`` rows (a ``pyarrow.Table``) cast to the table's columns and types."""
+    from pipelines.delta_io import conform_arrow
 
-
-def _add(b: ProducerBatcher, cols: _BatchInput, idx: np.ndarray, seq: np.ndarray,
-         splits: Mapping[int, list[int]]) -> Entries:
-    seg = cols.segments[idx]
-    return b.add_messages(cols.times[idx], seq, seg, cols.hashes[idx], cols.sizes[idx],
-                          None if cols.key_ids is None else cols.key_ids[idx],
-                          {int(s): splits[int(s)] for s in np.unique(seg)})
-
-
-def _lookup(ordinals: np.ndarray, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(found, at)``: which ``wanted`` ordinals are in the sorted ``ordinals``, and where."""
-    at = np.searchsorted(ordinals, wanted)
-    found = at < len(ordinals)
-    found[found] = ordinals[at[found]] == wanted[found]
-    return found, at
+    return conform_arrow("messages", table, columns=table_columns("messages"))
 
 
 def _message_columns(routed: pd.DataFrame, pos: np.ndarray,
@@ -489,42 +464,6 @@ def _message_table(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -
                      for c, v in _message_columns(routed, pos, extra).items()})
 
 
-def _closed_messages(routed: pd.DataFrame, seq_ids: np.ndarray, entry_of: np.ndarray,
-                     by_code: np.ndarray, codes: np.ndarray, uniques: pd.Index, names: list[str],
-                     earlier: list[tuple[int, pd.DataFrame]]) -> Any:
-    """The ``messages`` rows whose entry closed, as a ``pyarrow.Table`` of the table's columns
-    and types (``run_id`` excluded): per producer (name order), its messages of earlier
-    windows, then this window's in replay order."""
-    import pyarrow as pa
-
-    from pipelines.delta_io import conform_arrow
-
-    columns = table_columns("messages")
-    closed = by_code[entry_of[by_code] >= 0]
-    now = conform_arrow("messages", _message_table(routed, closed, sequence_id=seq_ids[closed],
-                                                   entry_id=entry_of[closed]), columns=columns)
-    if not earlier:
-        return now
-    rank = np.searchsorted(np.asarray(names, dtype=object), np.asarray(uniques, dtype=object))
-    keys = np.concatenate([np.full(len(f), 2 * r, dtype=np.int64) for r, f in earlier]
-                          + [2 * rank[codes[closed]] + 1])
-    old = pd.concat([f[columns] for _, f in earlier], ignore_index=True)
-    both = pa.concat_tables([conform_arrow("messages", old, columns=columns), now])
-    return both.take(np.argsort(keys, kind="stable"))
-
-
-def _entries_of(emitted: list[tuple[str, Entries]]) -> pd.DataFrame:
-    """The producers' entries as one frame (core columns + ``producer_name``)."""
-    if not emitted:
-        return pd.DataFrame(columns=[*Entries.ENTRY_COLUMNS, "producer_name"])
-    names = [name for name, _ in emitted]
-    frames = [e.columns() for _, e in emitted]
-    counts = [len(f["entry_seq"]) for f in frames]
-    out = pd.DataFrame({c: np.concatenate([f[c] for f in frames]) for c in frames[0]})
-    out["producer_name"] = np.repeat(np.asarray(names, dtype=object), counts)
-    return out
-
-
 def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame:
     """:func:`batch_topic` entries (of any producers of ``topic``) → ``entries`` table rows
     (:data:`ENTRY_COLUMNS`: times as UTC timestamps in log time, ``emu_publish_ms`` kept for
@@ -535,21 +474,6 @@ def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame
     entries = _times(entries, speed, {"open_time_ms": "open_time",
                                       "publish_time_ms": "publish_time"})
     return entries[ENTRY_COLUMNS]
-
-
-def _entry_mapping(parts: list[Entries]) -> tuple[np.ndarray, np.ndarray]:
-    """(ordinals sorted, entry ids aligned): messages whose entry closed in ``parts``."""
-    ords, ids = [], []
-    for e in parts:
-        seqs = np.asarray(e.message_entry_seq, dtype=np.int64)
-        done = np.nonzero(seqs >= 0)[0]
-        ords += [e.first_ordinal + done, np.asarray(e.carried_ordinal, dtype=np.int64)]
-        ids += [seqs[done], np.asarray(e.carried_entry_seq, dtype=np.int64)]
-    if not ords:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    o, i = np.concatenate(ords).astype(np.int64), np.concatenate(ids).astype(np.int64)
-    order = np.argsort(o, kind="stable")
-    return o[order], i[order]
 
 
 # ---- dispatch per topic ---------------------------------------------------------------------
@@ -645,12 +569,12 @@ class TopicResult:
     """One topic's window through all three stages (:func:`topic_group`).
 
     ``controller``: the advanced controller, its decisions and samples not yet taken (the driver
-    takes them with :func:`control_outputs`); ``producers``: new state blobs of the producers
-    that ran (the others keep theirs); ``dispatch``: the new dispatch state blob (``None`` while
+    takes them with :func:`control_outputs`); ``batching``: the new batching state blob
+    (:class:`BatchingState`); ``dispatch``: the new dispatch state blob (``None`` while
     the topic has no layout); ``frames``: output rows by ``_kind`` (:data:`STAGE_KINDS`)."""
 
     controller: TopicController
-    producers: dict[str, bytes]
+    batching: bytes
     dispatch: bytes | None
     frames: dict[str, Any]  # pandas frames; ``msg`` a pyarrow Table (:func:`batch_topic`)
     seconds: dict[str, float] = field(default_factory=dict)  # per stage (wall, this task)
@@ -662,7 +586,7 @@ tables; the control plane's small tables come from the controllers on the driver
 
 
 def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
-                producers: Mapping[str, bytes], dispatcher: bytes | None,
+                batching: bytes | None, dispatcher: bytes | None,
                 settings: StageSettings, horizon_ms: int | None, final: bool) -> TopicResult:
     """One topic's window of messages through :func:`control_group` (routing, autoscale),
     :func:`batch_topic` (bucketed batching per producer) and :func:`dispatch_group`, in that
@@ -687,10 +611,8 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
 
     routed, ctl = control_group(topic, pdf, controller, settings, horizon_ms, final)
     lap("control_plane")
-    facts = LayoutFacts.of(ctl.layout)
-    bcfg = settings.batching()
-    messages, entries, new_producers = batch_topic(routed, producers, bcfg, facts, horizon_ms,
-                                                   final)
+    messages, entries, new_batching = batch_topic(routed, batching, settings.batching(),
+                                                  ctl.layout, horizon_ms, final)
     frames = {"msg": messages, "entry": entry_frame(topic, entries, settings.speed)}
     lap("batching")
     if ctl.layout is not None:
@@ -698,7 +620,7 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
                                             ctl.layout, horizon_ms, final)
         frames.update(tables)
     lap("dispatch")
-    return TopicResult(ctl, new_producers, dispatcher, frames, seconds)
+    return TopicResult(ctl, new_batching, dispatcher, frames, seconds)
 
 
 # ---- staged output files ----------------------------------------------------------------------
@@ -850,17 +772,17 @@ def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, i
                               target)
         writers[topic][0].write_table(table.slice(0, rows), row_group_size=size)
 
-    for batch in batches:
-        if not batch.num_rows:
+    for records in batches:
+        if not records.num_rows:
             continue
-        hashes = key_hashes_arrow(batch.column("key"))
-        batch = pa.RecordBatch.from_arrays(
-            [*batch.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
-            names=[*batch.schema.names, *KEY_HASH_COLUMNS])
-        codes = batch.column("topic").dictionary_encode()
+        hashes = key_hashes_arrow(records.column("key"))
+        records = pa.RecordBatch.from_arrays(
+            [*records.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
+            names=[*records.schema.names, *KEY_HASH_COLUMNS])
+        codes = records.column("topic").dictionary_encode()
         order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
         cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
-        by_topic = batch.take(pa.array(order))
+        by_topic = records.take(pa.array(order))
         for topic, hi, lo in zip(codes.dictionary.to_pylist(), cuts, [0, *cuts[:-1]],
                                  strict=True):
             pending.setdefault(topic, []).append(by_topic.slice(lo, hi - lo))
@@ -1055,7 +977,7 @@ class StageWindow:
 
 def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
                 windows: Sequence[StageWindow], out_dir: str, controllers: Mapping[str, bytes],
-                batchers: Mapping[tuple[str, str], bytes], dispatchers: Mapping[str, bytes],
+                batchers: Mapping[str, bytes], dispatchers: Mapping[str, bytes],
                 settings: StageSettings) -> list[dict[str, bytes]]:
     """Spark: :func:`topic_group` for every topic of ``topics`` over consecutive staged
     ``windows``, in ONE Spark job: the topics are spread over tasks (:func:`topic_bins`, up to
@@ -1071,33 +993,30 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     JVM) and writes their output rows as Parquet under ``out_dir``, a file per topic and table
     for all the windows (:class:`FrameWriter`). The state dicts are the replay's
     (``ReplayState``) before the
-    first window. Returns, per window, topic → ``pickle((controller, {producer: blob},
+    first window. Returns, per window, topic → ``pickle((controller, batching blob,
     dispatcher, seconds))`` (:class:`StageStates`; the controller with that window's decisions
     and samples not yet taken), bounded by topics × windows, never by messages."""
     if not topics or not windows:
         return [{} for _ in windows]
-    producers: dict[str, dict[str, bytes]] = {}
-    for (topic, producer), blob in batchers.items():
-        producers.setdefault(topic, {})[producer] = blob
     sc = spark.sparkContext
     # The state blobs go out as a broadcast (MBs for a topic with thousands of producers: too
     # big for a task); each task takes its bin's.
-    work = sc.broadcast([[(t, controllers.get(t), producers.get(t, {}), dispatchers.get(t))
+    work = sc.broadcast([[(t, controllers.get(t), batchers.get(t), dispatchers.get(t))
                           for t in b] for b in topic_bins(topics, 4 * sc.defaultParallelism)])
 
     def run(i: int) -> list[tuple[int, str, bytes]]:
         out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
-        carried = {t: (ctl, prods, disp) for t, ctl, prods, disp in work.value[i]}
+        carried = {t: (ctl, bat, disp) for t, ctl, bat, disp in work.value[i]}
         files = FrameWriter(out_dir)
         for w, window in enumerate(windows):
-            for topic, (ctl, prods, disp) in carried.items():
+            for topic, (ctl, bat, disp) in carried.items():
                 r = topic_group(topic, _read_topic(dataset, topic, window.lo_ms, window.hi_ms),
-                                ctl, prods, disp, settings, window.hi_ms, window.final)
+                                ctl, bat, disp, settings, window.hi_ms, window.final)
                 files.write(topic, r.frames)
-                out.append((w, topic, pickle.dumps((r.controller, r.producers, r.dispatch,
+                out.append((w, topic, pickle.dumps((r.controller, r.batching, r.dispatch,
                                                     r.seconds))))
                 r.controller.take_outputs()  # the driver takes them from the blob above
-                carried[topic] = (pickle.dumps(r.controller), {**prods, **r.producers},
+                carried[topic] = (pickle.dumps(r.controller), r.batching,
                                   disp if r.dispatch is None else r.dispatch)
         files.close()
         return out
@@ -1117,7 +1036,7 @@ class StageStates:
     """The state blobs of one window of :func:`topic_stage`, unpacked on the driver."""
 
     controllers: dict[str, TopicController]
-    producers: dict[tuple[str, str], bytes]  # merge over the previous ones (others kept)
+    batching: dict[str, bytes]
     dispatchers: dict[str, bytes]
     seconds: dict[str, float]  # per stage, summed over the topics' tasks
 
@@ -1126,8 +1045,8 @@ class StageStates:
         """``rows``: topic → its state blob (one window of :func:`topic_stage`'s result)."""
         out = cls({}, {}, {}, {})
         for topic, blob in rows.items():
-            out.controllers[topic], prods, disp, seconds = pickle.loads(blob)
-            out.producers.update({(topic, p): b for p, b in prods.items()})
+            out.controllers[topic], batching, disp, seconds = pickle.loads(blob)
+            out.batching[topic] = batching
             if disp is not None:
                 out.dispatchers[topic] = disp
             for stage, s in seconds.items():

@@ -172,10 +172,10 @@ def suites() -> dict[str, list[Any]]:
             *at_least(0, "payload_size", "sequence_id"),
         ],
         "messages": [
-            *not_null("run_id", "topic", "producer_name", "sequence_id", "publish_time",
-                      "segment_id", "bucket_index", "layout_epoch", "entry_id"),
+            *not_null("run_id", "topic", "producer_name", "sequence_id", "segment_sequence_id",
+                      "publish_time", "segment_id", "bucket_index", "layout_epoch", "entry_id"),
             *hash_range("segment_hash", "hash_b"),
-            *at_least(0, "bucket_index", "payload_size", "layout_epoch"),
+            *at_least(0, "bucket_index", "payload_size", "layout_epoch", "segment_sequence_id"),
             *in_segment("segment_hash"),
         ],
         "entries": [

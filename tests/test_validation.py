@@ -56,11 +56,14 @@ def good_frames() -> dict[str, pd.DataFrame]:
     ])
     msg = {**base, "producer_name": "p", "payload_size": 10, "layout_epoch": 0}
     messages = pd.DataFrame([
-        {**msg, "key": "a", "sequence_id": 0, "publish_time": ts(1), "hash32": 100,
+        {**msg, "key": "a", "sequence_id": 0, "segment_sequence_id": 0, "publish_time": ts(1),
+         "hash32": 100,
          "segment_hash": 100, "hash_b": 5, "segment_id": 0, "bucket_index": 0, "entry_id": 0},
-        {**msg, "key": "b", "sequence_id": 1, "publish_time": ts(2), "hash32": 2**31,
+        {**msg, "key": "b", "sequence_id": 1, "segment_sequence_id": 0, "publish_time": ts(2),
+         "hash32": 2**31,
          "segment_hash": 40000, "hash_b": 7, "segment_id": 1, "bucket_index": 0, "entry_id": 1},
-        {**msg, "key": None, "sequence_id": 2, "publish_time": ts(2), "hash32": None,
+        {**msg, "key": None, "sequence_id": 2, "segment_sequence_id": 1, "publish_time": ts(2),
+         "hash32": None,
          "segment_hash": None, "hash_b": None, "segment_id": 1, "bucket_index": 0,
          "entry_id": 1},
     ])

@@ -1,73 +1,76 @@
-"""Producer-side batch container emulation, in event time (reference §7, §3.4; PIP-486).
+"""Producer-side batching in event time, for every producer of a topic at once (reference §7,
+§7.1, §7.2; PIP-486).
 
-One :class:`ProducerBatcher` emulates the batching of ONE producer. A scalable-topic producer is
-a set of per-segment producers, so the batcher keeps one *container* per segment, each bucketing
-with that segment's splits. Everything runs on the emulated clock: times are ``int64``
-milliseconds (``publish_time``), sizes are payload bytes.
+A scalable-topic producer (the v5 ``ScalableTopicProducer``) keeps one v4 producer per active
+segment; each of those has one batch *container* and one flush task. A container is therefore
+keyed by ``(producer, segment_id)``, and all containers of a topic run here together as columns:
+messages sorted by container and send order, container state as one row per container. Cost
+follows messages and batches, not producers. Times are ``int64`` ms on the emulated clock; sizes
+are payload bytes.
 
-Modes (:class:`BatchingMode`):
+Modes (:class:`BatchingMode`): ``bucketed`` = PIP-486 ``EntryBucketBatchContainer`` (one inner
+batch per bucket index ``bucket_of(splits, hash_b)``, keyless → bucket 0); ``key_based`` = one
+inner batch per key (keyless messages share one); ``default`` = one batch for all messages (may
+straddle buckets); ``disabled`` = every message is its own entry (``close_reason = disabled``).
 
-``bucketed``
-    PIP-486 ``EntryBucketBatchContainer`` (§7): one inner batch per bucket index
-    ``bucket_of(splits, hash_b)`` (keyless messages carry ``hash_b = 0`` → bucket 0).
-``key_based``
-    ``BatchMessageKeyBasedContainer``: one inner batch per key; keyless messages share one batch.
-``default``
-    ``BatchMessageContainerImpl``: one batch for all messages, which may straddle buckets.
-``disabled``
-    every message is its own entry (``close_reason = "disabled"``).
+Container rules (every batching mode; reference §7, §7.1):
 
-Container rules (all batching modes):
+* Fullness is evaluated on the container's aggregate: after a message is added, total messages
+  ``>= max_messages`` (reason ``max_messages``, checked first) or total payload ``>= max_bytes``
+  (``max_bytes``) sends the container at that message's time. Pre-add check: a message that would
+  take a non-empty container past ``max_bytes`` first sends the container (``max_bytes``).
+* **The flush task** (v4 ``ProducerImpl``, §7.1): one task per container measuring time since
+  the container's *last send*. Adding a message schedules the task ``delay`` later if none is
+  pending (a message that fills the container at once schedules nothing). When the task fires:
+  less than ``delay`` since the last send → it re-arms for the remainder; otherwise it sends what
+  the container holds (``max_delay``) and re-arms for ``delay``, or, finding the container empty,
+  ends. Every send sets the last send time. So a batch that opens while a task is pending goes
+  out when that task fires, and after a count- or size-triggered send the next batch waits until
+  ``delay`` has passed since that send. A container the replay has not seen yet is idle: its
+  ready task ran long before (the replay cannot know when the application created it).
+* **No end-of-input flush** (§7.1): a recording has no end event; a batch still open at the end
+  of the input is sent when its task fires (``max_delay``).
+* **Layout changes** (§7.2): when a segment is sealed (split, merge, rebucket rollover) at ``T``,
+  its containers send nothing more: the messages of their open batches are parked and re-sent at
+  ``T``, in the order the application sent them, to the successor segments by the layout in force
+  after ``T`` (segment, bucket and per-segment sequence id are the successor's), ahead of the
+  producer's newer messages. A keyed message goes to the active segment whose range holds its
+  ``segment_hash``; the k-th parked keyless message of a producer at one seal goes round-robin,
+  to active segment ``k mod n`` (by range start). Emulator choice: Pulsar re-routes keyless
+  messages with the producer's one round-robin counter, which also shifts its later keyless
+  messages by the number parked; the replay keeps the control plane's routing of later messages
+  independent of batching state.
+* **Per-segment sequence ids** (§7.2): each container numbers the messages it sends from 0
+  (``segment_sequence_id``); a re-sent message is numbered by its successor.
+* At one instant ``T`` the order is: seals at ``T`` (and the re-sends), flush tasks due at
+  ``T`` (by segment id), then messages published at ``T`` (in send order).
+* On every send all non-empty inner batches go out together, one entry each, ordered by their
+  highest per-segment sequence id (§7). Every entry carries ``entry_hash_min`` /
+  ``entry_hash_max`` (min / max ``hash_b``) and ``bucket_index = bucket_of(splits,
+  entry_hash_min)`` (§3.4: a straddling ``default`` entry is routed whole to its minimum's
+  bucket). ``entry_seq`` numbers a producer's entries in send order, across its containers.
 
-* Fullness is evaluated on the **aggregate** of the container (all inner batches): total
-  messages ``>= max_messages`` (reason ``max_messages``, checked first) or total payload bytes
-  ``>= max_bytes`` (reason ``max_bytes``) right after a message is added → every non-empty
-  inner batch is emitted, ``publish_time`` = that message's time.
-* Standard v4 pre-add check: if adding a message would make the payload exceed ``max_bytes`` and
-  the container is not empty, the container is flushed first (reason ``max_bytes``,
-  ``publish_time`` = the arriving message's time), then the message is added. A message that
-  alone exceeds ``max_bytes`` therefore forms its own entry.
-* Timer: when a message enters an EMPTY container the timer is set to fire at
-  ``open_time + max_publish_delay_ms``. Before any message with ``publish_time >= fire time``
-  (of any segment) is processed, every due timer fires, in ``(fire time, segment_id)`` order:
-  reason ``max_delay``, ``publish_time`` = the fire time. :meth:`ProducerBatcher.advance_to`
-  fires the timers due at or before a given time without a message.
-* Explicit flushes (:meth:`ProducerBatcher.flush`, reasons ``end_of_input`` /
-  ``segment_sealed``) first fire the timers due by the flush time, then close the remaining
-  containers at the flush time (``publish_time`` = the given time).
-* On every flush all non-empty inner batches of the container are emitted together, one entry
-  each, ordered by each inner batch's highest sequence id ascending (as in key-based batching,
-  §7; on equal ids, the batch whose last message came first).
-* Emulator choices (documented, not Pulsar facts): Pulsar's timer is a periodic producer task;
-  here it is armed by the first message of an empty container, which makes the state machine a
-  pure function of the message sequence (and needs a delay of at least 1 ms so that a timer
-  always fires after the message that armed it). The pre-add byte check is [infer] in the
-  reference (§7). An entry's ``open_time`` is the time of its own first
-  message (the inner batch's), not the container's.
-
-Stamping and routing (§7, §3.4): every entry carries ``entry_hash_min`` / ``entry_hash_max`` (min
-/ max ``hash_b`` of its messages) and ``bucket_index = bucket_of(splits, entry_hash_min)``, the
-bucket the broker routes it to, in every mode (a straddling ``default`` entry is routed whole to
-the bucket of its minimum).
-
-Streaming: messages of one producer are given sorted by ``(publish_time, sequence_id)`` in
-chunks of any size; the output (entries, entry ids, message → entry mapping) does not depend on
-where the chunks are cut, nor on :meth:`~ProducerBatcher.advance_to` calls made with a time not
-after the next message's time. The state between calls is the open batches only; the batcher
-object pickles.
+Streaming: :func:`batch` takes a window of messages (every message with ``time_ms <`` the
+horizon) and the state carried from the previous window, and returns what was sent before the
+horizon plus the new state. A container's state is its state *when its open batch opened* and
+the caller feeds the open batch's messages (``BatchResult.entry_seq == -1``) back with the next
+window, so the outputs do not depend on how the input is cut into windows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from pipelines.core.buckets import MAX_HASH, bucket_of_array
+from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
+
+I64 = npt.NDArray[np.int64]
 
 
 class BatchingMode(StrEnum):
@@ -79,21 +82,16 @@ class BatchingMode(StrEnum):
     DISABLED = "disabled"
 
 
-CLOSE_REASONS: tuple[str, ...] = (
-    "max_messages",
-    "max_bytes",
-    "max_delay",
-    "end_of_input",
-    "segment_sealed",
-    "disabled",
-)
+CLOSE_REASONS: tuple[str, ...] = ("max_messages", "max_bytes", "max_delay", "disabled")
 """Every ``close_reason`` value an entry can carry; the index is the internal reason code."""
-_R_MAX_MESSAGES, _R_MAX_BYTES, _R_MAX_DELAY, _R_END, _R_SEALED, _R_DISABLED = range(6)
-FLUSH_REASONS: tuple[str, ...] = ("end_of_input", "segment_sealed")
-"""Reasons accepted by :meth:`ProducerBatcher.flush`."""
+_R_MAX_MESSAGES, _R_MAX_BYTES, _R_MAX_DELAY, _R_DISABLED = range(4)
+_KIND_REASON = (_R_MAX_DELAY, _R_MAX_BYTES, _R_MAX_MESSAGES, _R_MAX_BYTES)
+"""Close reason of each cut kind: 0 task, 1 pre-add byte check, 2 full by count, 3 by bytes."""
 
-_NEVER = 2**63 - 1  # "timer not armed" sentinel: compares greater than any int64 time
-_REASON_DTYPE = "U14"
+NO_TASK = np.iinfo(np.int64).min
+"""``task_ms`` of a container with no flush task pending."""
+_NEVER_SENT = -(2**62)  # last send of an idle container: long before any event
+_PHASE_RESENT, _PHASE_TASK, _PHASE_MESSAGE = 0, 1, 2  # order of events at one instant
 
 
 @dataclass(frozen=True)
@@ -125,712 +123,536 @@ class BatchingConfig:
         return out
 
 
-def _i64(values: Iterable[int] = ()) -> npt.NDArray[np.int64]:
-    return np.asarray(list(values) if not isinstance(values, np.ndarray) else values,
-                      dtype=np.int64)
-
-
 @dataclass(frozen=True)
-class Entries:
-    """Entries emitted by one :class:`ProducerBatcher` call, sorted by ``entry_seq``.
+class Reroute:
+    """A layout change as producers see it (§7.2): at ``time_ms`` the segments ``sealed`` close,
+    and ``range_start`` / ``segment_ids`` (int64, by range start), ``splits`` (bucket splits per
+    active segment) and ``epoch`` describe the layout in force right after."""
 
-    Entry columns (one row per emitted entry, length ``E``; reference §7 stamping, §3.4 routing):
+    time_ms: int
+    sealed: frozenset[int]
+    range_start: I64
+    segment_ids: I64
+    splits: Mapping[int, Sequence[int]]
+    epoch: int
 
-    ========================  ========  ===========================================================
-    ``segment_id``            int64     segment (per-segment container) the entry was written to
-    ``bucket_index``          int32     ``bucket_of(segment splits, entry_hash_min)`` (§3.4)
-    ``entry_seq``             int64     per-producer running count of emitted entries, from 0
-                                        (the ``entry_id``)
-    ``entry_hash_min/max``    int32     min / max ``hash_b`` of the entry's messages, inclusive
-    ``num_messages``          int64     messages in the entry (>= 1)
-    ``payload_bytes``         int64     sum of the messages' payload sizes, bytes
-    ``open_time_ms``          int64     publish time of the entry's first message, ms
-    ``publish_time_ms``       int64     time the entry was closed (sent), ms
-    ``close_reason``          str U14   one of :data:`CLOSE_REASONS`
-    ``first_sequence_id``     int64     lowest sequence id in the entry
-    ``last_sequence_id``      int64     highest sequence id in the entry
-    ========================  ========  ===========================================================
+    @classmethod
+    def of(cls, layout: SegmentLayout, time_ms: int) -> Reroute:
+        """The change at ``time_ms`` of a topic's (later) ``layout``."""
+        now = layout_as_of(layout, time_ms)
+        sealed = frozenset(s.segment_id for s in layout.segments.values()
+                           if not s.is_active and s.sealed_at_ms == time_ms)
+        starts, ids = now.routing_table()
+        return cls(time_ms, sealed, starts, ids,
+                   {int(i): list(now.segments[int(i)].bucket_splits) for i in ids}, now.epoch)
 
-    Message mapping:
+    def route(self, segment_hash: I64) -> I64:
+        """Successor segment of each parked message, in send order (``segment_hash`` ``-1`` =
+        keyless: the k-th keyless one goes to active segment ``k mod n`` by range start)."""
+        out = self.segment_ids[np.searchsorted(self.range_start, np.maximum(segment_hash, 0),
+                                               side="right") - 1]
+        keyless = segment_hash < 0
+        out[keyless] = self.segment_ids[np.arange(int(keyless.sum())) % len(self.segment_ids)]
+        return out
 
-    * ``message_entry_seq`` (int64, aligned with the messages passed to this call; empty for
-      :meth:`~ProducerBatcher.advance_to` / :meth:`~ProducerBatcher.flush`): the ``entry_seq``
-      of the entry holding the message, or ``-1`` while that entry is still open.
-    * ``first_ordinal`` (int): producer-wide 0-based ordinal of this call's first message
-      (ordinal = position in the producer's whole message sequence).
-    * ``carried_ordinal`` / ``carried_sequence_id`` / ``carried_entry_seq`` (int64, same
-      length): messages added in EARLIER calls whose entry was emitted in this call.
-    """
 
-    segment_id: npt.NDArray[np.int64] = field(default_factory=_i64)
-    bucket_index: npt.NDArray[np.int32] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int32))
-    entry_seq: npt.NDArray[np.int64] = field(default_factory=_i64)
-    entry_hash_min: npt.NDArray[np.int32] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int32))
-    entry_hash_max: npt.NDArray[np.int32] = field(
-        default_factory=lambda: np.zeros(0, dtype=np.int32))
-    num_messages: npt.NDArray[np.int64] = field(default_factory=_i64)
-    payload_bytes: npt.NDArray[np.int64] = field(default_factory=_i64)
-    open_time_ms: npt.NDArray[np.int64] = field(default_factory=_i64)
-    publish_time_ms: npt.NDArray[np.int64] = field(default_factory=_i64)
-    close_reason: npt.NDArray[np.str_] = field(
-        default_factory=lambda: np.zeros(0, dtype=_REASON_DTYPE))
-    first_sequence_id: npt.NDArray[np.int64] = field(default_factory=_i64)
-    last_sequence_id: npt.NDArray[np.int64] = field(default_factory=_i64)
-    message_entry_seq: npt.NDArray[np.int64] = field(default_factory=_i64)
-    first_ordinal: int = 0
-    carried_ordinal: npt.NDArray[np.int64] = field(default_factory=_i64)
-    carried_sequence_id: npt.NDArray[np.int64] = field(default_factory=_i64)
-    carried_entry_seq: npt.NDArray[np.int64] = field(default_factory=_i64)
+def reroutes(layout: SegmentLayout | None, from_ms: int, to_ms: int | None) -> list[Reroute]:
+    """Every seal of ``layout`` with ``from_ms <= time <= to_ms`` (``None`` = no bound), in
+    time order (empty for no layout)."""
+    if layout is None:
+        return []
+    return [Reroute.of(layout, t) for t in change_times(layout)
+            if t >= from_ms and (to_ms is None or t <= to_ms)
+            and any(not s.is_active and s.sealed_at_ms == t for s in layout.segments.values())]
 
-    ENTRY_COLUMNS = (
-        "segment_id", "bucket_index", "entry_seq", "entry_hash_min", "entry_hash_max",
-        "num_messages", "payload_bytes", "open_time_ms", "publish_time_ms", "close_reason",
-        "first_sequence_id", "last_sequence_id",
-    )
+
+@dataclass
+class Messages:
+    """Messages given to :func:`batch`, aligned int64 columns (any order), ``N`` rows.
+
+    ``producer`` code (``0..P-1``); ``ordinal``: the producer's send order (unique per producer);
+    ``time_ms``: when the message enters its container (its publish time, or the seal time for a
+    parked message being re-sent); ``resent``: 1 for a re-sent message, else 0; ``publish_ms``:
+    the application's publish time; ``segment_id`` / ``bucket_index``: its container's segment
+    and its bucket there; ``segment_hash`` (``-1`` keyless); ``hash_b`` (0 keyless);
+    ``payload_size`` bytes; ``key_id``: a key identity for ``key_based`` batching (``-1``
+    keyless); ``epoch``: layout epoch of its routing."""
+
+    producer: I64
+    ordinal: I64
+    time_ms: I64
+    resent: I64
+    publish_ms: I64
+    segment_id: I64
+    bucket_index: I64
+    segment_hash: I64
+    hash_b: I64
+    payload_size: I64
+    key_id: I64
+    epoch: I64
 
     def __len__(self) -> int:
-        """Number of entries ``E``."""
-        return int(self.entry_seq.shape[0])
+        return int(self.producer.shape[0])
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """The entry columns only (``ENTRY_COLUMNS`` order), e.g. for ``pandas.DataFrame``."""
-        return {name: getattr(self, name) for name in self.ENTRY_COLUMNS}
+    def take(self, idx: npt.NDArray[np.intp]) -> Messages:
+        """Rows ``idx``."""
+        return Messages(**{f: getattr(self, f)[idx] for f in _MESSAGE_FIELDS})
+
+
+_MESSAGE_FIELDS = tuple(Messages.__dataclass_fields__)
+
+
+def _i64(n: int = 0) -> I64:
+    return np.zeros(n, dtype=np.int64)
+
+
+@dataclass
+class ContainerState:
+    """Carried state of a topic's containers, one row per ``(producer, segment_id)`` seen and not
+    sealed (int64 columns): ``last_send_ms`` and ``task_ms`` (:data:`NO_TASK` = none) of its
+    flush task, ``next_sequence_id`` its per-segment sequence counter — all as of the opening of
+    its open batch, if it has one (the open batch's messages are fed again with the next
+    window)."""
+
+    producer: I64 = field(default_factory=_i64)
+    segment_id: I64 = field(default_factory=_i64)
+    last_send_ms: I64 = field(default_factory=_i64)
+    task_ms: I64 = field(default_factory=_i64)
+    next_sequence_id: I64 = field(default_factory=_i64)
+
+    def __len__(self) -> int:
+        return int(self.producer.shape[0])
+
+    def take(self, idx: npt.NDArray[np.intp]) -> ContainerState:
+        return ContainerState(*(getattr(self, f)[idx] for f in _STATE_FIELDS))
 
     @staticmethod
-    def concat(parts: Sequence[Entries]) -> Entries:
-        """Concatenate results of consecutive calls (columns appended in order).
+    def concat(parts: Sequence[ContainerState]) -> ContainerState:
+        return ContainerState(*(np.concatenate([getattr(p, f) for p in parts]).astype(np.int64)
+                                for f in _STATE_FIELDS))
 
-        ``first_ordinal`` is taken from the first part; ``message_entry_seq`` is concatenated
-        as-is (it keeps ``-1`` for messages resolved only by a later part's ``carried_*``).
-        """
-        if not parts:
-            return Entries()
-        kwargs: dict[str, Any] = {}
-        for f in fields(Entries):
-            if f.name == "first_ordinal":
-                kwargs[f.name] = parts[0].first_ordinal
-            else:
-                kwargs[f.name] = np.concatenate([getattr(p, f.name) for p in parts])
-        return Entries(**kwargs)
+
+_STATE_FIELDS = tuple(ContainerState.__dataclass_fields__)
 
 
 @dataclass
-class _OpenBatch:
-    """One open inner batch (per bucket / key / the single default batch) of a container."""
+class BatchResult:
+    """What :func:`batch` sent before the horizon.
 
-    group: int
-    count: int
-    payload_bytes: int
-    hash_min: int
-    hash_max: int
-    seq_min: int
-    seq_max: int
-    bucket_min: int
-    open_time: int
-    max_ordinal: int
-    ordinals: list[int]
-    sequence_ids: list[int]
+    Per message, aligned with the input (``N``): ``entry_seq`` (the producer's entry number,
+    ``-1`` = still in an open batch), and where it was last added — ``segment_id``,
+    ``bucket_index``, ``segment_sequence_id``, ``time_ms``, ``resent``, ``epoch`` (re-sent
+    messages take the successor's).
 
+    Entries (``E`` rows, by producer then ``entry_seq``; int64 unless said): ``producer``,
+    ``segment_id``, ``bucket_index`` (int32), ``entry_seq``, ``entry_hash_min`` /
+    ``entry_hash_max`` (int32), ``num_messages``, ``payload_bytes``, ``open_time_ms`` (publish
+    time of its earliest message), ``publish_time_ms`` (when it was sent), ``close_reason``
+    (str, :data:`CLOSE_REASONS`), ``first_sequence_id`` / ``last_sequence_id`` (per-segment
+    sequence ids).
 
-@dataclass
-class _Container:
-    """Open state of one segment's container: aggregate counters, timer, inner batches."""
+    ``state``: the new :class:`ContainerState`; ``entries_per_producer``: entries sent per
+    producer code (length ``P``)."""
 
-    fire_time: int
-    count: int
-    payload_bytes: int
-    batches: list[_OpenBatch]
-
-
-@dataclass
-class _Chunk:
-    times: npt.NDArray[np.int64]
-    seqs: npt.NDArray[np.int64]
-    hashes: npt.NDArray[np.int64]
-    sizes: npt.NDArray[np.int64]
-    buckets: npt.NDArray[np.int64]
-    groups: npt.NDArray[np.int64]
-    segments: list[tuple[int, npt.NDArray[np.intp]]]  # (segment id, positions) ascending
+    entry_seq: I64
+    segment_id: I64
+    bucket_index: I64
+    segment_sequence_id: I64
+    time_ms: I64
+    resent: I64
+    epoch: I64
+    entries: dict[str, np.ndarray]
+    state: ContainerState
+    entries_per_producer: I64
 
 
-class _SegRun:
-    """A segment container's open batch at the end of a call: its cb (index in the call's
-    :class:`_CutArrays`), timer, aggregate counters and inner batches (``live``: group →
-    call-local batch id, in arrival order)."""
-
-    __slots__ = ("cb", "fire", "count", "nbytes", "live")
-
-    def __init__(self, cb: int, fire: int, count: int, nbytes: int,
-                 live: dict[int, int]) -> None:
-        self.cb = cb
-        self.fire = fire
-        self.count = count
-        self.nbytes = nbytes
-        self.live = live
+ENTRY_COLUMNS = ("producer", "segment_id", "bucket_index", "entry_seq", "entry_hash_min",
+                 "entry_hash_max", "num_messages", "payload_bytes", "open_time_ms",
+                 "publish_time_ms", "close_reason", "first_sequence_id", "last_sequence_id")
+"""Columns of :attr:`BatchResult.entries`, in order."""
 
 
-class ProducerBatcher:
-    """Event-time batch containers of one producer, one per segment (reference §7, §3.4).
+def batch(messages: Messages, state: ContainerState, changes: Sequence[Reroute],
+          config: BatchingConfig, producers: int, entry_base: I64 | None = None,
+          horizon_ms: int | None = None) -> BatchResult:
+    """Run a topic's containers over one window (see the module doc for the rules).
 
-    Feed the producer's messages sorted by ``(publish_time, sequence_id)`` through
-    :meth:`add_messages` in chunks of any size; call :meth:`advance_to` when event time moves
-    without messages (e.g. at a watermark) and :meth:`flush` when a segment is sealed or input
-    ends. Each call returns the :class:`Entries` it emitted. State between calls holds only open
-    batches (bounded by ``max_messages`` per open segment container); the object pickles.
+    ``messages``: every message of the window (``time_ms < horizon_ms``) plus the open batches
+    fed back from the previous window. ``state``: the previous window's
+    :attr:`BatchResult.state`. ``changes``: the seals of this window (after the previous
+    horizon, up to and including ``horizon_ms``: the layout is known up to the horizon, and a
+    seal at an instant comes before the tasks due then), in time order. ``producers``: number
+    of producer codes ``P``; ``entry_base``: each producer's next ``entry_seq`` (length ``P``,
+    default zeros). ``horizon_ms``: the window's end; ``None`` = end of input (every flush task
+    fires). Tasks due at or before the horizon run (before any message published at the
+    horizon, which belongs to the next window); later ones stay in the state.
 
-    Raises ``ValueError`` at construction when ``config.problems()`` is not empty.
+    Raises ``ValueError`` for an invalid ``config``.
     """
+    problems = config.problems()
+    if problems:
+        raise ValueError("invalid batching config: " + "; ".join(problems))
+    run = _Run(config, messages, state, producers)
+    for change in changes:
+        run.phase(change.time_ms)
+        run.seal(change)
+    run.phase(None if horizon_ms is None else horizon_ms + 1)
+    base = _i64(producers) if entry_base is None else np.asarray(entry_base, dtype=np.int64)
+    return run.result(base)
 
-    def __init__(self, config: BatchingConfig | None = None) -> None:
-        self.config = config if config is not None else BatchingConfig()
-        problems = self.config.problems()
-        if problems:
-            raise ValueError("invalid batching config: " + "; ".join(problems))
-        self.mode = BatchingMode(self.config.mode)
-        self._containers: dict[int, _Container] = {}
-        self._clock = -_NEVER
-        self._messages_added = 0
-        self._entries_emitted = 0
 
-    # ------------------------------------------------------------------ introspection
-    @property
-    def clock_ms(self) -> int:
-        """Latest event time seen (message, ``advance_to`` or ``flush``); ms."""
-        return self._clock
+class _Run:
+    """One :func:`batch` call: the current placement of every message (updated when it is
+    re-sent), the containers' state and the batches sent so far."""
 
-    @property
-    def messages_added(self) -> int:
-        """Messages added so far (= ordinal of the next message)."""
-        return self._messages_added
+    def __init__(self, config: BatchingConfig, messages: Messages, state: ContainerState,
+                 producers: int) -> None:
+        self.mode = BatchingMode(config.mode)
+        self.max_messages, self.max_bytes = config.max_messages, config.max_bytes
+        self.delay = config.max_publish_delay_ms
+        self.m = Messages(**{f: np.array(getattr(messages, f), dtype=np.int64)
+                             for f in _MESSAGE_FIELDS})
+        n = len(self.m)
+        self.producers = producers
+        self.pending: npt.NDArray[np.intp] = np.arange(n, dtype=np.intp)  # not yet sent
+        self.seq = np.full(n, -1, dtype=np.int64)
+        self.state = state.take(np.argsort(
+            self._container_keys(state.producer, state.segment_id), kind="stable"))
+        self.sent: list[_Sent] = []
+        self.open_idx: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)  # open batches' messages
 
-    @property
-    def entries_emitted(self) -> int:
-        """Entries emitted so far (= ``entry_seq`` of the next entry)."""
-        return self._entries_emitted
+    # ---- containers ---------------------------------------------------------------------------
+    def _container_keys(self, producer: I64, segment: I64) -> I64:
+        return producer * np.int64(1 << 40) + segment
 
-    @property
-    def open_messages(self) -> int:
-        """Messages currently held in open batches (all segments)."""
-        return sum(c.count for c in self._containers.values())
+    def phase(self, limit_ms: int | None) -> None:
+        """Run every container over its pending messages with ``time_ms < limit_ms``; tasks due
+        before ``limit_ms`` fire (``None``: all messages, every task)."""
+        m = self.m
+        p: npt.NDArray[np.intp] = self.pending
+        if limit_ms is not None:
+            p = p[m.time_ms[p] < limit_ms]
+        later = np.setdiff1d(self.pending, p, assume_unique=True)
+        limit = np.iinfo(np.int64).max if limit_ms is None else limit_ms
+        ckey = self._container_keys(m.producer[p], m.segment_id[p])
+        order = np.lexsort((m.ordinal[p], m.resent[p] * -1, m.time_ms[p], ckey))
+        p, ckey = p[order], ckey[order]
+        skey = self._container_keys(self.state.producer, self.state.segment_id)
+        # containers: those with messages, then the idle ones in the state (unchanged)
+        starts = np.flatnonzero(np.r_[True, ckey[1:] != ckey[:-1]]) if len(p) else _i64()
+        keys = ckey[starts]
+        row = np.searchsorted(skey, keys) if len(skey) else np.zeros(len(keys), dtype=np.intp)
+        known = row < len(skey)
+        known[known] = skey[row[known]] == keys[known]
+        last = np.where(known, self.state.last_send_ms[np.minimum(row, len(skey) - 1)]
+                        if len(skey) else 0, _NEVER_SENT)
+        task = np.where(known, self.state.task_ms[np.minimum(row, len(skey) - 1)]
+                        if len(skey) else 0, NO_TASK)
+        nseq = np.where(known, self.state.next_sequence_id[np.minimum(row, len(skey) - 1)]
+                        if len(skey) else 0, 0)
+        ends = np.r_[starts[1:], len(p)].astype(np.int64) if len(p) else _i64()
+        # per-segment sequence ids: consecutive within a container, from its counter
+        within = np.arange(len(p), dtype=np.int64) - np.repeat(starts, ends - starts)
+        self.seq[p] = np.repeat(nseq, ends - starts) + within
+        cut = self._cut(p, starts, ends, last, task, limit)
+        # new state: touched containers (as of their open batch, if any), then untouched ones
+        open_start = cut.open_start
+        is_open = open_start >= 0
+        counted = np.where(is_open, open_start - starts, ends - starts)
+        touched = ContainerState(m.producer[p[starts]], m.segment_id[p[starts]], cut.last,
+                                 cut.task, nseq + counted)
+        untouched = np.ones(len(skey), dtype=bool)
+        untouched[row[known]] = False
+        merged = ContainerState.concat([touched, self.state.take(np.flatnonzero(untouched))])
+        order_s = np.argsort(self._container_keys(merged.producer, merged.segment_id),
+                             kind="stable")
+        self.state = merged.take(order_s)
+        open_msgs = [p[s:e] for s, e in zip(open_start[is_open].tolist(),
+                                              ends[is_open].tolist(), strict=True)]
+        self.open_idx = (np.concatenate(open_msgs).astype(np.intp) if open_msgs
+                         else np.zeros(0, dtype=np.intp))
+        self.pending = np.concatenate([self.open_idx, later]).astype(np.intp)
 
-    @property
-    def open_segments(self) -> list[int]:
-        """Segment ids whose container holds messages, ascending."""
-        return sorted(self._containers)
-
-    def next_fire_time(self) -> int | None:
-        """Earliest armed timer (ms), or ``None`` when every container is empty."""
-        return min((c.fire_time for c in self._containers.values()), default=None)
-
-    # ------------------------------------------------------------------ public calls
-    def add_messages(
-        self,
-        publish_time_ms: npt.ArrayLike,
-        sequence_id: npt.ArrayLike,
-        segment_id: npt.ArrayLike,
-        hash_b: npt.ArrayLike,
-        payload_size: npt.ArrayLike,
-        key_id: npt.ArrayLike | None,
-        splits_by_segment: Mapping[int, Sequence[int]],
-    ) -> Entries:
-        """Add a chunk of this producer's messages; return the entries emitted meanwhile.
-
-        All arrays are 1-D of the same length ``n``, in the producer's order (sorted by
-        ``(publish_time, sequence_id)``): ``publish_time_ms`` int64 ms, non-decreasing and
-        ``>= clock_ms``; ``sequence_id`` int64; ``segment_id`` int64; ``hash_b`` ints in
-        ``[0, 65535]`` (0 for keyless messages, §1.3); ``payload_size`` int64 bytes ``>= 0``;
-        ``key_id`` int64 stable key identity across calls (e.g. a 63-bit key hash), any negative
-        value = keyless — required in ``key_based`` mode, ignored (may be ``None``) otherwise.
-        ``splits_by_segment`` maps each segment id present to its bucket splits (§3.2).
-
-        Timers due before a message fire first (see module doc). Returns :class:`Entries`
-        with ``message_entry_seq`` aligned to the input. Raises ``ValueError`` on length
-        mismatch, unsorted or late times, out-of-range ``hash_b``, negative sizes, a segment
-        missing from ``splits_by_segment``, or a missing ``key_id`` in ``key_based`` mode.
-        """
-        times = np.asarray(publish_time_ms, dtype=np.int64).reshape(-1)
-        seqs = np.asarray(sequence_id, dtype=np.int64).reshape(-1)
-        segs = np.asarray(segment_id, dtype=np.int64).reshape(-1)
-        hashes = np.asarray(hash_b, dtype=np.int64).reshape(-1)
-        sizes = np.asarray(payload_size, dtype=np.int64).reshape(-1)
-        n = times.shape[0]
-        arrays = {"sequence_id": seqs, "segment_id": segs, "hash_b": hashes,
-                  "payload_size": sizes}
-        keys: npt.NDArray[np.int64] | None = None
-        if self.mode is BatchingMode.KEY_BASED:
-            if key_id is None:
-                raise ValueError("key_based batching needs key_id")
-            keys = np.asarray(key_id, dtype=np.int64).reshape(-1)
-            arrays["key_id"] = keys
-        for name, arr in arrays.items():
-            if arr.shape[0] != n:
-                raise ValueError(f"{name} has {arr.shape[0]} values, publish_time_ms has {n}")
-        if n == 0:
-            return Entries(first_ordinal=self._messages_added)
-        if n > 1 and bool(np.any(times[1:] < times[:-1])):
-            raise ValueError("publish_time_ms must be non-decreasing within a producer")
-        if int(times[0]) < self._clock:
-            raise ValueError(f"message at {int(times[0])} ms is before the batcher clock "
-                             f"{self._clock} ms (late message)")
-        if bool(np.any((hashes < 0) | (hashes > MAX_HASH))):
-            raise ValueError(f"hash_b values must be in [0, {MAX_HASH}]")
-        if bool(np.any(sizes < 0)):
-            raise ValueError("payload_size must be >= 0")
-
-        buckets = np.empty(n, dtype=np.int64)
-        uniq_segs, seg_inv = np.unique(segs, return_inverse=True)
-        single = uniq_segs.shape[0] == 1
-        seg_positions: list[npt.NDArray[np.intp]] = []
-        if single:
-            seg_positions.append(np.arange(n))
-        else:
-            order = np.argsort(seg_inv, kind="stable")
-            cuts = np.searchsorted(seg_inv[order], np.arange(1, uniq_segs.shape[0]))
-            seg_positions.extend(np.split(order, cuts))
-        for s, pos in zip(uniq_segs.tolist(), seg_positions, strict=True):
-            if s not in splits_by_segment:
-                raise ValueError(f"no bucket splits given for segment {s}")
-            buckets[pos] = bucket_of_array(splits_by_segment[s], hashes[pos])
-
+    def _cut(self, p: npt.NDArray[np.intp], starts: I64, ends: I64, last: I64, task: I64,
+             limit: int) -> _Cut:
+        """The chain of batches of every container (messages ``p[starts[c]:ends[c]]``, sorted
+        by send order), one Python step per batch; appends the sent ones to ``self.sent``."""
+        m, delay = self.m, self.delay
+        times = m.time_ms[p]
+        # order key of a message among the events of its instant: a task due at t fires after
+        # the re-sends at t (2t) and before the messages published at t (2t + 1)
+        order = times * 2 + 1 - m.resent[p]
+        n = len(p)
+        c_last = last.astype(np.int64).copy()
+        c_task = task.astype(np.int64).copy()
+        open_start = np.full(len(starts), -1, dtype=np.int64)
         if self.mode is BatchingMode.DISABLED:
-            return self._emit_disabled(times, seqs, segs, hashes, sizes, buckets)
-        groups: npt.NDArray[np.int64]
-        if self.mode is BatchingMode.BUCKETED:
-            groups = buckets
-        elif self.mode is BatchingMode.KEY_BASED:
-            assert keys is not None
-            groups = np.where(keys < 0, -1, keys)
-        else:
-            groups = np.zeros(n, dtype=np.int64)
-        chunk = _Chunk(times, seqs, hashes, sizes, buckets, groups,
-                       list(zip(uniq_segs.tolist(), seg_positions, strict=True)))
-        return self._run(chunk, horizon=int(times[-1]), close=None)
-
-    def advance_to(self, now_ms: int) -> Entries:
-        """Fire every timer due at or before ``now_ms`` (reason ``max_delay``).
-
-        Call it only with a time not after the next message's publish time (a later message
-        before ``now_ms`` would be rejected as late). Times before ``clock_ms`` are a no-op.
-        """
-        now = int(now_ms)
-        if self.mode is BatchingMode.DISABLED or now < self._clock:
-            self._clock = max(self._clock, now)
-            return Entries(first_ordinal=self._messages_added)
-        return self._run(None, horizon=now, close=None)
-
-    def flush(self, now_ms: int, reason: str = "end_of_input",
-              segment_ids: Iterable[int] | None = None) -> Entries:
-        """Close containers at ``now_ms`` with ``reason`` (``end_of_input`` / ``segment_sealed``).
-
-        First fires every timer due at or before ``now_ms`` (those entries keep reason
-        ``max_delay`` and their fire time), then closes the still non-empty containers of
-        ``segment_ids`` (all segments when ``None``) in ascending segment order, each entry
-        with ``publish_time = now_ms``. Raises ``ValueError`` for another reason or for
-        ``now_ms < clock_ms``.
-        """
-        if reason not in FLUSH_REASONS:
-            raise ValueError(f"flush reason must be one of {FLUSH_REASONS}, got {reason!r}")
-        now = int(now_ms)
-        if now < self._clock:
-            raise ValueError(f"flush at {now} ms is before the batcher clock {self._clock} ms")
-        if self.mode is BatchingMode.DISABLED:
-            self._clock = now
-            return Entries(first_ordinal=self._messages_added)
-        code = CLOSE_REASONS.index(reason)
-        segs = None if segment_ids is None else {int(s) for s in segment_ids}
-        return self._run(None, horizon=now, close=(now, code, segs))
-
-    # ------------------------------------------------------------------ internals
-    def _emit_disabled(self, times: np.ndarray, seqs: np.ndarray, segs: np.ndarray,
-                       hashes: np.ndarray, sizes: np.ndarray, buckets: np.ndarray) -> Entries:
-        n = times.shape[0]
-        first = self._messages_added
-        entry_seq = self._entries_emitted + np.arange(n, dtype=np.int64)
-        self._messages_added += n
-        self._entries_emitted += n
-        self._clock = int(times[-1])
-        h32 = hashes.astype(np.int32)
-        return Entries(
-            segment_id=segs.copy(), bucket_index=buckets.astype(np.int32), entry_seq=entry_seq,
-            entry_hash_min=h32, entry_hash_max=h32.copy(),
-            num_messages=np.ones(n, dtype=np.int64), payload_bytes=sizes.copy(),
-            open_time_ms=times.copy(), publish_time_ms=times.copy(),
-            close_reason=np.full(n, "disabled", dtype=_REASON_DTYPE),
-            first_sequence_id=seqs.copy(), last_sequence_id=seqs.copy(),
-            message_entry_seq=entry_seq.copy(), first_ordinal=first,
-        )
-
-    def _cut_containers(self, chunk: _Chunk | None, horizon: int,
-                        close: tuple[int, int, set[int] | None] | None) -> _Cuts:
-        """Every segment container's batches of one call (cbs; :func:`_cut_segment`), in
-        segment order, with the timers due by ``horizon`` fired and the ``close`` applied.
-        Each closed cb is one flush event, keyed (position, phase, fire time, segment) in
-        the order the container rules give: a timer fires before the first message at or after
-        its time (phase 0), a pre-add byte flush comes before its message (1), a full
-        container after it (2), closes last (3)."""
-        cfg = self.config
-        n = 0 if chunk is None else chunk.times.shape[0]
-        positions = dict(chunk.segments) if chunk is not None else {}
-        none = np.zeros(0, dtype=np.intp)
-        cb = _CutTable()
-        msg_cb = np.empty(n, dtype=np.int64)
-        carried_cb: dict[int, int] = {}  # segment → its carried cb
-        open_cb: dict[int, _SegRun] = {}  # segment → its open cb (live: filled by the caller)
-        for s in sorted(set(self._containers) | set(positions)):
-            cont = self._containers.get(s)
-            pos = positions.get(s, none)
-            t = chunk.times[pos] if chunk is not None else _i64()
-            sizes = chunk.sizes[pos] if chunk is not None else _i64()
-            carry = None if cont is None else (cont.count, cont.payload_bytes, cont.fire_time)
-            cut = _cut_segment(t, sizes, carry, cfg.max_messages, cfg.max_bytes,
-                               cfg.max_publish_delay_ms)
-            base = cb.size
-            if carry is not None:
-                carried_cb[s] = base
-            length = t.shape[0]
-            if length:
-                msg_cb[pos] = base + np.searchsorted(cut.start, np.arange(length),
-                                                     side="right") - 1
-            at = np.minimum(cut.step, max(length - 1, 0))  # the closing message (if closed)
-            step_pos = pos[at] if length else np.zeros(len(cut.start), dtype=np.int64)
-            timer = cut.kind == 0
-            k0 = np.where(timer, _positions(chunk, cut.fire), step_pos)
-            k1 = np.where(timer, 0, np.where(cut.kind == 1, 1, 2))
-            when = np.where(timer, cut.fire, t[at] if length else cut.fire)
-            closed = cut.step < length
-            cb.add(s, carry is not None, k0, k1, np.where(timer, cut.fire, 0),
-                   np.where(timer, s, 0), when, _KIND_CODES[cut.kind], closed)
-            last = len(cut.start) - 1
-            if not closed[last]:
-                start = int(cut.start[last])
-                held, held_bytes = length - start, int(sizes[start:].sum())
-                if last == 0 and carry is not None:
-                    held, held_bytes = held + carry[0], held_bytes + carry[1]
-                open_cb[s] = _SegRun(base + last, int(cut.fire[last]), held, held_bytes, {})
-        ev = cb.arrays()
-
-        # --- timers still armed and due by the horizon, then the closes
-        for s in sorted(open_cb):
-            run = open_cb[s]
-            if run.fire <= horizon:
-                ev.set(run.cb, int(_positions(chunk, np.asarray([run.fire]))[0]), 0, run.fire,
-                       s, run.fire, _R_MAX_DELAY)
-                del open_cb[s]
-        if close is not None:
-            now, close_code, wanted = close
-            for s in sorted(open_cb):
-                if wanted is None or s in wanted:
-                    ev.set(open_cb.pop(s).cb, n, 3, 0, s, now, close_code)
-
-        return _Cuts(ev, msg_cb, carried_cb, open_cb)
-
-    def _run(self, chunk: _Chunk | None, horizon: int,
-             close: tuple[int, int, set[int] | None] | None) -> Entries:
-        """One state-machine step: cut ``chunk`` into container batches per segment
-        (:func:`_cut_segment`), fire the timers due by ``horizon``, close (``close``: time,
-        reason code, segments or ``None`` = all); emit the closed batches' inner batches."""
-        # --- call-local inner-batch ids (bids): carried open batches first (0..C-1)
-        carried: list[_OpenBatch] = []
-        bid_seg: list[int] = []
-        carried_live: dict[int, dict[int, int]] = {}  # segment → group → bid
-        for s in sorted(self._containers):
-            carried_live[s] = {}
-            for b in self._containers[s].batches:
-                carried_live[s][b.group] = len(carried)
-                carried.append(b)
-                bid_seg.append(s)
-        n_carried = len(carried)
-        n = 0 if chunk is None else chunk.times.shape[0]
-
-        cuts = self._cut_containers(chunk, horizon, close)
-        ev, msg_cb, carried_cb, runs = cuts.ev, cuts.msg_cb, cuts.carried_cb, cuts.open_cb
-        positions = dict(chunk.segments) if chunk is not None else {}
-        none = np.zeros(0, dtype=np.intp)
-
-        # --- inner batches: one per (cb, group); a carried cb keeps its carried bids
-        next_bid = n_carried
-        bid_arr = np.zeros(0, dtype=np.int64)
-        if chunk is not None and n:
-            order = np.lexsort((chunk.groups, msg_cb))
-            sc, sg = msg_cb[order], chunk.groups[order]
-            first = np.flatnonzero(np.r_[True, (sc[1:] != sc[:-1]) | (sg[1:] != sg[:-1])])
-            run_cb, run_g = sc[first], sg[first]
-            run_bid = np.full(first.shape[0], -1, dtype=np.int64)
-            for r in np.flatnonzero(ev.carried[run_cb]).tolist():
-                run_bid[r] = carried_live[int(ev.seg[run_cb[r]])].get(int(run_g[r]), -1)
-            new = run_bid < 0
-            run_bid[new] = n_carried + np.arange(int(new.sum()), dtype=np.int64)
-            next_bid = n_carried + int(new.sum())
-            bid_seg.extend(ev.seg[run_cb[new]].tolist())
-            bid_arr = np.empty(n, dtype=np.int64)
-            bid_arr[order] = np.repeat(run_bid, np.diff(np.r_[first, n]))
-            bid_cb = np.concatenate([[carried_cb[s] for s in bid_seg[:n_carried]],
-                                     run_cb[new]]).astype(np.int64)
-        else:
-            bid_cb = np.asarray([carried_cb[s] for s in bid_seg], dtype=np.int64)
-        # the open cbs' inner batches, in the order their groups arrived (the carried ones first)
-        for s, run in runs.items():
-            live = dict(carried_live[s]) if carried_cb.get(s) == run.cb else {}
-            if chunk is not None and n:
-                mine = positions.get(s, none)
-                mine = mine[msg_cb[mine] == run.cb]
-                bids, at = np.unique(bid_arr[mine], return_index=True)
-                for bid, g in zip(bids[np.argsort(at)].tolist(),
-                                  chunk.groups[mine][np.sort(at)].tolist(), strict=True):
-                    live.setdefault(g, bid)
-            run.live = live
-
-        # --- per-batch statistics (carried part + this chunk)
-        m = next_bid
-        cnt = np.zeros(m, dtype=np.int64)
-        nbytes = np.zeros(m, dtype=np.int64)
-        hmin = np.full(m, MAX_HASH + 1, dtype=np.int64)
-        hmax = np.full(m, -1, dtype=np.int64)
-        smin = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
-        smax = np.full(m, np.iinfo(np.int64).min, dtype=np.int64)
-        bmin = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
-        topen = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
-        omax = np.full(m, -1, dtype=np.int64)
-        for i, b in enumerate(carried):
-            cnt[i], nbytes[i], hmin[i], hmax[i] = b.count, b.payload_bytes, b.hash_min, b.hash_max
-            smin[i], smax[i], bmin[i], topen[i] = b.seq_min, b.seq_max, b.bucket_min, b.open_time
-            omax[i] = b.max_ordinal
-        first_ordinal = self._messages_added
-        sorted_pos: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
-        ub: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
-        starts: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
-        counts: npt.NDArray[np.intp] = np.zeros(0, dtype=np.intp)
-        if chunk is not None and n:
-            sorted_pos = np.argsort(bid_arr, kind="stable")
-            sb = bid_arr[sorted_pos]
-            starts = np.flatnonzero(np.r_[True, sb[1:] != sb[:-1]])
-            ub = sb[starts]
-            counts = np.diff(np.r_[starts, n])
-            cnt[ub] += counts
-            nbytes[ub] += np.add.reduceat(chunk.sizes[sorted_pos], starts)
-            hs = chunk.hashes[sorted_pos]
-            hmin[ub] = np.minimum(hmin[ub], np.minimum.reduceat(hs, starts))
-            hmax[ub] = np.maximum(hmax[ub], np.maximum.reduceat(hs, starts))
-            ss = chunk.seqs[sorted_pos]
-            smin[ub] = np.minimum(smin[ub], np.minimum.reduceat(ss, starts))
-            smax[ub] = np.maximum(smax[ub], np.maximum.reduceat(ss, starts))
-            bmin[ub] = np.minimum(bmin[ub], np.minimum.reduceat(chunk.buckets[sorted_pos], starts))
-            topen[ub] = np.minimum(topen[ub], np.minimum.reduceat(chunk.times[sorted_pos], starts))
-            omax[ub] = np.maximum(omax[ub], first_ordinal + np.maximum.reduceat(sorted_pos, starts))
-
-        # --- entries: the closed cbs' inner batches, by event, then highest sequence id
-        closed_bids = np.flatnonzero(ev.closed[bid_cb])
-        rank = np.empty(ev.size, dtype=np.int64)
-        rank[np.lexsort((ev.k3, ev.k2, ev.k1, ev.k0))] = np.arange(ev.size, dtype=np.int64)
-        bids_a = closed_bids[np.lexsort((omax[closed_bids], smax[closed_bids],
-                                         rank[bid_cb[closed_bids]]))]
-        cb_a = bid_cb[bids_a]
-        e = bids_a.shape[0]
-        entry_seq = self._entries_emitted + np.arange(e, dtype=np.int64)
-        lut = np.full(m, -1, dtype=np.int64)
-        lut[bids_a] = entry_seq
-        reasons = np.asarray(CLOSE_REASONS, dtype=_REASON_DTYPE)
-
-        carried_ord: list[int] = []
-        carried_seq: list[int] = []
-        carried_ent: list[int] = []
-        for i, b in enumerate(carried):
-            es = int(lut[i])
-            if es >= 0:
-                carried_ord.extend(b.ordinals)
-                carried_seq.extend(b.sequence_ids)
-                carried_ent.extend([es] * len(b.ordinals))
-
-        result = Entries(
-            segment_id=np.asarray(bid_seg, dtype=np.int64)[bids_a],
-            bucket_index=bmin[bids_a].astype(np.int32),
-            entry_seq=entry_seq,
-            entry_hash_min=hmin[bids_a].astype(np.int32),
-            entry_hash_max=hmax[bids_a].astype(np.int32),
-            num_messages=cnt[bids_a],
-            payload_bytes=nbytes[bids_a],
-            open_time_ms=topen[bids_a],
-            publish_time_ms=ev.time[cb_a],
-            close_reason=reasons[ev.code[cb_a]],
-            first_sequence_id=smin[bids_a],
-            last_sequence_id=smax[bids_a],
-            message_entry_seq=lut[bid_arr],
-            first_ordinal=first_ordinal,
-            carried_ordinal=_i64(carried_ord),
-            carried_sequence_id=_i64(carried_seq),
-            carried_entry_seq=_i64(carried_ent),
-        )
-
-        # --- new state: open batches only
-        containers: dict[int, _Container] = {}
-        for s in sorted(runs):  # every open cb holds messages
-            run = runs[s]
-            batches: list[_OpenBatch] = []
-            for g, bid in run.live.items():
-                if bid < n_carried:
-                    ordinals = list(carried[bid].ordinals)
-                    seq_ids = list(carried[bid].sequence_ids)
+            if n:
+                self.sent.append(_Sent(np.arange(n, dtype=np.int64),
+                                       np.arange(1, n + 1, dtype=np.int64), times,
+                                       np.full(n, _R_DISABLED, dtype=np.int64),
+                                       np.arange(n, dtype=np.int64), p))
+            return _Cut(c_last, c_task, open_start)
+        ends_of = np.repeat(ends, ends - starts)
+        within = _ContainerSearch(order, ends_of)
+        key_default, cb_key = self._fresh_keys(times, within, m.payload_size[p], ends_of)
+        ol = order.tolist()
+        kd, cbk = key_default.tolist(), cb_key.tolist()
+        b_at: list[int] = []  # each sent batch's first message and its task's due time
+        b_fire: list[int] = []
+        for c, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+            L, P = int(c_last[c]), int(c_task[c])
+            at = s
+            while at < e:
+                o = ol[at]
+                t = o >> 1
+                while P != NO_TASK and 2 * P < o:  # tasks due before it find it empty
+                    P = L + delay if P - L < delay else NO_TASK
+                fire = t + delay if P == NO_TASK else max(P, L + delay)
+                key = kd[at] if fire == t + delay else min(
+                    bisect_left(ol, 2 * fire + 1, at, e) * 4, cbk[at])
+                step = key >> 2
+                if step >= e:  # no message closes it: its task does, or it stays open
+                    if fire >= limit:
+                        open_start[c] = at
+                        c_last[c], c_task[c] = L, P
+                        break
+                    b_at.append(at)
+                    b_fire.append(fire)
+                    L, P, at = fire, fire + delay, e
+                    continue
+                b_at.append(at)
+                b_fire.append(fire)
+                kind = key & 3
+                if kind == 0:
+                    L, P, at = fire, fire + delay, step
                 else:
-                    ordinals, seq_ids = [], []
-                k = int(np.searchsorted(ub, bid))
-                if k < ub.shape[0] and ub[k] == bid:
-                    pos = sorted_pos[starts[k]:starts[k] + counts[k]]
-                    assert chunk is not None
-                    ordinals.extend((first_ordinal + pos).tolist())
-                    seq_ids.extend(chunk.seqs[pos].tolist())
-                batches.append(_OpenBatch(
-                    group=g, count=int(cnt[bid]), payload_bytes=int(nbytes[bid]),
-                    hash_min=int(hmin[bid]), hash_max=int(hmax[bid]), seq_min=int(smin[bid]),
-                    seq_max=int(smax[bid]), bucket_min=int(bmin[bid]),
-                    open_time=int(topen[bid]), max_ordinal=int(omax[bid]),
-                    ordinals=ordinals, sequence_ids=seq_ids))
-            containers[s] = _Container(run.fire, run.count, run.nbytes, batches)
-        self._containers = containers
-        self._messages_added += n
-        self._entries_emitted += e
-        self._clock = max(self._clock, horizon)
-        return result
+                    stop = step if kind == 1 else step + 1
+                    # the pending task (if any) is due in (sent, sent + delay]: re-arming from
+                    # the new last send gives the same; a message that filled the container by
+                    # itself with no task pending scheduled none
+                    P = NO_TASK if (stop == at + 1 and kind >= 2 and P == NO_TASK) else fire
+                    L, at = ol[step] >> 1, stop
+            else:
+                # no open batch: tasks due before the limit fire on an empty container
+                while P != NO_TASK and P < limit:
+                    P = L + delay if P - L < delay else NO_TASK
+                c_last[c], c_task[c] = L, P
+        if b_at:
+            self.sent.append(self._sent(np.array(b_at, dtype=np.int64),
+                                        np.array(b_fire, dtype=np.int64), times, within,
+                                        key_default, cb_key, ends_of, p))
+        return _Cut(c_last, c_task, open_start)
+
+    def _sent(self, at: I64, fire: I64, times: I64, within: _ContainerSearch, key_default: I64,
+              cb_key: I64, ends_of: I64, p: npt.NDArray[np.intp]) -> _Sent:
+        """The batches opened at ``at`` with their tasks due at ``fire``: where each ends, when
+        and why it was sent (as the chain of :meth:`_cut` found them, vectorized)."""
+        default = fire == times[at] + self.delay
+        key = key_default[at].copy()
+        odd = np.flatnonzero(~default)
+        key[odd] = np.minimum(within.first_at_or_after(at[odd], 2 * fire[odd] + 1) * 4,
+                              cb_key[at[odd]])
+        step, kind = key >> 2, key & 3
+        end = ends_of[at]
+        tail = step >= end  # sent by its task after the container's last message
+        kind = np.where(tail, 0, kind)
+        stop = np.where(tail, end, np.where(kind >= 2, step + 1, step))
+        msg = np.minimum(step, len(times) - 1)
+        when = np.where(kind == 0, fire, times[msg])
+        event = np.where(kind == 0, -1, step)
+        return _Sent(at, stop, when, np.asarray(_KIND_REASON, dtype=np.int64)[kind], event, p)
+
+    def _fresh_keys(self, times: I64, within: _ContainerSearch, sizes: I64,
+                    ends_of: I64) -> tuple[I64, I64]:
+        """For a batch opening at each message ``i`` of an empty container: the key
+        ``position * 4 + kind`` of the message that closes it by count or bytes (``cb``), and the
+        same with its task due ``delay`` after ``i`` (``default``). Kinds: 0 task (before the
+        message), 1 pre-add byte check (before it), 2 full by count, 3 full by bytes (after it);
+        a position ``>=`` the container's end = none."""
+        n = times.shape[0]
+        idx = np.arange(n, dtype=np.int64)
+        count_key = np.minimum(idx + self.max_messages - 1, ends_of) * 4 + 2
+        cum = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(sizes, out=cum[1:])
+        # first j >= i with sum(sizes[i..j]) >= max_bytes
+        j = np.searchsorted(cum, cum[:-1] + self.max_bytes, side="left") - 1
+        j = np.maximum(j, idx)
+        inside = j < ends_of
+        total = cum[np.minimum(j, n - 1) + 1] - cum[:-1]
+        kind = np.where(inside & (total > self.max_bytes) & (j > idx), 1, 3)
+        bytes_key = np.where(inside, j * 4 + kind, ends_of * 4 + 3)
+        cb = np.minimum(count_key, bytes_key)
+        # the first message its task (due at i's time + delay) fires before, in the container
+        timer = within.first_at_or_after(idx, 2 * (times + self.delay) + 1)
+        return np.minimum(timer * 4, cb), cb
+
+    # ---- seals ---------------------------------------------------------------------------------
+    def seal(self, change: Reroute) -> None:
+        """Park the open batches of the sealed segments and re-send them at the seal time."""
+        m = self.m
+        sealed = np.isin(self.state.segment_id, np.fromiter(change.sealed, dtype=np.int64))
+        self.state = self.state.take(np.flatnonzero(~sealed))
+        parked = self.open_idx[np.isin(m.segment_id[self.open_idx],
+                                       np.fromiter(change.sealed, dtype=np.int64))]
+        if not len(parked):
+            return
+        parked = parked[np.lexsort((m.ordinal[parked], m.producer[parked]))]
+        succ = np.empty(len(parked), dtype=np.int64)
+        prod = m.producer[parked]
+        for code in np.unique(prod).tolist():  # round-robin counts per producer
+            mine = np.flatnonzero(prod == code)
+            succ[mine] = change.route(m.segment_hash[parked[mine]])
+        m.segment_id[parked] = succ
+        for sid in np.unique(succ).tolist():
+            mine = parked[succ == sid]
+            m.bucket_index[mine] = bucket_of_array(change.splits[sid], m.hash_b[mine])
+        m.time_ms[parked] = change.time_ms
+        m.resent[parked] = 1
+        m.epoch[parked] = change.epoch
+
+    # ---- result ----------------------------------------------------------------------------------
+    def result(self, entry_base: I64) -> BatchResult:
+        m = self.m
+        n = len(m)
+        entry_of = np.full(n, -1, dtype=np.int64)
+        cols = _entries(self, entry_of)
+        per_producer = np.bincount(cols["producer"], minlength=self.producers).astype(np.int64)
+        # entry_seq: the producer's entries in send order, after its earlier ones
+        if len(cols["producer"]):
+            first = np.r_[0, np.cumsum(per_producer)[:-1]]
+            rank = np.arange(len(cols["producer"]), dtype=np.int64) - first[cols["producer"]]
+            cols["entry_seq"] = entry_base[cols["producer"]] + rank
+            done = entry_of >= 0
+            entry_of[done] = cols["entry_seq"][entry_of[done]]
+        seq = np.where(entry_of >= 0, self.seq, -1)
+        return BatchResult(entry_of, m.segment_id, m.bucket_index, seq, m.time_ms, m.resent,
+                           m.epoch, cols, self.state, per_producer)
 
 
-_KIND_CODES = np.asarray([_R_MAX_DELAY, _R_MAX_BYTES, _R_MAX_MESSAGES, _R_MAX_BYTES],
-                         dtype=np.int64)
-"""Close reason code of each :class:`_Cut` kind."""
-
-
-@dataclass(frozen=True)
+@dataclass
 class _Cut:
-    """One segment container's batches of one call, in order (the carried one first, if any).
-
-    ``start``: local index of each batch's first message (0 for the carried batch); ``step``:
-    local index of the message at which it closed (``>= L`` = still open); ``kind``: 0 timer
-    (before that message), 1 pre-add byte check (before it), 2 full by messages (after it),
-    3 full by bytes (after it); ``fire``: its timer's fire time (ms)."""
-
-    start: npt.NDArray[np.int64]
-    step: npt.NDArray[np.int64]
-    kind: npt.NDArray[np.int64]
-    fire: npt.NDArray[np.int64]
-
-
-def _cut_segment(times: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
-                 carry: tuple[int, int, int] | None, max_messages: int, max_bytes: int,
-                 delay: int) -> _Cut:
-    """Cut one segment container's messages (``times`` ms non-decreasing, ``sizes`` bytes) into
-    batches, as the container rules of the module doc do message by message: a batch that
-    starts at message ``i`` (container empty) closes at the first of — its timer
-    (``times[i] + delay``) reached by a message, before it; the message that would take the
-    payload past ``max_bytes``, before it (not for the batch's first message); the message
-    making it full (``max_messages``, then ``max_bytes``), after it. Ties go to the earlier
-    check (timer, pre-add, messages, bytes). Each batch's end is found for every ``i`` at once
-    (``searchsorted`` on times and cumulative sizes); only the chain of batch starts is a loop,
-    one step per batch. ``carry``: ``(count, payload bytes, fire time)`` of the container's
-    open batch from an earlier call, which continues first."""
-    length = times.shape[0]
-    cum = np.zeros(length + 1, dtype=np.int64)
-    np.cumsum(sizes, out=cum[1:])
-    idx = np.arange(length, dtype=np.int64)
-    fire = times + delay
-    by_bytes = np.searchsorted(cum, cum[:-1] + max_bytes, side="left") - 1
-    over = cum[np.minimum(by_bytes, length - 1) + 1] - cum[:-1] > max_bytes
-    bytes_kind = np.where(over & (by_bytes > idx) & (by_bytes < length), 1, 3)
-    key = np.minimum(np.minimum(np.searchsorted(times, fire, side="left") * 4,
-                                (idx + max_messages - 1) * 4 + 2),
-                     by_bytes * 4 + bytes_kind)
-    step, kind = key >> 2, key & 3
-    following = np.where(kind <= 1, step, step + 1).tolist()
-    starts: list[int] = []
-    steps: list[int] = []
-    kinds: list[int] = []
-    fires: list[int] = []
-    at = 0
-    if carry is not None:
-        count, nbytes, fire0 = carry
-        b = int(np.searchsorted(cum, max_bytes - nbytes, side="left")) - 1
-        b_kind = 1 if b < length and nbytes + int(cum[b + 1]) > max_bytes else 3
-        key0 = min(int(np.searchsorted(times, fire0, side="left")) * 4,
-                   (max_messages - count - 1) * 4 + 2, b * 4 + b_kind)
-        starts.append(0)
-        steps.append(key0 >> 2)
-        kinds.append(key0 & 3)
-        fires.append(fire0)
-        at = (key0 >> 2) + (0 if key0 & 3 <= 1 else 1)
-    first = len(starts)
-    while at < length:
-        starts.append(at)
-        at = following[at]
-    fresh = np.asarray(starts[first:], dtype=np.int64)
-    return _Cut(np.asarray(starts, dtype=np.int64),
-                np.concatenate([np.asarray(steps, dtype=np.int64), step[fresh]]),
-                np.concatenate([np.asarray(kinds, dtype=np.int64), kind[fresh]]),
-                np.concatenate([np.asarray(fires, dtype=np.int64), fire[fresh]]))
-
-
-def _positions(chunk: _Chunk | None, fires: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Chunk position of the first message at or after each timer's fire time (all segments):
-    the timer fires before it."""
-    if chunk is None:
-        return np.zeros(fires.shape[0], dtype=np.int64)
-    return np.searchsorted(chunk.times, fires, side="left").astype(np.int64)
-
-
-class _CutTable:
-    """The container batches (cbs) of one call, all segments: per-segment parts appended, then
-    :meth:`arrays` makes one set of columns; events of cbs closed later are set by index."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[np.ndarray, ...]] = []
-        self.size = 0
-
-    def add(self, seg: int, carried: bool, *columns: np.ndarray) -> None:
-        """``columns``: k0, k1, k2, k3 (event sort key), time, code, closed — aligned."""
-        k = columns[0].shape[0]
-        flags = np.zeros(k, dtype=bool)
-        flags[:1] = carried
-        self.parts.append((np.full(k, seg, dtype=np.int64), flags, *columns))
-        self.size += k
-
-    def arrays(self) -> _CutArrays:
-        names = ("seg", "carried", "k0", "k1", "k2", "k3", "time", "code", "closed")
-        if not self.parts:
-            return _CutArrays(*[np.zeros(0, dtype=bool if n in ("carried", "closed")
-                                         else np.int64) for n in names])
-        return _CutArrays(*[np.concatenate([p[i] for p in self.parts]).astype(
-            bool if n in ("carried", "closed") else np.int64) for i, n in enumerate(names)])
+    last: I64
+    task: I64
+    open_start: I64
 
 
 @dataclass
-class _CutArrays:
-    """Columns of :class:`_CutTable`: segment, carried (the segment's carried batch), event
-    sort key (k0..k3), publish time (ms), reason code, closed."""
+class _Sent:
+    """Batches sent in one phase: ``[start, end)`` positions into ``p`` (message indexes in
+    container order), send time, reason code, triggering message position (``-1`` = task)."""
 
-    seg: np.ndarray
-    carried: np.ndarray
-    k0: np.ndarray
-    k1: np.ndarray
-    k2: np.ndarray
-    k3: np.ndarray
-    time: np.ndarray
-    code: np.ndarray
-    closed: np.ndarray
-
-    @property
-    def size(self) -> int:
-        return int(self.seg.shape[0])
-
-    def set(self, k: int, k0: int, k1: int, k2: int, k3: int, time: int, code: int) -> None:
-        """Close cb ``k`` with this event."""
-        self.k0[k], self.k1[k], self.k2[k], self.k3[k] = k0, k1, k2, k3
-        self.time[k], self.code[k], self.closed[k] = time, code, True
+    start: I64
+    end: I64
+    time: I64
+    reason: I64
+    event: I64
+    p: npt.NDArray[np.intp]
 
 
-@dataclass
-class _Cuts:
-    """:meth:`ProducerBatcher._cut_containers`'s result: the cbs (:class:`_CutArrays`), each
-    message's cb, each segment's carried cb, and the segments whose cb stays open."""
+class _ContainerSearch:
+    """Binary search within each container's slice of a sorted-per-container ``order`` key
+    (``ends_of``: the end of each row's container): one ``searchsorted`` over a composite key
+    (container rank, order), as the containers are contiguous."""
 
-    ev: _CutArrays
-    msg_cb: np.ndarray
-    carried_cb: dict[int, int]
-    open_cb: dict[int, _SegRun]
+    def __init__(self, order: I64, ends_of: I64) -> None:
+        self.ends_of = ends_of
+        rank = np.cumsum(np.r_[0, ends_of[1:] != ends_of[:-1]]).astype(np.int64)
+        self.lo = int(order.min()) if len(order) else 0
+        self.width = (int(order.max()) - self.lo + 2) if len(order) else 1
+        self.rank = rank
+        self.flat = rank * self.width + (order - self.lo) if len(order) else order
+        if len(order) and int(rank[-1] + 1) * self.width >= 2**62:  # pragma: no cover
+            raise ValueError("too many containers x time span for one search key")
+
+    def first_at_or_after(self, at: I64, value: I64) -> I64:
+        """Per row: the first position ``>= at`` in ``at``'s container whose order key is
+        ``>= value`` (the container's end when none)."""
+        if not len(at):
+            return np.zeros(0, dtype=np.int64)
+        rank = self.rank[at]
+        v = np.clip(value - self.lo, 0, self.width - 1)
+        pos = np.searchsorted(self.flat, rank * self.width + v, side="left").astype(np.int64)
+        return np.minimum(np.maximum(pos, at), self.ends_of[at])
+
+
+def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
+    """The sent batches' inner batches as entries, by producer and send order; fills
+    ``entry_of`` (message → entry row)."""
+    m = run.m
+    if not run.sent:
+        return _empty_entries()
+    idx, bat, b_time, b_reason, b_sub, b_phase, b_first = [], [], [], [], [], [], []
+    offset = 0
+    for s in run.sent:
+        lens = s.end - s.start
+        k = len(s.start)
+        pos = np.repeat(s.start, lens) + (np.arange(int(lens.sum()), dtype=np.int64)
+                                          - np.repeat(np.cumsum(lens) - lens, lens))
+        idx.append(s.p[pos])
+        bat.append(np.repeat(np.arange(offset, offset + k, dtype=np.int64), lens))
+        b_time.append(s.time)
+        b_reason.append(s.reason)
+        trig = s.p[np.maximum(s.event, 0)] if len(s.p) else np.zeros(k, dtype=np.intp)
+        task = s.event < 0
+        first_msg = s.p[s.start]
+        b_phase.append(np.where(task, _PHASE_TASK,
+                                np.where(m.resent[trig] == 1, _PHASE_RESENT, _PHASE_MESSAGE)))
+        b_sub.append(np.where(task, m.segment_id[first_msg], m.ordinal[trig]))
+        b_first.append(first_msg)
+        offset += k
+    msg = np.concatenate(idx)
+    batch_of = np.concatenate(bat)
+    time_b = np.concatenate(b_time)
+    reason_b = np.concatenate(b_reason)
+    phase_b, sub_b = np.concatenate(b_phase), np.concatenate(b_sub)
+    first_b = np.concatenate(b_first)
+    if run.mode is BatchingMode.KEY_BASED:
+        group = m.key_id[msg]
+    elif run.mode is BatchingMode.BUCKETED:
+        group = m.bucket_index[msg]
+    else:
+        group = np.zeros(len(msg), dtype=np.int64)
+    order = np.lexsort((group, batch_of))
+    msg, batch_of, group = msg[order], batch_of[order], group[order]
+    starts = np.flatnonzero(np.r_[True, (batch_of[1:] != batch_of[:-1])
+                                  | (group[1:] != group[:-1])])
+    e_batch = batch_of[starts]
+    seqs = run.seq[msg]
+    cols: dict[str, np.ndarray] = {
+        "producer": m.producer[msg[starts]],
+        "segment_id": m.segment_id[msg[starts]],
+        "bucket_index": np.minimum.reduceat(m.bucket_index[msg], starts).astype(np.int32),
+        "entry_seq": np.zeros(len(starts), dtype=np.int64),
+        "entry_hash_min": np.minimum.reduceat(m.hash_b[msg], starts).astype(np.int32),
+        "entry_hash_max": np.maximum.reduceat(m.hash_b[msg], starts).astype(np.int32),
+        "num_messages": np.diff(np.r_[starts, len(msg)]).astype(np.int64),
+        "payload_bytes": np.add.reduceat(m.payload_size[msg], starts),
+        "open_time_ms": np.minimum.reduceat(m.publish_ms[msg], starts),
+        "publish_time_ms": time_b[e_batch],
+        "close_reason": np.asarray(CLOSE_REASONS, dtype=object)[reason_b[e_batch]],
+        "first_sequence_id": np.minimum.reduceat(seqs, starts),
+        "last_sequence_id": np.maximum.reduceat(seqs, starts),
+    }
+    # send order per producer: time, then seal re-sends / tasks (by segment) / messages (by send
+    # order), the batch opened first, then the inner batches by highest sequence id
+    e_order = np.lexsort((cols["last_sequence_id"], m.ordinal[first_b[e_batch]],
+                          sub_b[e_batch], phase_b[e_batch], cols["publish_time_ms"],
+                          cols["producer"]))
+    cols = {k: v[e_order] for k, v in cols.items()}
+    row_of_start = np.empty(len(starts), dtype=np.int64)
+    row_of_start[e_order] = np.arange(len(starts), dtype=np.int64)
+    entry_of[msg] = np.repeat(row_of_start, np.diff(np.r_[starts, len(msg)]))
+    return cols
+
+
+def _empty_entries() -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {c: _i64() for c in ENTRY_COLUMNS}
+    for c in ("bucket_index", "entry_hash_min", "entry_hash_max"):
+        out[c] = np.zeros(0, dtype=np.int32)
+    out["close_reason"] = np.zeros(0, dtype=object)
+    return out
+
+
+__all__ = ["BatchingConfig", "BatchingMode", "BatchResult", "CLOSE_REASONS", "ContainerState",
+           "ENTRY_COLUMNS", "MAX_HASH", "Messages", "NO_TASK", "Reroute", "batch", "reroutes"]

@@ -1,8 +1,14 @@
-"""Producer batch containers in event time (reference §7 bucketed batching, §3.4 entry routing)."""
+"""Producer batching in event time (reference §7 bucketed batching, §7.1 the flush task, §7.2
+layout changes, §3.4 entry routing).
+
+The worked cases are table-driven; the property tests compare :func:`batch` (vectorized, every
+producer and container at once, any windowing) against :func:`message_by_message`, a literal
+event-by-event reading of the reference's rules.
+"""
 
 from __future__ import annotations
 
-import pickle
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,28 +18,31 @@ from hypothesis import strategies as st
 
 from pipelines.core.batching import (
     CLOSE_REASONS,
+    ENTRY_COLUMNS,
     BatchingConfig,
-    BatchingMode,
-    Entries,
-    ProducerBatcher,
+    ContainerState,
+    Messages,
+    Reroute,
+    batch,
+    reroutes,
 )
-from pipelines.core.buckets import bucket_of, equal_width_splits
+from pipelines.core.buckets import bucket_of
+from pipelines.core.layout import SegmentLayout, layout_as_of
 
-N4 = equal_width_splits(4)  # [16384, 32768, 49152]
-SPLITS = {0: N4, 1: N4, 2: []}  # segment 2 has one bucket
-B0, B1, B2, B3 = 0x0100, 0x4100, 0x8100, 0xC100  # one hash_b in each N=4 bucket
+B0, B1, B2, B3 = 0x0100, 0x4100, 0x8100, 0xC100  # one hash_b in each of 4 equal buckets
 
 
 @dataclass(frozen=True)
 class M:
-    """One test message; ``seq`` defaults to its position in the list."""
+    """One test message of producer ``p``: publish time, ``segment_hash`` (-1 = keyless),
+    ``hash_b``, size, key identity (key_based batching)."""
 
     t: int
+    sh: int = 0x1000
     h: int = B0
     size: int = 10
-    seg: int = 0
+    p: int = 0
     key: int = -1
-    seq: int | None = None
 
 
 def cfg(mode: str = "bucketed", max_messages: int = 1000, max_bytes: int = 131072,
@@ -42,25 +51,93 @@ def cfg(mode: str = "bucketed", max_messages: int = 1000, max_bytes: int = 13107
                           max_publish_delay_ms=delay)
 
 
-def add(b: ProducerBatcher, msgs: list[M], first_seq: int = 0) -> Entries:
-    seqs = [m.seq if m.seq is not None else first_seq + i for i, m in enumerate(msgs)]
-    return b.add_messages([m.t for m in msgs], seqs, [m.seg for m in msgs], [m.h for m in msgs],
-                          [m.size for m in msgs], [m.key for m in msgs], SPLITS)
+def routed(msgs: list[M], layout: SegmentLayout) -> Messages:
+    """Route like the controller (§1.3): the layout in force at each publish time; keyless
+    round-robin per producer over the active segments by range start."""
+    seg, bucket, epoch, ordinal = [], [], [], []
+    rr: dict[int, int] = {}
+    sent: dict[int, int] = {}
+    for m in msgs:
+        now = layout_as_of(layout, m.t)
+        starts, ids = now.routing_table()
+        if m.sh >= 0:
+            s = int(now.route_array([m.sh])[0])
+        else:
+            s = int(ids[rr.get(m.p, 0) % len(ids)])
+            rr[m.p] = rr.get(m.p, 0) + 1
+        seg.append(s)
+        bucket.append(bucket_of(now.segments[s].bucket_splits, m.h if m.sh >= 0 else 0))
+        epoch.append(now.epoch)
+        ordinal.append(sent.get(m.p, 0))
+        sent[m.p] = sent.get(m.p, 0) + 1
+
+    def col(values: list[int]) -> np.ndarray:
+        return np.asarray(values, dtype=np.int64)
+
+    return Messages(
+        producer=col([m.p for m in msgs]), ordinal=col(ordinal), time_ms=col([m.t for m in msgs]),
+        resent=np.zeros(len(msgs), dtype=np.int64), publish_ms=col([m.t for m in msgs]),
+        segment_id=col(seg), bucket_index=col(bucket), segment_hash=col([m.sh for m in msgs]),
+        hash_b=col([m.h if m.sh >= 0 else 0 for m in msgs]),
+        payload_size=col([m.size for m in msgs]), key_id=col([m.key for m in msgs]),
+        epoch=col(epoch))
 
 
-def rows(e: Entries) -> list[tuple[int, int, int, str, int, int]]:
-    """(segment, bucket, num_messages, close_reason, publish_time, last_sequence_id) per entry."""
-    return [(int(s), int(b), int(n), str(r), int(p), int(q)) for s, b, n, r, p, q in zip(
-        e.segment_id, e.bucket_index, e.num_messages, e.close_reason, e.publish_time_ms,
-        e.last_sequence_id, strict=True)]
+def one_segment(buckets: int = 4) -> SegmentLayout:
+    return SegmentLayout.initial(1, buckets, now_ms=0)
 
 
-def run_all(msgs: list[M], config: BatchingConfig, end: int | None = None) -> Entries:
-    """One chunk, then an end_of_input flush at ``end`` (default: last message time)."""
-    b = ProducerBatcher(config)
-    out = add(b, msgs)
-    tail = b.flush(msgs[-1].t if end is None else end, "end_of_input")
-    return Entries.concat([out, tail])
+def run(msgs: list[M], config: BatchingConfig, layout: SegmentLayout | None = None,
+        cuts: tuple[int, ...] = ()) -> tuple[dict[str, list], list[int], dict[str, np.ndarray]]:
+    """Feed ``msgs`` (publish-time order) in windows ending at the ``cuts`` times (messages
+    before the cut; seals and tasks up to and including it), the open
+    batches fed back each time (as the stage does), then end of input. Returns the entries
+    (columns as lists, by producer then entry_seq), each message's entry index into them, and
+    each message's final placement columns."""
+    layout = layout if layout is not None else one_segment()
+    all_m = routed(msgs, layout)
+    producers = int(all_m.producer.max()) + 1 if len(msgs) else 1
+    state = ContainerState()
+    base = np.zeros(producers, dtype=np.int64)
+    carried = np.zeros(0, dtype=np.intp)
+    entries: list[dict[str, np.ndarray]] = []
+    entry_of = np.full(len(msgs), -1, dtype=np.int64)
+    placed: dict[str, np.ndarray] = {k: np.full(len(msgs), -1, dtype=np.int64) for k in
+                                     ("segment_id", "bucket_index", "segment_sequence_id",
+                                      "epoch")}
+    work = all_m
+    lo = -(2**62)  # seals from lo on; messages from lo - 1 on
+    for hi in [*cuts, None]:
+        published = all_m.publish_ms
+        new = np.flatnonzero((published >= lo - 1) & (hi is None or published < hi))
+        idx = np.concatenate([carried, new]).astype(np.intp)
+        window = work.take(idx)
+        r = batch(window, state, reroutes(layout, lo, hi), config, producers, base, hi)
+        state, base = r.state, base + r.entries_per_producer
+        done = r.entry_seq >= 0
+        entry_of[idx[done]] = r.entry_seq[done]
+        for k, v in (("segment_id", r.segment_id), ("bucket_index", r.bucket_index),
+                     ("segment_sequence_id", r.segment_sequence_id), ("epoch", r.epoch)):
+            placed[k][idx[done]] = v[done]
+        entries.append(r.entries)
+        # the open batches go back with their current placement (re-sent ones included)
+        for f in ("time_ms", "resent", "segment_id", "bucket_index", "epoch"):
+            getattr(work, f)[idx] = getattr(r, f)
+        carried = idx[~done]
+        lo = hi + 1 if hi is not None else lo
+    cols = {c: np.concatenate([e[c] for e in entries]) for c in ENTRY_COLUMNS}
+    order = np.lexsort((cols["entry_seq"], cols["producer"]))
+    cols = {c: v[order] for c, v in cols.items()}
+    rank = {(int(p), int(s)): i for i, (p, s) in enumerate(zip(cols["producer"],
+                                                              cols["entry_seq"], strict=True))}
+    mapping = [rank[(m.p, int(e))] for m, e in zip(msgs, entry_of, strict=True)]
+    return {c: v.tolist() for c, v in cols.items()}, mapping, placed
+
+
+def rows(e: dict[str, list], *columns: str) -> list[tuple]:
+    cols = columns or ("segment_id", "bucket_index", "num_messages", "close_reason",
+                       "open_time_ms", "publish_time_ms")
+    return list(zip(*[e[c] for c in cols], strict=True))
 
 
 # ---------------------------------------------------------------------------------- config
@@ -82,422 +159,343 @@ def test_invalid_config_is_reported_and_rejected(kwargs: dict[str, object], frag
     c = BatchingConfig(**kwargs)  # type: ignore[arg-type]
     assert any(fragment in p for p in c.problems())
     with pytest.raises(ValueError, match="invalid batching config"):
-        ProducerBatcher(c)
+        batch(routed([], one_segment()), ContainerState(), [], c, 1)
 
 
-# ---------------------------------------------------------------------------------- bucketed
+# ------------------------------------------------------------------- the flush task (§7.1)
+@pytest.mark.parametrize(("delay", "times", "want"), [
+    # delay 1 ms: each ms's messages go out 1 ms after the first of them
+    (1, [0, 0, 1, 5], [(2, 0, 1), (1, 1, 2), (1, 5, 6)]),
+    # delay 5 ms: a batch opening while the task is pending goes out when it fires (10), not
+    # 5 ms after its own first message (12)
+    (5, [0, 4, 7, 11, 30], [(2, 0, 5), (1, 7, 10), (1, 11, 15), (1, 30, 35)]),
+    # delay 100 ms: after a task send the next one is due 100 ms later; an idle spell ends it
+    (100, [0, 50, 120, 150, 199, 450], [(2, 0, 100), (3, 120, 200), (1, 450, 550)]),
+])
+def test_task_measures_time_since_the_last_send(delay: int, times: list[int],
+                                                want: list[tuple]) -> None:
+    e, _, _ = run([M(t) for t in times], cfg(delay=delay))
+    assert rows(e, "num_messages", "open_time_ms", "publish_time_ms") == want
+    assert set(e["close_reason"]) == {"max_delay"}
+
+
+@pytest.mark.parametrize(("delay", "times", "want"), [
+    # count send at 3 (3 messages); the pending task (due 10) re-arms to 3 + 10 = 13: the batch
+    # opened at 4 goes out at 13, not at 14
+    (10, [0, 2, 3, 4, 6], [(3, "max_messages", 3), (2, "max_delay", 13)]),
+    # a message at or after last send + delay finds no pending task: its own task, 10 ms later
+    (10, [0, 2, 3, 20], [(3, "max_messages", 3), (1, "max_delay", 30)]),
+])
+def test_count_send_restarts_the_task_clock(delay: int, times: list[int],
+                                            want: list[tuple]) -> None:
+    e, _, _ = run([M(t) for t in times], cfg(delay=delay, max_messages=3))
+    assert rows(e, "num_messages", "close_reason", "publish_time_ms") == want
+
+
+def test_size_flush_inside_a_pending_task_moves_the_next_send() -> None:
+    # delay 10: 60 + 50 bytes > 100 at t=4 → pre-add send of the first at 4; the task due at 10
+    # finds less than 10 ms since that send and re-arms to 14
+    e, _, _ = run([M(0, size=60), M(4, size=50), M(6, size=10)], cfg(delay=10, max_bytes=100))
+    assert rows(e, "num_messages", "close_reason", "open_time_ms", "publish_time_ms") == [
+        (1, "max_bytes", 0, 4), (2, "max_delay", 4, 14)]
+
+
+def test_message_filling_an_idle_container_schedules_no_task() -> None:
+    # a 200-byte message alone fills the container (max_bytes 100) and is sent at once with no
+    # task scheduled; the next message then waits its own full delay (12 + 10)
+    e, _, _ = run([M(5, size=200), M(12, size=1)], cfg(delay=10, max_bytes=100))
+    assert rows(e, "num_messages", "close_reason", "publish_time_ms") == [
+        (1, "max_bytes", 5), (1, "max_delay", 22)]
+
+
+@pytest.mark.parametrize("delay", [1, 5, 100])
+def test_open_batch_at_end_of_input_goes_out_when_its_task_fires(delay: int) -> None:
+    e, _, _ = run([M(0), M(0, size=20)], cfg(delay=delay))
+    assert rows(e, "num_messages", "close_reason", "publish_time_ms") == [
+        (2, "max_delay", delay)]
+    assert "end_of_input" not in CLOSE_REASONS
+
+
 def test_fullness_is_aggregate_across_buckets() -> None:
-    # 4 messages in 4 different buckets fill a max_messages=4 container although no bucket
-    # holds more than one message.
-    e = run_all([M(0, B0), M(0, B1), M(0, B2), M(0, B3)], cfg(max_messages=4))
-    assert rows(e) == [(0, 0, 1, "max_messages", 0, 0), (0, 1, 1, "max_messages", 0, 1),
-                       (0, 2, 1, "max_messages", 0, 2), (0, 3, 1, "max_messages", 0, 3)]
+    e, _, _ = run([M(0, h=B0), M(0, h=B1), M(0, h=B2), M(0, h=B3)], cfg(max_messages=4))
+    assert rows(e, "bucket_index", "num_messages", "close_reason") == [
+        (0, 1, "max_messages"), (1, 1, "max_messages"), (2, 1, "max_messages"),
+        (3, 1, "max_messages")]
 
 
-def test_aggregate_byte_fullness_across_buckets() -> None:
-    e = run_all([M(0, B0, 40), M(0, B1, 60)], cfg(max_bytes=100))
-    assert rows(e) == [(0, 0, 1, "max_bytes", 0, 0), (0, 1, 1, "max_bytes", 0, 1)]
-
-
-@pytest.mark.parametrize(("trigger", "config", "msgs", "expected"), [
-    ("full", cfg(max_messages=3), [M(0, B0), M(0, B1), M(0, B0), M(0, B2)],
-     [(0, 1, 1, "max_messages", 0, 1), (0, 0, 2, "max_messages", 0, 2),
-      (0, 2, 1, "end_of_input", 0, 3)]),
-    ("timer", cfg(delay=5), [M(0, B0), M(1, B1), M(2, B0), M(5, B2)],
-     [(0, 1, 1, "max_delay", 5, 1), (0, 0, 2, "max_delay", 5, 2),
-      (0, 2, 1, "end_of_input", 5, 3)]),
+@pytest.mark.parametrize(("mode", "want"), [
+    ("bucketed", [(0, 0x0100, 0x0200, 2), (2, 0x8100, 0x8100, 1)]),
+    ("key_based", [(0, 0x0100, 0x0100, 1), (0, 0x0200, 0x0200, 1), (2, 0x8100, 0x8100, 1)]),
+    ("default", [(0, 0x0100, 0x8100, 3)]),
+    ("disabled", [(0, 0x0100, 0x0100, 1), (0, 0x0200, 0x0200, 1), (2, 0x8100, 0x8100, 1)]),
 ])
-def test_all_non_empty_buckets_are_emitted_together(trigger: str, config: BatchingConfig,
-                                                    msgs: list[M], expected: list) -> None:
-    assert rows(run_all(msgs, config)) == expected, trigger
+def test_inner_batches_per_mode(mode: str, want: list[tuple]) -> None:
+    msgs = [M(0, h=0x0100, key=1), M(0, h=0x0200, key=2), M(0, h=0x8100, key=3)]
+    e, _, _ = run(msgs, cfg(mode))
+    assert rows(e, "bucket_index", "entry_hash_min", "entry_hash_max", "num_messages") == want
 
 
-def test_emission_order_is_by_highest_sequence_id() -> None:
-    # bucket 2 holds seqs 0, 2; bucket 0 holds 1; bucket 1 holds 3 → order b0 (1), b2 (2), b1 (3)
-    e = run_all([M(0, B2), M(0, B0), M(0, B2), M(0, B1)], cfg(max_messages=4))
-    assert [int(b) for b in e.bucket_index] == [0, 2, 1]
-    assert [int(s) for s in e.last_sequence_id] == [1, 2, 3]
-    assert [int(s) for s in e.entry_seq] == [0, 1, 2]
+# --------------------------------------------------------------- layout changes (§7.2)
+def test_open_batch_at_a_split_is_resent_to_the_children() -> None:
+    layout = one_segment().split(0, now_ms=6)  # children 1 = [0, 7fff], 2 = [8000, ffff]
+    msgs = [M(0, sh=0x1000, h=B0), M(3, sh=0x9000, h=B2), M(4, sh=0x1000, h=B1),
+            M(7, sh=0x9000, h=B2)]
+    e, mapping, placed = run(msgs, cfg(delay=10), layout)
+    # nothing is sent to segment 0 at or after its seal; its open batch goes to 1 and 2 at 6
+    assert rows(e, "segment_id", "bucket_index", "num_messages", "open_time_ms",
+                "publish_time_ms", "first_sequence_id", "last_sequence_id") == [
+        (1, 0, 2, 0, 16, 0, 1), (2, 1, 2, 3, 16, 0, 1)]
+    assert mapping == [0, 1, 0, 1]
+    assert placed["segment_id"].tolist() == [1, 2, 1, 2]
+    assert placed["bucket_index"].tolist() == [0, 1, 0, 1]  # children have N = 2
+    assert placed["epoch"].tolist() == [1, 1, 1, 1]
+    assert placed["segment_sequence_id"].tolist() == [0, 0, 1, 1]
 
 
-def test_pre_add_byte_check_flushes_before_adding() -> None:
-    # 60 + 50 > 100: the container is flushed at t=3 before the second message is added.
-    e = run_all([M(0, B0, 60), M(0, B1, 30), M(3, B0, 50)], cfg(max_bytes=100, delay=10))
-    assert rows(e) == [(0, 0, 1, "max_bytes", 3, 0), (0, 1, 1, "max_bytes", 3, 1),
-                       (0, 0, 1, "end_of_input", 3, 2)]
-    assert [int(x) for x in e.payload_bytes] == [60, 30, 50]
+def test_resent_messages_go_ahead_of_newer_ones_at_the_seal_time() -> None:
+    layout = one_segment().split(0, now_ms=5)
+    msgs = [M(2, sh=0x1000, size=10), M(5, sh=0x1000, size=10)]
+    e, mapping, placed = run(msgs, cfg(delay=10, max_messages=2), layout)
+    # the parked message enters child 1 at 5, then the message published at 5 fills it
+    assert rows(e, "segment_id", "num_messages", "close_reason", "publish_time_ms") == [
+        (1, 2, "max_messages", 5)]
+    assert placed["segment_sequence_id"].tolist() == [0, 1]
 
 
-@pytest.mark.parametrize(("sizes", "expected"), [
-    ([250], [(1, 250, "max_bytes")]),
-    ([10, 250, 10], [(1, 10, "max_bytes"), (1, 250, "max_bytes"), (1, 10, "end_of_input")]),
-])
-def test_oversize_single_message_forms_its_own_entry(sizes: list[int], expected: list) -> None:
-    e = run_all([M(0, B0, s) for s in sizes], cfg(max_bytes=100, delay=10))
-    assert [(int(n), int(p), str(r)) for n, p, r in
-            zip(e.num_messages, e.payload_bytes, e.close_reason, strict=True)] == expected
+def test_open_batch_at_a_merge_is_resent_to_the_merged_segment() -> None:
+    layout = SegmentLayout.initial(2, 4, now_ms=0).merge(0, 1, now_ms=8)  # → segment 2
+    msgs = [M(1, sh=0x1000, h=B0), M(2, sh=0x9000, h=B3), M(3, sh=0x9000, h=B3)]
+    e, mapping, placed = run(msgs, cfg(delay=20), layout)
+    assert rows(e, "segment_id", "bucket_index", "num_messages", "publish_time_ms",
+                "first_sequence_id", "last_sequence_id") == [
+        (2, 0, 1, 28, 0, 0), (2, 3, 2, 28, 1, 2)]
+    assert placed["segment_id"].tolist() == [2, 2, 2]
 
 
-def test_keyless_message_hash_0_goes_to_bucket_0() -> None:
-    e = run_all([M(0, 0), M(0, B3)], cfg())
-    assert [(int(b), int(lo), int(hi)) for b, lo, hi in
-            zip(e.bucket_index, e.entry_hash_min, e.entry_hash_max, strict=True)] == [
-        (0, 0, 0), (3, B3, B3)]
+def test_batch_sent_before_the_seal_stays_in_the_sealed_segment() -> None:
+    layout = one_segment().split(0, now_ms=50)
+    e, _, placed = run([M(0), M(1)], cfg(delay=10), layout)
+    assert rows(e, "segment_id", "publish_time_ms") == [(0, 10)]
+    assert placed["epoch"].tolist() == [0, 0]
 
 
-def test_single_bucket_segment_gives_one_entry_per_flush() -> None:
-    msgs = [M(0, h, seg=2) for h in (B0, B1, B2, B3, B0)] + [M(1, B3, seg=2)]
-    e = run_all(msgs, cfg(max_messages=5))
-    assert rows(e) == [(2, 0, 5, "max_messages", 0, 4), (2, 0, 1, "end_of_input", 1, 5)]
-    assert (int(e.entry_hash_min[0]), int(e.entry_hash_max[0])) == (B0, B3)
+def test_task_due_at_the_seal_time_does_not_send_to_the_sealed_segment() -> None:
+    layout = one_segment().split(0, now_ms=10)
+    e, _, _ = run([M(0, sh=0x1000)], cfg(delay=10), layout)
+    assert rows(e, "segment_id", "publish_time_ms") == [(1, 20)]
 
 
-def test_entry_hash_range_is_tightest_bound_of_its_messages() -> None:
-    e = run_all([M(0, B1 + 7), M(0, B1 + 2), M(0, B1 + 30)], cfg())
-    assert (int(e.entry_hash_min[0]), int(e.entry_hash_max[0])) == (B1 + 2, B1 + 30)
+def test_parked_keyless_messages_go_round_robin_over_the_new_layout() -> None:
+    layout = one_segment().split(0, now_ms=5)
+    e, _, placed = run([M(0, sh=-1), M(1, sh=-1), M(2, sh=-1)], cfg(delay=10), layout)
+    assert placed["segment_id"].tolist() == [1, 2, 1]
+    assert placed["bucket_index"].tolist() == [0, 0, 0]
+    assert rows(e, "segment_id", "num_messages") == [(1, 2), (2, 1)]
 
 
-# ---------------------------------------------------------------------------------- other modes
-def test_default_mode_entry_straddles_buckets_and_routes_by_min() -> None:
-    e = run_all([M(0, B2), M(0, B0), M(0, B3)], cfg(mode="default"))
-    assert rows(e) == [(0, 0, 3, "end_of_input", 0, 2)]
-    assert (int(e.entry_hash_min[0]), int(e.entry_hash_max[0])) == (B0, B3)
-    assert bucket_of(N4, int(e.entry_hash_min[0])) != bucket_of(N4, int(e.entry_hash_max[0]))
+def test_rebucket_rollover_resends_with_the_successors_buckets() -> None:
+    layout = one_segment(1).rebucket(0, 4, now_ms=3)
+    e, _, placed = run([M(0, h=B0), M(1, h=B3)], cfg(delay=10), layout)
+    assert placed["segment_id"].tolist() == [1, 1]
+    assert placed["bucket_index"].tolist() == [0, 3]
+    assert rows(e, "segment_id", "bucket_index", "publish_time_ms") == [(1, 0, 13), (1, 3, 13)]
 
 
-def test_key_based_one_entry_per_key_and_keyless_share_one() -> None:
-    # keys 7, 9, keyless, 7, keyless — same bucket hash for all, so only the key separates them
-    msgs = [M(0, B1, key=7), M(0, B1, key=9), M(0, 0, key=-1), M(0, B1, key=7), M(0, 0, key=-5)]
-    e = run_all(msgs, cfg(mode="key_based"))
-    assert [(int(n), int(q)) for n, q in zip(e.num_messages, e.last_sequence_id,
-                                               strict=True)] == [(1, 1), (2, 3), (2, 4)]
-    assert set(e.close_reason.tolist()) == {"end_of_input"}
+def test_sequence_ids_are_per_segment_producer() -> None:
+    layout = SegmentLayout.initial(2, 4, now_ms=0)
+    msgs = [M(0, sh=0x1000), M(0, sh=0x9000), M(0, sh=0x1000), M(0, sh=0x1000, p=1)]
+    _, _, placed = run(msgs, cfg(delay=1), layout)
+    assert placed["segment_sequence_id"].tolist() == [0, 0, 1, 0]
 
 
-def test_key_based_fullness_is_aggregate_across_keys() -> None:
-    e = run_all([M(0, B1, key=k) for k in (1, 2, 3)], cfg(mode="key_based", max_messages=3))
-    assert [str(r) for r in e.close_reason] == ["max_messages"] * 3
+def test_entry_ids_follow_the_producers_send_order_across_segments() -> None:
+    layout = SegmentLayout.initial(2, 4, now_ms=0)
+    msgs = [M(0, sh=0x9000), M(1, sh=0x1000), M(1, sh=0x9000, p=1)]
+    e, mapping, _ = run(msgs, cfg(delay=5), layout)
+    assert rows(e, "producer", "entry_seq", "segment_id", "publish_time_ms") == [
+        (0, 0, 1, 5), (0, 1, 0, 6), (1, 0, 1, 6)]
 
 
-def test_key_based_requires_key_id() -> None:
-    b = ProducerBatcher(cfg(mode="key_based"))
-    with pytest.raises(ValueError, match="needs key_id"):
-        b.add_messages([0], [0], [0], [B0], [1], None, SPLITS)
+# --------------------------------------------------------------- the literal oracle
+def message_by_message(msgs: list[M], config: BatchingConfig,
+                       layout: SegmentLayout) -> tuple[list[tuple], list[int]]:
+    """The reference's rules read literally, one event at a time per producer (§7, §7.1,
+    §7.2): seals, then flush tasks due (by segment id), then messages, at each instant.
+    Returns entry rows (producer, entry_seq, segment, bucket, hash min, hash max, count, bytes,
+    open time, publish time, reason, first seq, last seq) and each message's entry row."""
+    m_all = routed(msgs, layout)
+    delay = config.max_publish_delay_ms
+    seals = [Reroute.of(layout, t) for t in sorted({
+        s.sealed_at_ms for s in layout.segments.values() if not s.is_active})]
+    entry_of: list = [-1] * len(msgs)
+
+    def simulate(p: int) -> list[tuple]:
+        mine = [i for i, m in enumerate(msgs) if m.p == p]
+        cont: dict[int, dict] = {}  # segment → last, task, batch [(i, seq, seg, bucket)], seq
+        where = {i: (int(m_all.segment_id[i]), int(m_all.bucket_index[i])) for i in mine}
+        produced: list[tuple] = []
+
+        def group(i: int, bucket: int) -> int:
+            if config.mode == "bucketed":
+                return bucket
+            return msgs[i].key if config.mode == "key_based" else 0
+
+        def send(c: dict, seg: int, now: int, reason: str) -> None:
+            by_group: dict[int, list] = {}
+            for item in c["batch"]:
+                by_group.setdefault(group(item[0], item[2]), []).append(item)
+            for items in sorted(by_group.values(), key=lambda x: max(s for _, s, _ in x)):
+                hs = [m_all.hash_b[i] for i, _, _ in items]
+                seqs = [s for _, s, _ in items]
+                for i, _, _ in items:
+                    entry_of[i] = (p, len(produced))
+                produced.append((p, len(produced), seg, min(b for _, _, b in items), min(hs),
+                                 max(hs), len(items), sum(msgs[i].size for i, _, _ in items),
+                                 min(msgs[i].t for i, _, _ in items), now, reason, min(seqs),
+                                 max(seqs)))
+            c["batch"], c["count"], c["bytes"], c["last"] = [], 0, 0, now
+
+        def add(i: int, now: int) -> None:
+            seg, bucket = where[i]
+            c = cont.setdefault(seg, {"last": -(2**62), "task": None, "batch": [], "count": 0,
+                                      "bytes": 0, "seq": 0})
+            size = msgs[i].size
+            if config.mode == "disabled":
+                c["batch"] = [(i, c["seq"], bucket)]
+                c["seq"] += 1
+                send(c, seg, now, "disabled")
+                return
+            if c["count"] and c["bytes"] + size > config.max_bytes:
+                send(c, seg, now, "max_bytes")
+            c["batch"].append((i, c["seq"], bucket))
+            c["seq"] += 1
+            c["count"] += 1
+            c["bytes"] += size
+            if c["count"] >= config.max_messages:
+                send(c, seg, now, "max_messages")
+            elif c["bytes"] >= config.max_bytes:
+                send(c, seg, now, "max_bytes")
+            elif c["task"] is None:
+                c["task"] = now + delay
+
+        def fire(seg: int) -> None:
+            c = cont[seg]
+            now, c["task"] = c["task"], None
+            if now - c["last"] < delay:
+                c["task"] = c["last"] + delay
+            elif c["batch"]:
+                send(c, seg, now, "max_delay")
+                c["task"] = now + delay
+
+        queue = [(msgs[i].t, i) for i in mine]
+        heapq.heapify(queue)
+        pending_seals = list(seals)
+        while True:
+            tasks = [(c["task"], s) for s, c in cont.items() if c["task"] is not None]
+            nxt = [(queue[0][0], 2)] if queue else []
+            nxt += [(pending_seals[0].time_ms, 0)] if pending_seals else []
+            nxt += [(min(tasks)[0], 1)] if tasks else []
+            if not nxt:
+                break
+            now, kind = min(nxt)
+            if kind == 0:
+                change = pending_seals.pop(0)
+                parked = sorted(i for s in change.sealed if s in cont
+                                for i, _, _ in cont.pop(s)["batch"])
+                if parked:
+                    succ = change.route(m_all.segment_hash[parked])
+                    for i, s in zip(parked, succ.tolist(), strict=True):
+                        where[i] = (s, bucket_of(change.splits[s], int(m_all.hash_b[i])))
+                        add(i, now)
+            elif kind == 1:
+                fire(min(tasks)[1])
+            else:
+                _, i = heapq.heappop(queue)
+                add(i, now)
+        return produced
+
+    entries = [e for p in sorted({m.p for m in msgs}) for e in simulate(p)]
+    rank = {(e[0], e[1]): k for k, e in enumerate(entries)}
+    return entries, [rank[x] for x in entry_of]  # type: ignore[index]
 
 
-def test_disabled_mode_one_message_per_entry() -> None:
-    b = ProducerBatcher(cfg(mode="disabled"))
-    e = add(b, [M(0, B0), M(0, B2), M(4, B3)])
-    assert rows(e) == [(0, 0, 1, "disabled", 0, 0), (0, 2, 1, "disabled", 0, 1),
-                       (0, 3, 1, "disabled", 4, 2)]
-    assert e.message_entry_seq.tolist() == [0, 1, 2]
-    assert len(b.flush(5)) == 0
-
-
-# ---------------------------------------------------------------------------------- timer
-@pytest.mark.parametrize(("times", "delay", "end", "expected"), [
-    # timer armed at 0 fires at 5: a message at 4 joins, a message at 5 finds it fired
-    ([0, 4, 5], 5, 9, [(2, "max_delay", 0, 5), (1, "end_of_input", 5, 9)]),
-    ([0, 4, 6], 5, 9, [(2, "max_delay", 0, 5), (1, "end_of_input", 6, 9)]),
-    # default 1 ms: same-millisecond messages batch, the next millisecond fires the timer
-    ([3, 3, 3, 4], 1, 4, [(3, "max_delay", 3, 4), (1, "end_of_input", 4, 4)]),
-    # the timer is re-armed by the first message after a flush (10 → fires at 15)
-    ([0, 10, 12, 15], 5, 15,
-     [(1, "max_delay", 0, 5), (2, "max_delay", 10, 15), (1, "end_of_input", 15, 15)]),
-    # a timer due by the end-of-input time fires as max_delay at its own fire time
-    ([0], 5, 7, [(1, "max_delay", 0, 5)]),
-])
-def test_timer_fires_in_event_time(times: list[int], delay: int, end: int,
-                                   expected: list) -> None:
-    e = run_all([M(t) for t in times], cfg(delay=delay), end=end)
-    assert [(int(n), str(r), int(o), int(p)) for n, r, o, p in zip(
-        e.num_messages, e.close_reason, e.open_time_ms, e.publish_time_ms, strict=True)
-    ] == expected
-
-
-def test_advance_to_fires_only_due_timers() -> None:
-    b = ProducerBatcher(cfg(delay=5))
-    add(b, [M(0, B0), M(2, B1, seg=1)])
-    assert len(b.advance_to(4)) == 0
-    e = b.advance_to(5)
-    assert rows(e) == [(0, 0, 1, "max_delay", 5, 0)]
-    assert b.open_segments == [1]
-    assert rows(b.advance_to(100)) == [(1, 1, 1, "max_delay", 7, 1)]
-
-
-def test_message_of_another_segment_fires_due_timer_first() -> None:
-    b = ProducerBatcher(cfg(delay=5))
-    e = add(b, [M(0, B0, seg=0), M(6, B1, seg=1, size=10**6)])
-    # seg 0's timer (5) fires before seg 1's oversize message closes its own entry at 6
-    assert rows(e) == [(0, 0, 1, "max_delay", 5, 0), (1, 1, 1, "max_bytes", 6, 1)]
-
-
-# ---------------------------------------------------------------------------------- segments
-def test_per_segment_containers_are_independent() -> None:
-    b = ProducerBatcher(cfg(max_messages=2, delay=5))
-    e = add(b, [M(0, B0, seg=0), M(3, B0, seg=1), M(4, B1, seg=0), M(5, B2, seg=1)])
-    # seg 0 fills at t=4 (its own 2 messages); seg 1's timer is its own (armed at 3)
-    assert rows(e) == [(0, 0, 1, "max_messages", 4, 0), (0, 1, 1, "max_messages", 4, 2),
-                       (1, 0, 1, "max_messages", 5, 1), (1, 2, 1, "max_messages", 5, 3)]
-
-
-def test_per_segment_timers_are_independent() -> None:
-    b = ProducerBatcher(cfg(delay=5))
-    e = add(b, [M(0, B0, seg=0), M(3, B0, seg=1), M(5, B1, seg=1)])
-    assert rows(e) == [(0, 0, 1, "max_delay", 5, 0)]
-    assert b.open_segments == [1] and b.open_messages == 2
-
-
-def test_segment_sealed_flush_closes_only_named_segments() -> None:
-    b = ProducerBatcher(cfg(delay=50))
-    add(b, [M(0, B0, seg=0), M(1, B3, seg=0), M(2, B1, seg=1)])
-    e = b.flush(10, "segment_sealed", segment_ids=[0])
-    assert rows(e) == [(0, 0, 1, "segment_sealed", 10, 0), (0, 3, 1, "segment_sealed", 10, 1)]
-    assert b.open_segments == [1]
-
-
-def test_end_of_input_flush_fires_due_timers_then_closes_rest() -> None:
-    b = ProducerBatcher(cfg(delay=5))
-    add(b, [M(0, B0, seg=0), M(3, B1, seg=1)])
-    e = b.flush(6, "end_of_input")
-    assert rows(e) == [(0, 0, 1, "max_delay", 5, 0), (1, 1, 1, "end_of_input", 6, 1)]
-    assert b.open_messages == 0 and b.next_fire_time() is None
-
-
-def test_flush_rejects_unknown_reason_and_past_time() -> None:
-    b = ProducerBatcher(cfg())
-    add(b, [M(5)])
-    with pytest.raises(ValueError, match="flush reason"):
-        b.flush(5, "max_delay")
-    with pytest.raises(ValueError, match="before the batcher clock"):
-        b.flush(4)
-
-
-# ---------------------------------------------------------------------------------- streaming
-def test_messages_resolved_in_a_later_call_are_reported_as_carried() -> None:
-    b = ProducerBatcher(cfg(delay=5))
-    first = add(b, [M(0, B0, seq=100), M(1, B1, seq=101)])
-    assert len(first) == 0 and first.message_entry_seq.tolist() == [-1, -1]
-    second = add(b, [M(6, B0, seq=102)], first_seq=2)
-    assert second.first_ordinal == 2
-    assert second.message_entry_seq.tolist() == [-1]
-    assert second.carried_ordinal.tolist() == [0, 1]
-    assert second.carried_sequence_id.tolist() == [100, 101]
-    assert second.carried_entry_seq.tolist() == [0, 1]
-
-
-def test_pickled_batcher_resumes_identically() -> None:
-    msgs = [M(t, h) for t, h in [(0, B0), (0, B2), (1, B1), (3, B3), (3, B0)]]
-    ref = ProducerBatcher(cfg(delay=2))
-    a = add(ref, msgs[:3])
-    b = add(ref, msgs[3:], first_seq=3)
-    fresh = ProducerBatcher(cfg(delay=2))
-    add(fresh, msgs[:3])
-    restored = pickle.loads(pickle.dumps(fresh))
-    b2 = add(restored, msgs[3:], first_seq=3)
-    assert len(a) == 0 and len(b) == 3
-    assert rows(b2) == rows(b)
-    assert b2.carried_entry_seq.tolist() == b.carried_entry_seq.tolist() == [0, 1, 2]
-    assert rows(b)[:3] == [(0, 0, 1, "max_delay", 2, 0), (0, 2, 1, "max_delay", 2, 1),
-                           (0, 1, 1, "max_delay", 2, 2)]
-
-
-@pytest.mark.parametrize(("msgs", "fragment"), [
-    ([M(5), M(4)], "non-decreasing"),
-    ([M(0, h=70000)], "hash_b values"),
-    ([M(0, size=-1)], "payload_size"),
-    ([M(0, seg=9)], "no bucket splits given for segment 9"),
-])
-def test_invalid_messages_are_rejected(msgs: list[M], fragment: str) -> None:
-    with pytest.raises(ValueError, match=fragment):
-        add(ProducerBatcher(cfg()), msgs)
-
-
-def test_late_message_after_advance_is_rejected() -> None:
-    b = ProducerBatcher(cfg())
-    b.advance_to(10)
-    with pytest.raises(ValueError, match="late message"):
-        add(b, [M(9)])
-
-
-# ---------------------------------------------------------------------------------- properties
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[BatchingConfig, list[M], list[int], list[int | None]]:
-    """A config, a sorted message list, chunk cut points and per-cut advance_to times."""
-    mode = draw(st.sampled_from([m.value for m in BatchingMode]))
-    config = cfg(mode=mode, max_messages=draw(st.integers(1, 6)),
-                 max_bytes=draw(st.integers(1, 60)), delay=draw(st.integers(1, 4)))
+def scenarios(draw: st.DrawFn) -> tuple:
+    mode = draw(st.sampled_from(["bucketed", "bucketed", "key_based", "default", "disabled"]))
+    config = cfg(mode, draw(st.integers(1, 6)), draw(st.integers(15, 80)),
+                 draw(st.sampled_from([1, 2, 5, 20])))
     n = draw(st.integers(1, 40))
-    gaps = draw(st.lists(st.sampled_from([0, 0, 0, 1, 2, 5]), min_size=n, max_size=n))
+    gaps = draw(st.lists(st.sampled_from([0, 0, 1, 2, 5, 9]), min_size=n, max_size=n))
     hashes = st.sampled_from([0, 1, B0, 16383, 16384, B1, 32767, B2, 49152, B3, 65535])
-    msgs = []
-    t = draw(st.integers(0, 3))
+    seg_hashes = st.sampled_from([-1, 0, 0x1000, 0x7FFF, 0x8000, 0xC000, 0xFFFF])
+    msgs, t = [], draw(st.integers(0, 3))
     for i in range(n):
         t += gaps[i]
-        msgs.append(M(t, draw(hashes), draw(st.integers(0, 30)), draw(st.sampled_from([0, 1, 2])),
-                      draw(st.integers(-1, 4)), seq=1000 + i))
-    cuts = sorted(draw(st.sets(st.integers(1, n), max_size=5)))
-    advances: list[int | None] = []
-    for c in cuts:
-        nxt = msgs[c].t if c < n else msgs[-1].t + 10
-        advances.append(draw(st.none() | st.integers(msgs[c - 1].t, nxt)))
-    return config, msgs, cuts, advances
-
-
-def replay(config: BatchingConfig, msgs: list[M], cuts: list[int],
-           advances: list[int | None], pickle_between: bool = False
-           ) -> tuple[Entries, np.ndarray]:
-    """Feed ``msgs`` in chunks ending at ``cuts`` (advance_to after each cut when given), then
-    flush at end; return all entries and each message's entry_seq (by ordinal)."""
-    b = ProducerBatcher(config)
-    parts: list[Entries] = []
-    bounds = [0, *[c for c in cuts if c < len(msgs)], len(msgs)]
-    adv = dict(zip(cuts, advances, strict=True))
-    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-        parts.append(add(b, msgs[lo:hi], first_seq=0))
-        if adv.get(hi) is not None:
-            parts.append(b.advance_to(adv[hi]))  # type: ignore[arg-type]
-        if pickle_between:
-            b = pickle.loads(pickle.dumps(b))
-    parts.append(b.flush(msgs[-1].t + 11, "end_of_input"))  # after every advance_to time
-    mapping = np.full(len(msgs), -1, dtype=np.int64)
-    for p in parts:
-        k = p.message_entry_seq.shape[0]
-        seg = mapping[p.first_ordinal:p.first_ordinal + k]
-        known = p.message_entry_seq >= 0
-        seg[known] = p.message_entry_seq[known]
-        mapping[p.carried_ordinal] = p.carried_entry_seq
-    return Entries.concat(parts), mapping
+        msgs.append(M(t, draw(seg_hashes), draw(hashes), draw(st.integers(0, 30)),
+                      draw(st.integers(0, 2)), draw(st.integers(-1, 3))))
+    layout = SegmentLayout.initial(draw(st.integers(1, 2)), 4, now_ms=0)
+    change_at = sorted(draw(st.sets(st.integers(1, t + 30), max_size=3)))
+    for at in change_at:
+        active = sorted(layout.active_segments)
+        op = draw(st.sampled_from(["split", "merge", "rebucket"]))
+        sid = draw(st.sampled_from(active))
+        if op == "merge" and len(active) > 1:
+            seg = layout.segments[sid]
+            other = [o for o in active if layout.segments[o].is_adjacent(seg)]
+            layout = layout.merge(sid, other[0], now_ms=at)
+        elif op == "rebucket":
+            n_b = layout.segments[sid].bucket_count
+            layout = layout.rebucket(sid, 1 if n_b > 1 else 4, now_ms=at)
+        else:
+            layout = layout.split(sid, now_ms=at)
+    cuts = tuple(sorted(draw(st.sets(st.integers(1, t + 40), max_size=4))))
+    return config, msgs, layout, cuts
 
 
 PROPERTY_SETTINGS = settings(max_examples=300, deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
+_ROW = ("producer", "entry_seq", "segment_id", "bucket_index", "entry_hash_min",
+        "entry_hash_max", "num_messages", "payload_bytes", "open_time_ms", "publish_time_ms",
+        "close_reason", "first_sequence_id", "last_sequence_id")
 
 
 @PROPERTY_SETTINGS
 @given(scenarios())
-def test_every_message_is_in_exactly_one_entry(sc: tuple) -> None:
-    config, msgs, cuts, advances = sc
-    e, mapping = replay(config, msgs, cuts, advances)
-    assert (mapping >= 0).all()
-    assert e.entry_seq.tolist() == list(range(len(e)))
-    counts = np.bincount(mapping, minlength=len(e))
-    assert counts.tolist() == e.num_messages.tolist()
+def test_batch_matches_the_event_by_event_rules_in_any_windows(sc: tuple) -> None:
+    config, msgs, layout, cuts = sc
+    e, mapping, _ = run(msgs, config, layout, cuts)
+    want, want_mapping = message_by_message(msgs, config, layout)
+    assert rows(e, *_ROW) == want
+    assert mapping == want_mapping
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_every_message_is_in_exactly_one_entry_within_the_limits(sc: tuple) -> None:
+    config, msgs, layout, cuts = sc
+    e, mapping, placed = run(msgs, config, layout, cuts)
+    counts = np.bincount(mapping, minlength=len(e["entry_seq"]))
+    assert counts.tolist() == e["num_messages"]
     sizes = np.array([m.size for m in msgs])
-    assert np.bincount(mapping, weights=sizes, minlength=len(e)).tolist() == \
-        e.payload_bytes.tolist()
-    for i, m in enumerate(msgs):
-        k = mapping[i]
-        assert e.segment_id[k] == m.seg
-        assert e.entry_hash_min[k] <= m.h <= e.entry_hash_max[k]
-        assert e.first_sequence_id[k] <= 1000 + i <= e.last_sequence_id[k]
-        assert e.open_time_ms[k] <= m.t <= e.publish_time_ms[k]
-    assert set(e.close_reason.tolist()) <= set(CLOSE_REASONS)
-    assert (np.diff(e.publish_time_ms) >= 0).all()
+    assert np.bincount(mapping, weights=sizes, minlength=len(counts)).tolist() == \
+        e["payload_bytes"]
+    assert (np.asarray(e["num_messages"]) <= config.max_messages).all()
+    over = np.asarray(e["payload_bytes"]) > config.max_bytes
+    assert (np.asarray(e["num_messages"])[over] == 1).all()
+    assert set(e["close_reason"]) <= set(CLOSE_REASONS)
+    for i, k in enumerate(mapping):
+        assert e["segment_id"][k] == placed["segment_id"][i]
+        seal = layout.segments[e["segment_id"][k]].sealed_at_ms
+        assert seal < 0 or e["publish_time_ms"][k] < seal  # nothing at or after the seal
 
 
 @PROPERTY_SETTINGS
 @given(scenarios())
 def test_no_entry_straddles_buckets_in_bucketed_mode(sc: tuple) -> None:
-    config, msgs, cuts, advances = sc
+    config, msgs, layout, cuts = sc
     config = cfg("bucketed", config.max_messages, config.max_bytes, config.max_publish_delay_ms)
-    e, _ = replay(config, msgs, cuts, advances)
-    for s, lo, hi, b in zip(e.segment_id, e.entry_hash_min, e.entry_hash_max, e.bucket_index,
-                            strict=True):
-        splits = SPLITS[int(s)]
-        assert bucket_of(splits, int(lo)) == bucket_of(splits, int(hi)) == int(b)
-
-
-@PROPERTY_SETTINGS
-@given(scenarios())
-def test_limits_are_respected(sc: tuple) -> None:
-    config, msgs, cuts, advances = sc
-    e, _ = replay(config, msgs, cuts, advances)
-    assert (e.num_messages <= config.max_messages).all()
-    over = e.payload_bytes > config.max_bytes
-    assert (e.num_messages[over] == 1).all()
-    waited = e.publish_time_ms - e.open_time_ms
-    timed = e.close_reason == "max_delay"
-    assert (waited[timed] <= config.max_publish_delay_ms).all()
-
-
-@PROPERTY_SETTINGS
-@given(scenarios(), st.booleans())
-def test_output_does_not_depend_on_chunking(sc: tuple, pickle_between: bool) -> None:
-    config, msgs, cuts, advances = sc
-    whole, whole_map = replay(config, msgs, [], [])
-    chunked, chunked_map = replay(config, msgs, cuts, advances, pickle_between)
-    for name in Entries.ENTRY_COLUMNS:
-        assert getattr(chunked, name).tolist() == getattr(whole, name).tolist(), name
-    assert chunked_map.tolist() == whole_map.tolist()
-
-
-def message_by_message(config: BatchingConfig, msgs: list[M], cuts: list[int],
-                       advances: list[int | None]) -> tuple[list[tuple], list[int]]:
-    """The container rules of the module doc read literally, one message at a time: before a
-    message every due timer fires ((fire time, segment) order), then the pre-add byte check,
-    the add, the fullness checks; ``advance_to`` after the cuts of :func:`replay`, its final
-    flush. Returns the entry rows (``Entries.ENTRY_COLUMNS`` without ``entry_seq``) and each
-    message's entry index: the oracle of the vectorized batcher."""
-    entries: list[tuple] = []
-    mapping = [-1] * len(msgs)
-    open_: dict[int, dict] = {}  # segment → fire, count, bytes, batches (group → messages)
-
-    def emit(seg: int, when: int, reason: str) -> None:
-        batches = sorted(open_.pop(seg)["batches"].values(),
-                         key=lambda ix: (max(msgs[i].seq for i in ix), max(ix)))  # type: ignore
-        for ix in batches:
-            for i in ix:
-                mapping[i] = len(entries)
-            hs = [msgs[i].h for i in ix]
-            seqs = [msgs[i].seq for i in ix]
-            entries.append((seg, bucket_of(SPLITS[seg], min(hs)), min(hs), max(hs), len(ix),
-                            sum(msgs[i].size for i in ix), msgs[ix[0]].t, when, reason,
-                            min(seqs), max(seqs)))  # type: ignore[type-var]
-
-    def fire_due(now: int) -> None:
-        for fire, seg in sorted((c["fire"], s) for s, c in open_.items() if c["fire"] <= now):
-            emit(seg, fire, "max_delay")
-
-    def group(m: M) -> int:
-        if config.mode == "bucketed":
-            return bucket_of(SPLITS[m.seg], m.h)
-        return max(m.key, -1) if config.mode == "key_based" else 0
-
-    advance = dict(zip(cuts, advances, strict=True))
-    for i, m in enumerate(msgs):
-        if config.mode == "disabled":
-            open_[m.seg] = {"batches": {0: [i]}}
-            emit(m.seg, m.t, "disabled")
-            continue
-        fire_due(m.t)
-        if m.seg in open_ and open_[m.seg]["bytes"] + m.size > config.max_bytes:
-            emit(m.seg, m.t, "max_bytes")
-        c = open_.setdefault(m.seg, {"fire": m.t + config.max_publish_delay_ms, "count": 0,
-                                     "bytes": 0, "batches": {}})
-        c["batches"].setdefault(group(m), []).append(i)
-        c["count"] += 1
-        c["bytes"] += m.size
-        if c["count"] >= config.max_messages:
-            emit(m.seg, m.t, "max_messages")
-        elif c["bytes"] >= config.max_bytes:
-            emit(m.seg, m.t, "max_bytes")
-        if advance.get(i + 1) is not None:
-            fire_due(advance[i + 1])  # type: ignore[arg-type]
-    end = msgs[-1].t + 11
-    fire_due(end)
-    for seg in sorted(open_):
-        emit(seg, end, "end_of_input")
-    return entries, mapping
-
-
-@PROPERTY_SETTINGS
-@given(scenarios(), st.booleans())
-def test_batcher_matches_the_message_by_message_rules(sc: tuple, pickle_between: bool) -> None:
-    config, msgs, cuts, advances = sc
-    e, mapping = replay(config, msgs, cuts, advances, pickle_between)
-    want_rows, want_mapping = message_by_message(config, msgs, cuts, advances)
-    columns = [c for c in Entries.ENTRY_COLUMNS if c != "entry_seq"]
-    got = list(zip(*[getattr(e, c).tolist() for c in columns], strict=True))
-    assert got == want_rows
-    assert mapping.tolist() == want_mapping
+    e, _, _ = run(msgs, config, layout, cuts)
+    for s, lo, hi, b in zip(e["segment_id"], e["entry_hash_min"], e["entry_hash_max"],
+                            e["bucket_index"], strict=True):
+        splits = layout.segments[s].bucket_splits
+        assert bucket_of(splits, lo) == bucket_of(splits, hi) == b
