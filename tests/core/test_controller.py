@@ -293,3 +293,15 @@ def test_fan_out_counts_each_ungrouped_checkpoint_reader(subs, expected):
 def test_invalid_reconnect_or_grouping_is_rejected(build, message):
     with pytest.raises(ValueError, match=message):
         build()
+
+
+def test_sealed_segment_loses_its_cached_baseline_but_keeps_its_stored_record():
+    c = TopicController("t", ControllerSettings(policy=POLICY))
+    ev, sh, hb = traffic(100, 0, 61_000)
+    run(c, ev, sh, hb)
+    assert sorted(c.layout.active_segments) == [1, 2]
+    assert c.reporter.baseline(0) is None  # forgotten at the seal
+    # its last write (50 s: 5000 msgs / 60 s; 100 msg/s at 60 s is within 25 %) stays in the
+    # store (no prune)
+    record = c.reporter.samples[0]
+    assert (record.modified_at_ms, record.msg_rate_in) == (50_000, pytest.approx(5000 / 60))
