@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from pipelines.core.dispatch import reader_subscription
 from pipelines.delta_io import DeltaStore
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -287,8 +288,11 @@ def consumer_shares(tables: RunTables) -> pd.DataFrame:
 
 
 def _configured_consumers(config: dict[str, Any]) -> list[tuple[str, str]]:
-    return [(s["name"], c["name"]) for s in config.get("subscriptions", [])
-            for c in s.get("consumers", [])]
+    """``(subscription, consumer)`` as the dispatch tables name them (an ungrouped checkpoint
+    consumer under :func:`~pipelines.core.dispatch.reader_subscription`)."""
+    return [(s["name"] if s.get("grouped", True) else reader_subscription(s["name"], c["name"]),
+             c["name"])
+            for s in config.get("subscriptions", []) for c in s.get("consumers", [])]
 
 
 def run_metrics(tables: RunTables) -> dict[str, Any]:

@@ -348,6 +348,7 @@ def _parse_time_point(value: Any, info: ValidationInfo) -> Any:
 
 
 JoinTime = Annotated[TimePoint, BeforeValidator(_parse_time_point)]
+ReconnectTime = Annotated[TimePoint, BeforeValidator(_parse_time_point)]
 LeaveTime = Annotated[TimePoint | None, BeforeValidator(_parse_time_point)]
 
 
@@ -524,8 +525,12 @@ class BatchingSection(_Model):
 class ConsumerConfig(_Model):
     """One consumer of a subscription (after ``count`` expansion every consumer has a name).
 
-    ``join`` / ``leave``: ``float`` = seconds after the first event's publish_time (log time,
-    before ``speed`` compression), or an aware UTC ``datetime``; see :meth:`join_ms`.
+    ``join`` / ``leave`` / each of ``reconnects``: ``float`` = seconds after the first event's
+    publish_time (log time, before ``speed`` compression), or an aware UTC ``datetime``; see
+    :meth:`join_ms`. A reconnect re-registers the existing session (reference §6.1, §7.3): it
+    triggers an auto-scale evaluation but no rebalance and does not change the consumer count;
+    it must lie strictly after ``join`` and before ``leave``. ``reconnects`` is left out of the
+    serialized config when empty (so configurations without it keep their fingerprint).
     """
 
     name: NonEmptyStr | None = None
@@ -533,6 +538,7 @@ class ConsumerConfig(_Model):
     name_prefix: str | None = Field(default=None, exclude=True)
     join: JoinTime = 0.0
     leave: LeaveTime = None
+    reconnects: list[ReconnectTime] = []
     capacity_msg_per_s: PositiveFloat | None = None
     ack_delay_ms: NonNegativeInt = 0
 
@@ -549,7 +555,22 @@ class ConsumerConfig(_Model):
             if self.leave <= self.join:  # type: ignore[operator]
                 raise ValueError(f"leave ({_show(self.leave)}) must be after join "
                                  f"({_show(self.join)})")
+        for r in self.reconnects:
+            if type(r) is type(self.join) and r <= self.join:  # type: ignore[operator]
+                raise ValueError(f"reconnect ({_show(r)}) must be after join "
+                                 f"({_show(self.join)})")
+            if (self.leave is not None and type(r) is type(self.leave)
+                    and r >= self.leave):  # type: ignore[operator]
+                raise ValueError(f"reconnect ({_show(r)}) must be before leave "
+                                 f"({_show(self.leave)})")
         return self
+
+    @model_serializer(mode="wrap")
+    def _drop_no_reconnects(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if not self.reconnects:
+            out.pop("reconnects", None)
+        return out
 
     def join_ms(self, first_event_ms: int) -> int:
         """Join time as epoch ms, given the first event's publish_time (epoch ms, log time)."""
@@ -559,17 +580,36 @@ class ConsumerConfig(_Model):
         """Leave time as epoch ms (``None`` = never leaves)."""
         return None if self.leave is None else _time_point_ms(self.leave, first_event_ms)
 
+    def reconnects_ms(self, first_event_ms: int) -> list[int]:
+        """Reconnect times as epoch ms, ascending (duplicates kept once)."""
+        return sorted({_time_point_ms(r, first_event_ms) for r in self.reconnects})
+
 
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
 class SubscriptionConfig(_Model):
-    """One subscription: name, type and its consumers (``count`` entries already expanded)."""
+    """One subscription: name, type and its consumers (``count`` entries already expanded).
+
+    ``grouped`` (CHECKPOINT only; default ``true``): ``false`` declares checkpoint consumers
+    created without a consumer group (reference §7.3): they do not register with the
+    coordinator, do not count for the auto-scaler's consumer count, trigger no evaluation, and
+    each reads every segment on its own. ``grouped`` is left out of the serialized config when
+    ``true``.
+    """
 
     name: NonEmptyStr
     type: Annotated[SubscriptionType, BeforeValidator(_lower)] = "stream"
+    grouped: bool = True
     consumers: list[ConsumerConfig] = []
+
+    @model_serializer(mode="wrap")
+    def _drop_grouped(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        out: dict[str, Any] = handler(self)
+        if self.grouped:
+            out.pop("grouped", None)
+        return out
 
     @field_validator("consumers")
     @classmethod
@@ -591,6 +631,9 @@ class SubscriptionConfig(_Model):
         dups = sorted({n for n in names if names.count(n) > 1 and n is not None})
         if dups:
             raise ValueError(f"duplicate consumer name(s): {', '.join(dups)}")
+        if not self.grouped and self.type != "checkpoint":
+            raise ValueError(f"grouped: false is only valid for a checkpoint subscription, not "
+                             f"a {self.type} one")
         return self
 
     def consumer_names(self) -> list[str]:

@@ -156,7 +156,8 @@ DISPATCH = pa.schema([
     _f("ack_time", TS, True),
     _f("redeliveries", pa.int64()),
 ])
-"""dispatch — one entry x subscription. ``publish_time`` is the entry's; null
+"""dispatch — one entry x subscription (each consumer of an ungrouped checkpoint subscription
+reads every entry as subscription ``<name>/<consumer>``). ``publish_time`` is the entry's; null
 ``consumer_name`` / ``dispatch_time`` / ``ack_time`` = still in the backlog at end of input;
 ``redeliveries`` counts earlier deliveries lost because their consumer left before acking."""
 

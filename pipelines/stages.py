@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipelines.config import ReplayConfig
+from pipelines.config import ConfigError, ReplayConfig
 from pipelines.core.batching import (
     BatchingConfig,
     BatchingMode,
@@ -95,22 +95,37 @@ class StageSettings:
     @classmethod
     def from_config(cls, cfg: ReplayConfig, first_event_ms: int | None) -> StageSettings:
         """``first_event_ms`` is the emulated time of the first message (consumer join offsets
-        count from it, in log time)."""
+        count from it, in log time).
+
+        A consumer's reconnects must lie after its join and before its leave in log time (a
+        seconds offset against a timestamp is checked here, once the first event is known:
+        :class:`~pipelines.config.ConfigError` otherwise). A reconnect that lands on the join
+        or leave millisecond of the emulated clock (``speed`` compression) merges into it."""
         speed = cfg.replay.speed
         first_log_ms = int((first_event_ms or 0) * speed)
         subs, caps = [], {}
-        for sub in cfg.subscriptions:
+        for i, sub in enumerate(cfg.subscriptions):
             consumers = []
-            for c in sub.consumers:
-                leave = c.leave_ms(first_log_ms)
+            for j, c in enumerate(sub.consumers):
+                join, leave = c.join_ms(first_log_ms), c.leave_ms(first_log_ms)
+                reconnects = c.reconnects_ms(first_log_ms)
+                bad = [r for r in reconnects if r <= join or (leave is not None and r >= leave)]
+                if bad:
+                    raise ConfigError([f"subscriptions.{i}.consumers.{j}: every reconnect must "
+                                       f"lie after join and before leave (a reconnect at "
+                                       f"{bad[0] - first_log_ms} ms after the first event "
+                                       f"does not)"])
+                e_join = int(join / speed)
+                e_leave = None if leave is None else int(leave / speed)
                 consumers.append(ConsumerSpec(
-                    str(c.name), int(c.join_ms(first_log_ms) / speed),
-                    None if leave is None else int(leave / speed)))
+                    str(c.name), e_join, e_leave,
+                    tuple(sorted({e for e in (int(r / speed) for r in reconnects)
+                                  if e > e_join and (e_leave is None or e < e_leave)}))))
                 caps[(sub.name, str(c.name))] = (
                     None if c.capacity_msg_per_s is None else c.capacity_msg_per_s * speed,
                     int(c.ack_delay_ms / speed))
             subs.append(SubscriptionSpec(sub.name, SubscriptionType(str(sub.type).lower()),
-                                         tuple(consumers)))
+                                         tuple(consumers), sub.grouped))
         return cls(cfg, speed, tuple(subs), caps)
 
     def controller_settings(self, topic: str) -> ControllerSettings:
@@ -480,9 +495,12 @@ def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame
 
 
 def new_dispatchers(settings: StageSettings) -> list[Any]:
-    """One ``SubscriptionDispatcher`` per configured subscription."""
+    """One ``SubscriptionDispatcher`` per configured subscription; an ungrouped CHECKPOINT
+    subscription gets one per consumer instead (each reads every segment through a cursor of
+    its own, reference §7.3), named :func:`~pipelines.core.dispatch.reader_subscription`.
+    Reconnects are not dispatch events (the session never left, see ``ConsumerSpec``)."""
     from pipelines.core.dispatch import ConsumerSpec as DConsumer
-    from pipelines.core.dispatch import SubscriptionDispatcher
+    from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 
     out = []
     for sub in settings.subscriptions:
@@ -490,8 +508,13 @@ def new_dispatchers(settings: StageSettings) -> list[Any]:
         for c in sub.consumers:
             cap, ack = settings.capacities.get((sub.name, c.name), (None, 0))
             consumers.append(DConsumer(c.name, c.join_ms, c.leave_ms, cap, ack))
-        out.append(SubscriptionDispatcher(sub.name, sub.type.value, consumers,
-                                          settings.consumer_window_ms))
+        if sub.grouped:
+            out.append(SubscriptionDispatcher(sub.name, sub.type.value, consumers,
+                                              settings.consumer_window_ms))
+        else:
+            out.extend(SubscriptionDispatcher(reader_subscription(sub.name, c.name),
+                                              sub.type.value, [c], settings.consumer_window_ms)
+                       for c in consumers)
     return out
 
 

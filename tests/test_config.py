@@ -436,6 +436,69 @@ def test_invalid_join_or_leave_is_error(sets: list[str], expected: str) -> None:
     assert _problems(sets=sets) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("reconnects", "expected_ms"),
+    [
+        ("[]", []),
+        ("[10, 2.5]", [FIRST_EVENT_MS + 2_500, FIRST_EVENT_MS + 10_000]),
+        ("['2010-12-01T08:00:30Z']", [FIRST_EVENT_MS + 30_000]),
+    ],
+    ids=["none", "offsets-sorted", "timestamp"],
+)
+def test_reconnects_are_seconds_offsets_or_timestamps(reconnects: str,
+                                                      expected_ms: list[int]) -> None:
+    cfg = load_config(None, [f"subscriptions.0.consumers.0.reconnects={reconnects}"])
+    assert cfg.subscriptions[0].consumers[0].reconnects_ms(FIRST_EVENT_MS) == expected_ms
+
+
+@pytest.mark.parametrize(
+    ("sets", "expected"),
+    [
+        (["subscriptions.0.consumers.0.join=10", "subscriptions.0.consumers.0.reconnects=[10]"],
+         "subscriptions.0.consumers.0: reconnect (10 s) must be after join (10 s)"),
+        (["subscriptions.0.consumers.0.leave=30",
+          "subscriptions.0.consumers.0.reconnects=[5, 31]"],
+         "subscriptions.0.consumers.0: reconnect (31 s) must be before leave (30 s)"),
+        (["subscriptions.0.consumers.0.reconnects=[-1]"],
+         "subscriptions.0.consumers.0.reconnects.0: seconds offset must be >= 0, got -1"),
+        (["subscriptions.0.consumers.0.reconnects=5"],
+         "subscriptions.0.consumers.0.reconnects: must be a valid list, got 5"),
+    ],
+    ids=["at-join", "after-leave", "negative", "not-a-list"],
+)
+def test_invalid_reconnect_is_error(sets: list[str], expected: str) -> None:
+    assert _problems(sets=sets) == [expected]
+
+
+def test_reconnects_and_grouped_serialize_only_when_set() -> None:
+    plain = load_config(None, [])
+    cfg = load_config(None, ["subscriptions.0.type=checkpoint", "subscriptions.0.grouped=false",
+                             "subscriptions.0.consumers.0.reconnects=[5]"])
+    sub = cfg.to_dict()["subscriptions"][0]
+    assert (sub["grouped"], sub["consumers"][0]["reconnects"]) == (False, [5.0])
+    assert "grouped" not in plain.to_dict()["subscriptions"][0]
+    assert "reconnects" not in plain.to_dict()["subscriptions"][0]["consumers"][0]
+    assert parse_config(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("sub_type", "problems"),
+    [
+        ("checkpoint", []),
+        ("stream", ["subscriptions.0: grouped: false is only valid for a checkpoint "
+                    "subscription, not a stream one"]),
+        ("queue", ["subscriptions.0: grouped: false is only valid for a checkpoint "
+                   "subscription, not a queue one"]),
+    ],
+)
+def test_ungrouped_is_checkpoint_only(sub_type: str, problems: list[str]) -> None:
+    sets = [f"subscriptions.0.type={sub_type}", "subscriptions.0.grouped=false"]
+    if problems:
+        assert _problems(sets=sets) == problems
+    else:
+        assert load_config(None, sets).subscriptions[0].grouped is False
+
+
 # ---- input / output / files --------------------------------------------------------------------
 
 

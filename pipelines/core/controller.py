@@ -8,9 +8,11 @@ what Pulsar's controller, load reporter and producers' segment routers do:
   with one counter per producer. Its bucket is ``bucket_of(splits, hash_b)`` (keyless → 0).
 - **Load samples** every ``load_report_interval_ms`` of ``rate_window_ms`` rolling rates, written
   through the 25 % material-change gate (§5).
-- **Evaluations** at every ``auto_scale_interval_ms`` tick, at each consumer registration and at
-  follow-ups after a split (``split_cooldown + 1 ms``) or rebucket (``rebucket_cooldown + 1 ms``);
-  triggers at the same instant coalesce into one evaluation (§4.7).
+- **Evaluations** at every ``auto_scale_interval_ms`` tick, at each consumer registration (a
+  join or a reconnect of a STREAM / grouped CHECKPOINT consumer; a leave does not evaluate,
+  reference §7.3) and at follow-ups after a split (``split_cooldown + 1 ms``) or rebucket
+  (``rebucket_cooldown + 1 ms``); triggers at the same instant coalesce into one evaluation
+  (§4.7).
 - **Cooldown clocks** are set to the evaluation time only when an operation succeeds.
 
 Event-time model (DESIGN): an evaluation at ``T`` uses data with ``event_ms < T``; the new layout
@@ -72,20 +74,61 @@ class Trigger(StrEnum):
 
 @dataclass(frozen=True)
 class ConsumerSpec:
-    """A consumer session: registers at ``join_ms``, disconnects at ``leave_ms`` (None = never).
+    """A consumer session: registers at ``join_ms``, disconnects at ``leave_ms`` (None = never),
+    and re-registers (reconnects) at each of ``reconnects_ms`` (event-time ms).
 
-    A disconnected session still counts for ``grace_ms`` (reference §6.1)."""
+    A disconnected session still counts for ``grace_ms`` (reference §6.1). A reconnect is a
+    register call for an existing name (§6.1, §7.3): it triggers an auto-scale evaluation, but
+    no rebalance, and the consumer count does not change. The replay assumes the connection
+    dropped and came back within the grace period, so the session never left. Each reconnect
+    must lie strictly between ``join_ms`` and ``leave_ms``; ``ValueError`` otherwise.
+    """
 
     name: str
     join_ms: int
     leave_ms: int | None = None
+    reconnects_ms: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        for r in self.reconnects_ms:
+            if r <= self.join_ms or (self.leave_ms is not None and r >= self.leave_ms):
+                raise ValueError(f"consumer {self.name}: reconnect at {r} ms must lie after its "
+                                 f"join ({self.join_ms} ms) and before its leave "
+                                 f"({self.leave_ms} ms)")
 
 
 @dataclass(frozen=True)
 class SubscriptionSpec:
+    """A subscription and its consumers.
+
+    ``grouped=False`` (CHECKPOINT only; ``ValueError`` otherwise): checkpoint consumers created
+    without a consumer group (reference §7.3, apache/pulsar PR #25622). They do not register with
+    the coordinator, are not counted for the consumer-count lane and trigger no evaluation; each
+    reads every segment through its own cursor, so each connected one adds to ``msg_rate_out``.
+    """
+
     name: str
     type: SubscriptionType
     consumers: tuple[ConsumerSpec, ...] = ()
+    grouped: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.grouped and self.type is not SubscriptionType.CHECKPOINT:
+            raise ValueError(f"subscription {self.name}: only a checkpoint subscription can be "
+                             f"ungrouped, not a {self.type.value} one")
+
+    @property
+    def registers(self) -> bool:
+        """Its consumers register with the coordinator (STREAM, grouped CHECKPOINT): they count
+        for the consumer-count lane and their registrations trigger evaluations."""
+        return self.type is not SubscriptionType.QUEUE and self.grouped
+
+    def registration_times(self) -> list[int]:
+        """Event-time ms of every register call (joins and reconnects), ascending, with
+        repeats; ``[]`` for a subscription whose consumers do not register."""
+        if not self.registers:
+            return []
+        return sorted(t for c in self.consumers for t in (c.join_ms, *c.reconnects_ms))
 
 
 @dataclass(frozen=True)
@@ -145,9 +188,8 @@ class TopicController:
         s = self.settings
         self.reporter = SegmentLoadReporter(s.rate_change_threshold)
         self.rolling = RollingRates(s.load_report_interval_ms, s.rate_window_ms)
-        joins = sorted({c.join_ms for sub in self.subscriptions for c in sub.consumers
-                        if sub.type is not SubscriptionType.QUEUE})
-        self._registrations = joins
+        self._registrations = sorted({t for sub in self.subscriptions
+                                      for t in sub.registration_times()})
 
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
@@ -216,21 +258,28 @@ class TopicController:
         return d, s
 
     def consumers_by_subscription(self, now_ms: int) -> dict[str, int]:
-        """Registered sessions per STREAM/CHECKPOINT subscription at ``now_ms`` (incl. those
-        disconnected within the grace period; QUEUE excluded, reference §4.1)."""
+        """Registered sessions per STREAM / grouped CHECKPOINT subscription at ``now_ms`` (incl.
+        those disconnected within the grace period, reference §4.1; a reconnect changes
+        nothing). QUEUE subscriptions and ungrouped CHECKPOINT ones are not keys (§4.1, §7.3)."""
         grace = self.settings.consumer_grace_ms
         return {
             sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
                           and (c.leave_ms is None or now_ms < c.leave_ms + grace))
-            for sub in self.subscriptions if sub.type is not SubscriptionType.QUEUE
+            for sub in self.subscriptions if sub.registers
         }
 
     def connected_subscriptions(self, now_ms: int) -> int:
-        """Subscriptions (any type) with at least one connected consumer at ``now_ms``."""
+        """Subscriptions on a segment topic with a connected consumer at ``now_ms``: one per
+        subscription (any type) with at least one connected consumer, except that every
+        connected consumer of an ungrouped CHECKPOINT subscription reads through a subscription
+        of its own and counts once (the fan-out of ``msg_rate_out``)."""
+        def connected(c: ConsumerSpec) -> bool:
+            return c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
+
         return sum(
-            1 for sub in self.subscriptions
-            if any(c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
-                   for c in sub.consumers))
+            sum(1 for c in sub.consumers if connected(c)) if not sub.grouped
+            else int(any(connected(c) for c in sub.consumers))
+            for sub in self.subscriptions)
 
     # ---- creation & routing ------------------------------------------------------------------
     def _create(self, t0: int) -> None:

@@ -126,6 +126,20 @@ from pipelines.core.layout import SegmentLayout
 DEFAULT_WINDOW_MS = 60_000
 """Default length of a ``consumer_load`` / ``window_stats`` window (ms)."""
 
+READER_SEPARATOR = "/"
+"""Joins an ungrouped CHECKPOINT subscription's name and a consumer's
+(:func:`reader_subscription`)."""
+
+
+def reader_subscription(subscription: str, consumer_name: str) -> str:
+    """Name under which one consumer of an ungrouped CHECKPOINT subscription is dispatched:
+    ``"<subscription>/<consumer>"``. Such a consumer has no consumer group (reference §7.3): it
+    reads every entry of every segment through its own cursor, so it is dispatched as a
+    single-consumer CHECKPOINT subscription of its own (sole owner of every segment, active and
+    sealed, no drain checker)."""
+    return f"{subscription}{READER_SEPARATOR}{consumer_name}"
+
+
 _PH_ACK = 0
 _PH_FREE = 1
 

@@ -3,7 +3,10 @@
 The reporter writes a segment's ``SegmentLoadStats`` only when any of the four rates changed
 materially against the **last value written** (not the previous sample); the store's
 modification time of that write is the sample's ``modified_at_ms``, which the evaluator's merge
-window measures from.
+window measures from. The reporter's baseline is a cache in front of the metadata store: after a
+cache miss (a new reporter, or :meth:`SegmentLoadReporter.forget`) it is re-seeded from the
+stored record, so a lost cache does not force a write (Pulsar's newest reporter; the PIP text
+said "always write first", reference §9.10).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from pipelines.core.policy import SegmentLoadSample
 
@@ -47,37 +51,92 @@ def is_material_change(last: Sequence[float] | SegmentLoadSample,
 
 
 @dataclass
+class LoadRecordStore:
+    """The metadata store's load records of one topic's segments (reference §5).
+
+    One record per segment (the four rates, no timestamp inside); a record's ``modified_at_ms``
+    is the store's modification time of its last write. Writing a bit-identical value is a
+    no-op (the modification time does not move). Records outlive a reporter's cache: they are
+    deleted only with the segment (prune, not emulated), so a sealed segment's last record stays.
+    """
+
+    _records: dict[int, SegmentLoadSample] = field(default_factory=dict)
+
+    def put(self, segment_id: int, rates: Sequence[float], now_ms: int) -> bool:
+        """Write ``rates`` (msg/s, B/s, msg/s, B/s) at ``now_ms``; ``False`` when the stored
+        value is already identical (no-op: modification time unchanged)."""
+        current = _as_rates(rates)
+        stored = self._records.get(segment_id)
+        if stored is not None and stored.rates == current:
+            return False
+        self._records[segment_id] = SegmentLoadSample(*current, modified_at_ms=now_ms)
+        return True
+
+    def get(self, segment_id: int) -> SegmentLoadSample | None:
+        """The stored record of ``segment_id`` (``None``: nothing stored)."""
+        return self._records.get(segment_id)
+
+    def delete(self, segment_id: int) -> None:
+        """Delete a segment's record (what a prune does; unknown ids are ignored)."""
+        self._records.pop(segment_id, None)
+
+    @property
+    def records(self) -> Mapping[int, SegmentLoadSample]:
+        """Every stored record by segment id (read-only view)."""
+        return MappingProxyType(self._records)
+
+
+@dataclass
 class SegmentLoadReporter:
     """Broker-side load reporter of one topic's segments (reference §5).
 
-    Keeps the last written record per segment; :meth:`report` applies the material-change gate
-    and returns whether the sample was written. Nothing written before ⇒ write.
+    Two levels, as in Pulsar: the metadata :class:`LoadRecordStore` (records, with their
+    modification time) and the reporter's per-segment cache of the baseline (the last value
+    written, or seeded from the store). :meth:`report` applies the material-change gate against
+    the baseline; on a cache miss the baseline is seeded from the stored record if one exists
+    (so after :meth:`forget` an unchanged or within-threshold rate writes nothing), and with
+    nothing stored the sample is written.
     """
 
     threshold: float = DEFAULT_RATE_CHANGE_THRESHOLD
-    _written: dict[int, SegmentLoadSample] = field(default_factory=dict)
+    store: LoadRecordStore = field(default_factory=LoadRecordStore)
+    _baseline: dict[int, Rates] = field(default_factory=dict)
 
     def report(self, segment_id: int, rates: Sequence[float], now_ms: int) -> bool:
-        """Offer a sample taken at ``now_ms`` (event-time ms); True when it was written."""
+        """Offer a sample taken at ``now_ms`` (event-time ms) of ``rates`` (msg/s, B/s, msg/s,
+        B/s); ``True`` when it was written to the store (its modification time is ``now_ms``)."""
         current = _as_rates(rates)
-        last = self._written.get(segment_id)
-        if last is not None and (last.rates == current
-                                 or not is_material_change(last, current, self.threshold)):
-            return False  # re-writing an identical value is a no-op at the store
-        self._written[segment_id] = SegmentLoadSample(*current, modified_at_ms=now_ms)
-        return True
+        baseline = self._baseline.get(segment_id)
+        if baseline is None:
+            stored = self.store.get(segment_id)
+            if stored is not None:  # cache miss: seed from the stored record
+                baseline = self._baseline[segment_id] = stored.rates
+        if baseline is not None and (baseline == current
+                                     or not is_material_change(baseline, current,
+                                                               self.threshold)):
+            return False
+        written = self.store.put(segment_id, current, now_ms)
+        self._baseline[segment_id] = current
+        return written
 
     def last_written(self, segment_id: int) -> SegmentLoadSample | None:
-        return self._written.get(segment_id)
+        """The stored record of ``segment_id`` (``None``: nothing stored)."""
+        return self.store.get(segment_id)
+
+    def baseline(self, segment_id: int) -> Rates | None:
+        """The cached baseline of ``segment_id`` (``None``: cache miss)."""
+        return self._baseline.get(segment_id)
 
     def forget(self, segment_id: int) -> None:
-        """Drop a segment's cached record (sealed/pruned segment, ownership loss)."""
-        self._written.pop(segment_id, None)
+        """Drop a segment's cached baseline (ownership loss; a sealed segment, which is never
+        reported again). The stored record stays: the next report re-seeds from it."""
+        self._baseline.pop(segment_id, None)
 
     @property
     def samples(self) -> Mapping[int, SegmentLoadSample]:
-        """Last written sample per segment: the evaluator's ``load_by_segment``."""
-        return self._written
+        """Stored record per segment: the evaluator's ``load_by_segment`` (it reads only the
+        active segments' records)."""
+        return self.store.records
 
 
 @dataclass

@@ -194,3 +194,114 @@ def test_segment_rows_classify_how_each_segment_was_created(mutate, created_by):
     rows = segment_rows(mutate(SegmentLayout.initial(1)))
     assert rows[0]["created_by"] == "initial"
     assert rows[-1]["created_by"] == created_by
+
+
+# ---- registrations (reference §7.3, §6.1, §4.1) -------------------------------------------
+
+CP, ST, QU = SubscriptionType.CHECKPOINT, SubscriptionType.STREAM, SubscriptionType.QUEUE
+
+
+def _first_decision(subs):
+    """100 msg/s (split threshold 50): from the 40 s sample on a split is due; the tick is
+    every 300 s, so only a registration can evaluate before 300 s."""
+    c = TopicController("t", ControllerSettings(policy=POLICY, auto_scale_interval_ms=300_000),
+                        subs)
+    ev, sh, hb = traffic(100, 0, 301_000)
+    run(c, ev, sh, hb)
+    d = c.take_outputs()[0][0]
+    return d["eval_time_ms"], d["trigger"], d["action"], d["reason"]
+
+
+@pytest.mark.parametrize(
+    ("subs", "expected"),
+    [
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0),)),),
+         (300_000, "tick", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, reconnects_ms=(45_000,)),)),),
+         (45_000, "consumer-registration", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0, reconnects_ms=(45_000,)),)),),
+         (45_000, "consumer-registration", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, 45_000),)),),
+         (300_000, "tick", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 45_000))),),
+         (45_000, "consumer-registration", "split", "consumer-count")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 45_000),)),),
+         (45_000, "consumer-registration", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 45_000),), grouped=False),),
+         (300_000, "tick", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 10_000, reconnects_ms=(45_000,)),),
+                           grouped=False),),
+         (300_000, "tick", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", QU, (ConsumerSpec("c0", 45_000),)),),
+         (300_000, "tick", "split", "msgRateIn")),
+    ],
+    ids=["no-registration", "stream-reconnect", "checkpoint-reconnect", "leave-does-not-evaluate",
+         "new-stream-consumer", "grouped-checkpoint-join", "ungrouped-checkpoint-join",
+         "ungrouped-checkpoint-reconnect", "queue-join"],
+)
+def test_every_registration_and_only_registrations_trigger_an_evaluation(subs, expected):
+    assert _first_decision(subs) == expected
+
+
+@pytest.mark.parametrize(
+    ("subs", "now_ms", "expected"),
+    [
+        # a reconnect keeps the session: the count does not change around it
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, reconnects_ms=(5_000,)),
+                                     ConsumerSpec("c1", 0))),), 4_999, {"s": 2}),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, reconnects_ms=(5_000,)),
+                                     ConsumerSpec("c1", 0))),), 5_000, {"s": 2}),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 0))),), 0,
+         {"s": 2}),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 0)),
+                           grouped=False),), 0, {}),
+        ((SubscriptionSpec("s", QU, (ConsumerSpec("c0", 0),)),), 0, {}),
+    ],
+    ids=["before-reconnect", "at-reconnect", "grouped-checkpoint", "ungrouped-checkpoint",
+         "queue"],
+)
+def test_consumer_count_counts_registered_sessions_only(subs, now_ms, expected):
+    c = TopicController("t", ControllerSettings(), subs)
+    assert c.consumers_by_subscription(now_ms) == expected
+
+
+@pytest.mark.parametrize(
+    ("subs", "expected"),
+    [
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 0))),), 1),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 0)),
+                           grouped=False),), 2),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 0, 1)),
+                           grouped=False),), 1),
+    ],
+    ids=["grouped-one-subscription", "ungrouped-one-per-reader", "ungrouped-connected-only"],
+)
+def test_fan_out_counts_each_ungrouped_checkpoint_reader(subs, expected):
+    assert TopicController("t", ControllerSettings(), subs).connected_subscriptions(1) == expected
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: ConsumerSpec("c0", 1_000, reconnects_ms=(1_000,)), "must lie after its join"),
+        (lambda: ConsumerSpec("c0", 0, 5_000, reconnects_ms=(5_000,)), "before its leave"),
+        (lambda: SubscriptionSpec("s", ST, grouped=False), "only a checkpoint subscription"),
+        (lambda: SubscriptionSpec("s", QU, grouped=False), "only a checkpoint subscription"),
+    ],
+    ids=["reconnect-at-join", "reconnect-at-leave", "ungrouped-stream", "ungrouped-queue"],
+)
+def test_invalid_reconnect_or_grouping_is_rejected(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
+
+
+def test_sealed_segment_loses_its_cached_baseline_but_keeps_its_stored_record():
+    c = TopicController("t", ControllerSettings(policy=POLICY))
+    ev, sh, hb = traffic(100, 0, 61_000)
+    run(c, ev, sh, hb)
+    assert sorted(c.layout.active_segments) == [1, 2]
+    assert c.reporter.baseline(0) is None  # forgotten at the seal
+    # its last write (50 s: 5000 msgs / 60 s; 100 msg/s at 60 s is within 25 %) stays in the
+    # store (no prune)
+    record = c.reporter.samples[0]
+    assert (record.modified_at_ms, record.msg_rate_in) == (50_000, pytest.approx(5000 / 60))
