@@ -67,8 +67,7 @@ def test_cluster_replay_ran_executors_on_both_workers(standalone_cluster, runs):
     executor_logs = sorted((standalone_cluster.root / "work").glob("worker-*/app-*/*/stderr"))
     assert {p.relative_to(standalone_cluster.root / "work").parts[0]
             for p in executor_logs} == {"worker-0", "worker-1"}
-    apps = standalone_cluster.status()["completedapps"]
-    assert [a["name"] for a in apps] == ["topic-replay"]
+    assert "topic-replay" in [a["name"] for a in standalone_cluster.status()["completedapps"]]
 
 
 @pytest.mark.spark
