@@ -84,12 +84,14 @@ class StandaloneCluster:
         env.update(SPARK_HOME=self.spark_home, SPARK_LOCAL_IP=LOOPBACK,
                    SPARK_LOCAL_HOSTNAME=LOOPBACK, SPARK_CONF_DIR=str(conf_dir),
                    SPARK_LOG_DIR=str(self.root / "logs"), SPARK_PID_DIR=str(self.root),
-                   SPARK_DAEMON_MEMORY=self.daemon_memory, PYSPARK_PYTHON=sys.executable,
+                   SPARK_DAEMON_MEMORY=self.daemon_memory,
+                   SPARK_DAEMON_JAVA_OPTS="-Dspark.port.maxRetries=0",
+                   PYSPARK_PYTHON=sys.executable,
                    PYSPARK_DRIVER_PYTHON=sys.executable)
         return env
 
     def _spawn(self, name: str, *args: str) -> None:
-        log = self.root / "logs" / f"{name}.log"
+        log = self.root / "logs" / f"{name}.{len(self.logs)}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("wb") as out:
             # spark-class execs the JVM: the pid is the daemon's; its own session, so that
@@ -112,33 +114,44 @@ class StandaloneCluster:
         except (OSError, ValueError):
             return 0
 
-    def start(self) -> StandaloneCluster:
-        """Start the master, then the workers; return once all are registered."""
-        try:
-            self.port, self.webui_port = free_port(), free_port()
-            self._spawn("master", self.MASTER_CLASS, "--host", LOOPBACK, "--port",
-                        str(self.port), "--webui-port", str(self.webui_port))
-            for i in range(self.workers):
-                work = self.root / "work" / f"worker-{i}"
-                work.mkdir(parents=True, exist_ok=True)
-                self._spawn(f"worker-{i}", self.WORKER_CLASS, "--host", LOOPBACK,
-                            "--port", str(free_port()), "--webui-port", str(free_port()),
-                            "--cores", str(self.cores), "--memory", self.memory,
-                            "--work-dir", str(work), self.master_url)
-            deadline = time.monotonic() + self.timeout_s
-            while self.alive_workers() < self.workers:
-                dead = [log.stem for p, log in zip(self.procs, self.logs, strict=True)
-                        if p.poll() is not None]
-                if dead or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"standalone cluster did not start ({self.alive_workers()} of "
-                        f"{self.workers} workers registered"
-                        f"{'; exited: ' + str(dead) if dead else ''}):\n{self.log_tails()}")
-                time.sleep(0.5)
-        except BaseException:
+    def start(self, attempts: int = 3) -> StandaloneCluster:
+        """Start the master, then the workers; return once all are registered. The master's
+        ports are chosen free, then bound without Spark's port retries (a port taken in
+        between makes it exit rather than move to another port): then everything is stopped
+        and started again on new ports, up to ``attempts`` times."""
+        for _ in range(attempts):
+            try:
+                if self._start_once():
+                    return self
+            except BaseException:
+                self.stop()
+                raise
             self.stop()
-            raise
-        return self
+        raise RuntimeError(f"standalone cluster did not start in {attempts} attempts:\n"
+                           f"{self.log_tails()}")
+
+    def _start_once(self) -> bool:
+        """One start; False when a daemon exited before every worker registered, and
+        ``RuntimeError`` when they are not all registered within ``timeout_s``."""
+        self.port, self.webui_port = free_port(), free_port()
+        self._spawn("master", self.MASTER_CLASS, "--host", LOOPBACK, "--port", str(self.port),
+                    "--webui-port", str(self.webui_port))
+        for i in range(self.workers):
+            work = self.root / "work" / f"worker-{i}"
+            work.mkdir(parents=True, exist_ok=True)
+            self._spawn(f"worker-{i}", self.WORKER_CLASS, "--host", LOOPBACK, "--port", "0",
+                        "--webui-port", "0", "--cores", str(self.cores), "--memory",
+                        self.memory, "--work-dir", str(work), self.master_url)
+        deadline = time.monotonic() + self.timeout_s
+        while self.alive_workers() < self.workers:
+            if any(p.poll() is not None for p in self.procs):
+                return False
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"standalone cluster: {self.alive_workers()} of {self.workers} workers "
+                    f"registered in {self.timeout_s:.0f} s:\n{self.log_tails()}")
+            time.sleep(0.5)
+        return True
 
     def log_tails(self, chars: int = 2000) -> str:
         """The last ``chars`` characters of each daemon's log."""
