@@ -32,7 +32,7 @@ test: $(STAMP) ## Run the test suite (fast tests; no slow marker)
 MEMORY_SIZES ?= 200000,1000000
 MEMORY_WINDOW ?= 100000
 
-test-slow: $(STAMP) ## Run the long tests only (crash/restart, multi-run determinism, memory)
+test-slow: $(STAMP) ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster)
 	TOPIC_REPLAY_MEMORY_SIZES=$(MEMORY_SIZES) TOPIC_REPLAY_MEMORY_WINDOW=$(MEMORY_WINDOW) \
 	  $(PY) -m pytest -m slow -q
 

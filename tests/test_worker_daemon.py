@@ -49,3 +49,18 @@ def test_the_daemon_is_ours_only_on_a_local_master(master: str | None, daemon: s
     from pipelines.spark_session import local_worker_conf
 
     assert local_worker_conf(master).get("spark.python.daemon.module") == daemon
+
+
+@pytest.mark.parametrize(("conf", "submitted", "python"), [
+    ({}, None, sys.executable),                                       # the driver's own
+    ({"spark.pyspark.python": "./env/bin/python"}, None, "./env/bin/python"),   # the caller's
+    ({}, "./environment/bin/python", "./environment/bin/python"),     # spark-submit --conf
+    ({"spark.pyspark.python": "/a/python"}, "/b/python", "/a/python"),  # the caller's first
+])
+def test_worker_python_is_the_driver_interpreter_unless_one_is_configured(
+        conf: dict[str, str], submitted: str | None, python: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipelines.spark_session import worker_python
+
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")  # an environment's: not a choice
+    assert worker_python(conf, submitted) == python
