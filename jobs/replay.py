@@ -115,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
                      what: str = "") -> tuple[Any, Any]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
-    ``extra_sets``) and the input spec of the preset; ``UsageError`` (prefixed by ``what``) on
-    any problem. No Spark."""
+    ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
+    CSV header or Parquet schema (``pipelines.input_check``); ``UsageError`` (prefixed by
+    ``what``) on any problem. No Spark."""
     from pipelines.config import ConfigError, load_config
+    from pipelines.input_check import InputColumnError, check_columns
     from pipelines.presets import get_preset
 
     for path in args.input:
@@ -134,7 +136,12 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         spec = get_preset(preset)
     except ValueError as exc:
         raise UsageError(what + str(exc)) from None
-    return cfg, _input_spec(spec, cfg, args.input)
+    spec = _input_spec(spec, cfg, args.input)
+    try:  # a mapped column the CSV header / Parquet schema lacks: before Spark starts
+        check_columns(spec, args.input)
+    except InputColumnError as exc:
+        raise UsageError(what + str(exc)) from None
+    return cfg, spec
 
 
 def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) -> int:
@@ -217,6 +224,7 @@ def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
         changes["format"] = fmt
     if cfg.input.columns:
         changes["columns"] = {**spec.columns, **cfg.input.columns}
+        changes["strict_columns"] = tuple(cfg.input.columns)
     if cfg.input.defaults.topic is not None:
         changes["topic"] = cfg.input.defaults.topic
     if spec.preset == "contract":
