@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--master", default=None, help="Spark master (default: local[*])")
         r.add_argument("--shuffle-partitions", type=int, default=8,
                        help="spark.sql.shuffle.partitions (default 8)")
+        r.add_argument("--verbose", action="store_true",
+                       help="also show Spark's own log on the console (default: only "
+                            "topic-replay's lines; Spark's log goes to DIR/_work/spark.log; "
+                            "config key console.spark_log)")
     s = sub.add_parser("summary", help="print the run summary from the tables")
     s.add_argument("--output", required=True, metavar="DIR")
     s.add_argument("--run-id", default=None)
@@ -189,7 +193,8 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
     # each other; in a log its carriage-return updates are noise).
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
-                          extra_conf={"spark.ui.showConsoleProgress": "false"})
+                          extra_conf={"spark.ui.showConsoleProgress": "false"},
+                          spark_log=_spark_log(args, cfg.console.spark_log))
     spec = resolve_input_spec(spec, spark, args.input)
     replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
     if not stream:
@@ -212,6 +217,14 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     print(f"stopped; tables under {args.output} are current up to batch "
           f"{replay.state.batch_id}")
     return 0
+
+
+def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
+    """Where Spark's own log goes: ``None`` (the console) with ``--verbose`` or
+    ``console.spark_log: true`` (``shown``), else ``<output>/_work/spark.log``."""
+    if args.verbose or shown:
+        return None
+    return str(Path(args.output) / "_work" / "spark.log")
 
 
 def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
@@ -377,7 +390,9 @@ def _compare(args: argparse.Namespace) -> int:
     from pipelines.spark_session import build_session
 
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
-                          extra_conf={"spark.ui.showConsoleProgress": "false"})
+                          extra_conf={"spark.ui.showConsoleProgress": "false"},
+                          spark_log=_spark_log(args, any(p.config.console.spark_log
+                                                         for p in prepared)))
     table = replay_scenarios(spark, prepared, args.input, args.output,
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))

@@ -658,6 +658,13 @@ class OutputSection(_Model):
         return self.validate_
 
 
+class ConsoleSection(_Model):
+    """``console``: what the commands print. Not part of a run's identity
+    (:func:`run_identity`): a restart may change it."""
+
+    spark_log: bool
+
+
 class ReplayConfig(_Model):
     """A validated replay configuration (every section typed; see ``conf/default.yaml``)."""
 
@@ -668,6 +675,7 @@ class ReplayConfig(_Model):
     subscriptions: list[SubscriptionConfig]
     input: InputSection
     output: OutputSection
+    console: ConsoleSection
 
     @field_validator("subscriptions")
     @classmethod
@@ -707,6 +715,16 @@ class ReplayConfig(_Model):
     def fingerprint(self) -> str:
         """sha256 (hex) of :meth:`to_json`: equal iff the configurations are equal."""
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+
+NOT_IDENTITY_SECTIONS: tuple[str, ...] = ("console",)
+"""Config sections that do not change a run's results (a restart may change them)."""
+
+
+def run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config dict (:meth:`ReplayConfig.to_dict`, or the JSON stored in ``runs``) without
+    :data:`NOT_IDENTITY_SECTIONS`: what must be equal for two replays to be the same run."""
+    return {k: v for k, v in config.items() if k not in NOT_IDENTITY_SECTIONS}
 
 
 # ---- error rendering ---------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines import stages
-from pipelines.config import ReplayConfig
+from pipelines.config import ReplayConfig, run_identity
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import (
     LATE,
@@ -115,10 +115,11 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     """
     store = DeltaStore(output, engine="delta-rs", spark=None)
     problems = [f"table {p}" for p in store.schema_problems()]
-    want = {"config": config.to_dict(), "preset": preset}
+    want = {"config": run_identity(config.to_dict()), "preset": preset}
     manifest = Path(output) / "_work" / run_id / MANIFEST
     if manifest.is_file():
         have = json.loads(manifest.read_text(encoding="utf-8"))
+        have["config"] = run_identity(have.get("config", {}))
         changed = _config_diff(have, want)
         if changed:
             problems.append(f"run {run_id} was started with a different configuration "
@@ -126,9 +127,9 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
                             f"{', …' if len(changed) > 6 else ''})")
     if not problems:  # the runs table (if any) is readable
         runs = store.read("runs", run_id=run_id)
-        configs = set(runs["config"]) if len(runs) else set()
-        if configs and configs != {config.to_json()}:
-            changed = _config_diff(json.loads(sorted(configs)[0]), config.to_dict())
+        configs = [run_identity(json.loads(c)) for c in set(runs["config"])] if len(runs) else []
+        if any(c != want["config"] for c in configs):
+            changed = _config_diff(configs[0], want["config"])
             problems.append(f"run {run_id} already finished with a different configuration "
                             f"(differs in {', '.join(changed[:6]) or 'config'})")
     if problems:
