@@ -96,12 +96,12 @@ OUTPUT_TABLES: tuple[str, ...] = (
     "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains", "quarantine",
     "runs", "validations",
 )
-"""Every output table, in canonical order (DESIGN "Output tables")."""
+"""Every output table, in canonical order (docs/tables.md)."""
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "topic", "key", "publish_time", "payload_size", "producer_name", "sequence_id",
 )
-"""Columns of the input contract (DESIGN "Input contract")."""
+"""Columns of the input contract (docs/design.md, "Input contract")."""
 
 BROKER_ONLY_POLICY_FIELDS: tuple[str, ...] = ("max_buckets_per_segment",)
 """Policy fields that namespace / topic overrides cannot carry (reference §4.2)."""

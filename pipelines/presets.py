@@ -1,6 +1,6 @@
 """Input specs and presets: how a message log's records map onto the input contract.
 
-The input contract (DESIGN, "Input contract") has the columns ``topic``, ``key``,
+The input contract (docs/design.md, "Input contract") has the columns ``topic``, ``key``,
 ``publish_time``, ``payload_size``, ``producer_name`` and ``sequence_id``. An :class:`InputSpec`
 says how to read one kind of file and how to compute each contract column from it:
 
@@ -38,7 +38,7 @@ CONTRACT_COLUMNS: tuple[str, ...] = (
     "producer_name",
     "sequence_id",
 )
-"""Columns of the input contract, in the order of DESIGN's table."""
+"""Columns of the input contract, in the order of docs/design.md's table."""
 
 FORMATS: tuple[str, ...] = ("csv", "json", "parquet", "text")
 """Supported input formats (gzip-compressed ``.gz`` files are read transparently)."""

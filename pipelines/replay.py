@@ -1,6 +1,6 @@
 """The replay: a Structured Streaming query whose micro-batches drive the emulation stages.
 
-Shape (DESIGN "Shape of the pipeline"), per micro-batch ``k``:
+Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 
 1. ingest: parse, validate and hash the new raw records (``pipelines.ingest``); rejected records
    → ``quarantine``; accepted ones are staged as Parquet under

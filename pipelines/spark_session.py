@@ -3,8 +3,8 @@
 ``build_session`` applies the settings every stage relies on:
 
 - Python workers run the driver's interpreter (``PYSPARK_PYTHON`` and ``spark.pyspark.python`` =
-  ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (DESIGN,
-  "Environment facts").
+  ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (docs/design.md,
+  "Environment").
 - Session time zone UTC (every output timestamp is UTC) and Arrow enabled for pandas conversion.
 - A local master's Python workers import the installed pyspark, not ``$SPARK_HOME``'s zips
   (:func:`local_worker_conf`).
