@@ -26,8 +26,8 @@ def test_tables_doc_lists_every_column_of(table):
     assert re.findall(r"^\| `(\w+)` \|", section, flags=re.M) == TABLES[table].names
 
 
-def test_readme_is_under_12_kb():
-    assert len((ROOT / "README.md").read_bytes()) <= 12 * 1024
+def test_readme_is_under_15_kb():
+    assert len((ROOT / "README.md").read_bytes()) < 15_000
 
 
 def test_code_cites_docs_design_not_an_outside_design_file():
