@@ -7,22 +7,24 @@ STAMP := $(VENV)/.installed
 OUT ?= out/sample
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-slow test-dags lint bench clean
+.PHONY: help setup run test test-slow test-dags lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 setup: $(STAMP) ## Create .venv and install the project (editable, with dev extras); idempotent
 
+# Quiet: one line of ours, then only what pip reports as a problem.
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(PY) -m pip install -q -e '.[java]'
-	touch $(STAMP)
+	@echo "setup: installing topic-replay and its dependencies into $(VENV)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@$(PY) -m pip install -q -e '.[dev]'
+	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(PY) -m pip install -q -e '.[java]'
+	@touch $(STAMP)
 
 run: $(STAMP) ## Replay data/sample under conf/sample.yaml into $(OUT) and print the summary
-	$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
+	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
 test: $(STAMP) ## Run the test suite (fast tests; no slow marker)
 	$(PY) -m pytest -m "not slow" -q
@@ -53,6 +55,9 @@ test-dags: $(AIRFLOW_STAMP) ## DAG-integrity test in its own Airflow venv (.venv
 lint: $(STAMP) ## ruff on everything, mypy on the emulation core
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pipelines/core
+
+docs: $(STAMP) ## Regenerate docs/tables.md from pipelines/schemas.py (a test checks it is current)
+	$(PY) docs/gen_tables.py
 
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_SIZES ?= 1000000,10000000

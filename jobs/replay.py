@@ -56,6 +56,10 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--master", default=None, help="Spark master (default: local[*])")
         r.add_argument("--shuffle-partitions", type=int, default=8,
                        help="spark.sql.shuffle.partitions (default 8)")
+        r.add_argument("--verbose", action="store_true",
+                       help="also show Spark's own log on the console (default: only "
+                            "topic-replay's lines; Spark's log goes to DIR/_work/spark.log; "
+                            "config key console.spark_log)")
     s = sub.add_parser("summary", help="print the run summary from the tables")
     s.add_argument("--output", required=True, metavar="DIR")
     s.add_argument("--run-id", default=None)
@@ -115,9 +119,11 @@ def main(argv: list[str] | None = None) -> int:
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
                      what: str = "") -> tuple[Any, Any]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
-    ``extra_sets``) and the input spec of the preset; ``UsageError`` (prefixed by ``what``) on
-    any problem. No Spark."""
+    ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
+    CSV header or Parquet schema (``pipelines.input_check``); ``UsageError`` (prefixed by
+    ``what``) on any problem. No Spark."""
     from pipelines.config import ConfigError, load_config
+    from pipelines.input_check import InputColumnError, check_columns
     from pipelines.presets import get_preset
 
     for path in args.input:
@@ -134,7 +140,12 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         spec = get_preset(preset)
     except ValueError as exc:
         raise UsageError(what + str(exc)) from None
-    return cfg, _input_spec(spec, cfg, args.input)
+    spec = _input_spec(spec, cfg, args.input)
+    try:  # a mapped column the CSV header / Parquet schema lacks: before Spark starts
+        check_columns(spec, args.input)
+    except InputColumnError as exc:
+        raise UsageError(what + str(exc)) from None
+    return cfg, spec
 
 
 def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) -> int:
@@ -182,7 +193,8 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
     # each other; in a log its carriage-return updates are noise).
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
-                          extra_conf={"spark.ui.showConsoleProgress": "false"})
+                          extra_conf={"spark.ui.showConsoleProgress": "false"},
+                          spark_log=_spark_log(args, cfg.console.spark_log))
     spec = resolve_input_spec(spec, spark, args.input)
     replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
     if not stream:
@@ -207,6 +219,14 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     return 0
 
 
+def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
+    """Where Spark's own log goes: ``None`` (the console) with ``--verbose`` or
+    ``console.spark_log: true`` (``shown``), else ``<output>/_work/spark.log``."""
+    if args.verbose or shown:
+        return None
+    return str(Path(args.output) / "_work" / "spark.log")
+
+
 def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
     """Apply the config's input section (format, columns, defaults) and speed to a preset."""
     changes: dict[str, Any] = {"speed": cfg.replay.speed}
@@ -217,6 +237,7 @@ def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
         changes["format"] = fmt
     if cfg.input.columns:
         changes["columns"] = {**spec.columns, **cfg.input.columns}
+        changes["strict_columns"] = tuple(cfg.input.columns)
     if cfg.input.defaults.topic is not None:
         changes["topic"] = cfg.input.defaults.topic
     if spec.preset == "contract":
@@ -375,7 +396,9 @@ def _compare(args: argparse.Namespace) -> int:
     from pipelines.spark_session import build_session
 
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
-                          extra_conf={"spark.ui.showConsoleProgress": "false"})
+                          extra_conf={"spark.ui.showConsoleProgress": "false"},
+                          spark_log=_spark_log(args, any(p.config.console.spark_log
+                                                         for p in prepared)))
     table = replay_scenarios(spark, prepared, args.input, args.output,
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))

@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from pipelines.config import run_identity
 from pipelines.core.dispatch import reader_subscription
 from pipelines.delta_io import DeltaStore
 
@@ -425,7 +426,8 @@ def check_reuse(store: DeltaStore, prepared: PreparedScenario, inputs: Sequence[
     row = existing_run(store, prepared.scenario.name)
     if row is None:
         return False
-    same_config = json.loads(row["config"]) == json.loads(prepared.config.to_json())
+    same_config = (run_identity(json.loads(row["config"]))
+                   == run_identity(prepared.config.to_dict()))
     same_inputs = [str(p) for p in row["inputs"]] == [str(p) for p in inputs]
     if not (same_config and same_inputs):
         what = "config" if not same_config else "inputs"

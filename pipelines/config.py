@@ -96,12 +96,12 @@ OUTPUT_TABLES: tuple[str, ...] = (
     "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains", "quarantine",
     "runs", "validations",
 )
-"""Every output table, in canonical order (DESIGN "Output tables")."""
+"""Every output table, in canonical order (docs/tables.md)."""
 
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "topic", "key", "publish_time", "payload_size", "producer_name", "sequence_id",
 )
-"""Columns of the input contract (DESIGN "Input contract")."""
+"""Columns of the input contract (docs/design.md, "Input contract")."""
 
 BROKER_ONLY_POLICY_FIELDS: tuple[str, ...] = ("max_buckets_per_segment",)
 """Policy fields that namespace / topic overrides cannot carry (reference §4.2)."""
@@ -701,6 +701,13 @@ class OutputSection(_Model):
         return self.validate_
 
 
+class ConsoleSection(_Model):
+    """``console``: what the commands print. Not part of a run's identity
+    (:func:`run_identity`): a restart may change it."""
+
+    spark_log: bool
+
+
 class ReplayConfig(_Model):
     """A validated replay configuration (every section typed; see ``conf/default.yaml``)."""
 
@@ -711,6 +718,7 @@ class ReplayConfig(_Model):
     subscriptions: list[SubscriptionConfig]
     input: InputSection
     output: OutputSection
+    console: ConsoleSection
 
     @field_validator("subscriptions")
     @classmethod
@@ -750,6 +758,16 @@ class ReplayConfig(_Model):
     def fingerprint(self) -> str:
         """sha256 (hex) of :meth:`to_json`: equal iff the configurations are equal."""
         return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+
+NOT_IDENTITY_SECTIONS: tuple[str, ...] = ("console",)
+"""Config sections that do not change a run's results (a restart may change them)."""
+
+
+def run_identity(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config dict (:meth:`ReplayConfig.to_dict`, or the JSON stored in ``runs``) without
+    :data:`NOT_IDENTITY_SECTIONS`: what must be equal for two replays to be the same run."""
+    return {k: v for k, v in config.items() if k not in NOT_IDENTITY_SECTIONS}
 
 
 # ---- error rendering ---------------------------------------------------------------------------

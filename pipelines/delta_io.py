@@ -5,7 +5,7 @@ Two engines, same paths, same schemas (:mod:`pipelines.schemas`), same idempoten
 - ``delta-spark``: the native engine (``format("delta")``), used when the Delta Lake classes are
   on the session's classpath (a cluster, or ``--packages io.delta:delta-spark_2.13:4.1.0``).
 - ``delta-rs``: the ``deltalake`` Python package, writing from the driver. The default on
-  machines without the Delta jars (DESIGN, "Environment facts"). A Spark DataFrame is brought
+  machines without the Delta jars (docs/design.md, "Environment"). A Spark DataFrame is brought
   to the driver as Arrow (``DataFrame.toArrow()``) before it is written.
 
 Idempotent micro-batch commits

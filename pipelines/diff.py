@@ -1,9 +1,10 @@
 """Row differences between two runs' output tables (``topic-replay diff``).
 
-Two replays of the same log under the same config must give identical tables (DESIGN invariant
-5); two scenarios (different policies) give tables whose differences are the answer. Per table,
-:func:`diff_runs` counts the rows only in run A and only in run B, as *multisets*: a row present
-twice in A and once in B is one row only in A, so duplicates are differences too.
+Two replays of the same log under the same config must give identical tables
+(docs/design.md invariant 5); two scenarios (different policies) give tables whose differences
+are the answer. Per table, :func:`diff_runs` counts the rows only in run A and only in run B,
+as *multisets*: a row present twice in A and once in B is one row only in A, so duplicates are
+differences too.
 
 Compared columns: every column of the table except those in :data:`IGNORED_COLUMNS` — the
 ``run_id`` itself, the wall-clock columns of ``runs`` (``started_at``, ``ended_at``,

@@ -1,4 +1,4 @@
-"""Deterministic synthetic workload generator: message logs in the input contract (DESIGN.md).
+"""Deterministic synthetic workload generator: message logs in the input contract (docs/design.md).
 
 A :class:`WorkloadSpec` (YAML, see ``conf/workloads/sample.yaml``) describes topics, their
 producers, their message rate over time, their key distribution and their payload sizes;

@@ -101,6 +101,10 @@ e.g. a truncated gzip: the records before the break are processed, the rest is t
 (Later stages add :data:`LATE`: a record older than what the watermark already finalized.)
 """
 
+PRESENT_PREFIX = "present_"
+"""Prefix of :func:`parse_records`' observation metrics counting, per checked contract column
+of a JSON spec, the records whose mapped field has a value."""
+
 LATE = "late"
 """Quarantine reason added by the replay (not at ingest): the record is older than the horizon
 the watermark already finalized."""
@@ -571,7 +575,10 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     ``observation`` (static ``raw_df`` only): collects ``records`` (records parsed, header lines
     excluded) and ``quarantined`` (those with a reason) during the first action on ``accepted``
     or ``quarantine``, so a caller that writes ``accepted`` learns whether anything needs
-    quarantining without a second pass over the input. ``ValueError`` on a streaming ``raw_df``.
+    quarantining without a second pass over the input; for JSON also, per contract column ``c``
+    of ``spec.checked_sources()``, ``present_<c>``: the records whose mapped field has a value
+    (0 = the field is absent, or null, in every record). ``ValueError`` on a streaming
+    ``raw_df``.
     """
     if raw_df.isStreaming and observation is not None:
         raise ValueError("an observation needs a static DataFrame: call parse_records inside "
@@ -622,6 +629,9 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
                     else _blank(F.col("__m_payload_size").cast("string")))
     seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
 
+    # JSON has no schema up front: count the records that have each mapped field the user
+    # relies on (see observation below).
+    present = list(spec.checked_sources()) if spec.format == "json" else []
     checked = mapped.select(
         *flags,
         topic.alias("topic"),
@@ -635,6 +645,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         size_bad.alias("__size_bad"),
         size_missing.alias("__size_missing"),
         *[F.col(f"__o_{i}") for i in range(len(spread))],
+        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
     )
     m = F.col("__micros")
     reason = (
@@ -655,8 +666,10 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     )
     checked = checked.withColumn("__reason", reason)
     if observation is not None:
-        checked = checked.observe(observation, F.count(F.lit(1)).alias("records"),
-                                  F.count(F.col("__reason")).alias("quarantined"))
+        checked = checked.observe(
+            observation, F.count(F.lit(1)).alias("records"),
+            F.count(F.col("__reason")).alias("quarantined"),
+            *[F.count_if(F.col(f"__p_{c}")).alias(f"{PRESENT_PREFIX}{c}") for c in present])
 
     quarantine = checked.where(F.col("__reason").isNotNull()).select(
         F.col(_FILE).alias("source_file"),

@@ -793,7 +793,8 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     accepted, quarantine = read_local(input_spec, inputs, config.replay.max_files_per_trigger)
     for b, q in _groups(quarantine, ["batch_id"]):
         write("quarantine", q, int(b[0] if isinstance(b, tuple) else b))
-    counts.update(accepted=len(accepted), quarantined=len(quarantine), late=0)
+    counts.update(accepted=len(accepted), quarantined=len(quarantine), late=0,
+                  keyless=int(accepted["key"].isna().sum()))
     lap("ingest_hash")
     progress(f"local: accepted {len(accepted):,}, quarantined {len(quarantine):,}")
 

@@ -1,6 +1,6 @@
 """Input specs and presets: how a message log's records map onto the input contract.
 
-The input contract (DESIGN, "Input contract") has the columns ``topic``, ``key``,
+The input contract (docs/design.md, "Input contract") has the columns ``topic``, ``key``,
 ``publish_time``, ``payload_size``, ``producer_name`` and ``sequence_id``. An :class:`InputSpec`
 says how to read one kind of file and how to compute each contract column from it:
 
@@ -38,7 +38,7 @@ CONTRACT_COLUMNS: tuple[str, ...] = (
     "producer_name",
     "sequence_id",
 )
-"""Columns of the input contract, in the order of DESIGN's table."""
+"""Columns of the input contract, in the order of docs/design.md's table."""
 
 FORMATS: tuple[str, ...] = ("csv", "json", "parquet", "text")
 """Supported input formats (gzip-compressed ``.gz`` files are read transparently)."""
@@ -114,6 +114,8 @@ class InputSpec:
             ``x.csv.gz``). ``None`` reads every file.
         preset: name of the preset this spec came from (``custom`` otherwise).
         description: one line on what the spec is for.
+        strict_columns: contract columns the user mapped (``input.columns``): their source
+            column must exist, like the required ones' (see :meth:`checked_sources`).
     """
 
     format: str = "json"
@@ -132,6 +134,7 @@ class InputSpec:
     file_glob: str | None = None
     preset: str = "custom"
     description: str = ""
+    strict_columns: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "format", normalize_format(self.format))
@@ -147,6 +150,7 @@ class InputSpec:
             object.__setattr__(self, "csv_columns", tuple(self.csv_columns))
         object.__setattr__(self, "fields", tuple(self.fields))
         object.__setattr__(self, "spread_order", tuple(self.spread_order))
+        object.__setattr__(self, "strict_columns", tuple(self.strict_columns))
         if not float(self.speed) > 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
         object.__setattr__(self, "speed", float(self.speed))
@@ -166,6 +170,20 @@ class InputSpec:
             if is_identifier(value):
                 names.append(value)
         return tuple(dict.fromkeys(n for n in names if n not in ("raw_record", "source_file")))
+
+    def checked_sources(self) -> dict[str, str]:
+        """Contract column → source column for the mappings whose source column must exist:
+        the required columns (``publish_time``, ``payload_size``, and ``topic`` when there is
+        no constant topic) and :attr:`strict_columns`, when mapped to a bare identifier (an
+        expression is not checked; ``raw_record`` / ``source_file`` always exist). An optional
+        column a preset maps by default (``key``, ``producer_name``, ``sequence_id``) may be
+        absent: it reads as null. Order: :data:`CONTRACT_COLUMNS`."""
+        wanted = {"publish_time", "payload_size", *self.strict_columns}
+        if self.topic is None:
+            wanted.add("topic")
+        return {c: v for c in CONTRACT_COLUMNS
+                if c in wanted and (v := self.columns.get(c)) is not None
+                and is_identifier(v) and v not in ("raw_record", "source_file")}
 
     def replace(self, **changes: Any) -> InputSpec:
         """A copy with ``changes`` applied (validated again)."""

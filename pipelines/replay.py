@@ -1,6 +1,6 @@
 """The replay: a Structured Streaming query whose micro-batches drive the emulation stages.
 
-Shape (DESIGN "Shape of the pipeline"), per micro-batch ``k``:
+Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 
 1. ingest: parse, validate and hash the new raw records (``pipelines.ingest``); rejected records
    → ``quarantine``; accepted ones are staged as Parquet under
@@ -47,10 +47,11 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines import stages
-from pipelines.config import ReplayConfig
+from pipelines.config import ReplayConfig, run_identity
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import (
     LATE,
+    PRESENT_PREFIX,
     micro_batch_files,
     parse_records,
     read_raw_stream,
@@ -129,10 +130,11 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     check_output_path(output)
     store = DeltaStore(output, engine="delta-rs", spark=None)
     problems = [f"table {p}" for p in store.schema_problems()]
-    want = {"config": config.to_dict(), "preset": preset}
+    want = {"config": run_identity(config.to_dict()), "preset": preset}
     manifest = Path(output) / "_work" / run_id / MANIFEST
     if manifest.is_file():
         have = json.loads(manifest.read_text(encoding="utf-8"))
+        have["config"] = run_identity(have.get("config", {}))
         changed = _config_diff(have, want)
         if changed:
             problems.append(f"run {run_id} was started with a different configuration "
@@ -140,9 +142,9 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
                             f"{', …' if len(changed) > 6 else ''})")
     if not problems:  # the runs table (if any) is readable
         runs = store.read("runs", run_id=run_id)
-        configs = set(runs["config"]) if len(runs) else set()
-        if configs and configs != {config.to_json()}:
-            changed = _config_diff(json.loads(sorted(configs)[0]), config.to_dict())
+        configs = [run_identity(json.loads(c)) for c in set(runs["config"])] if len(runs) else []
+        if any(c != want["config"] for c in configs):
+            changed = _config_diff(configs[0], want["config"])
             problems.append(f"run {run_id} already finished with a different configuration "
                             f"(differs in {', '.join(changed[:6]) or 'config'})")
     if problems:
@@ -179,6 +181,11 @@ class ReplayState:
     dispatchers: dict[str, bytes] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     staged: dict[str, int] = field(default_factory=dict)  # topic → messages staged so far
+    # JSON: whether a micro-batch with records has been checked for absent mapped fields, and
+    # the (contract column, source field) pairs no record of it had (plain defaults: a state
+    # pickled by an older version reads them from the class).
+    fields_checked: bool = False
+    missing_fields: tuple[tuple[str, str], ...] = ()
 
     def add(self, name: str, n: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + int(n)
@@ -351,6 +358,9 @@ class Replay:
             self._stage(staged, batch_id)
         _fault(f"after_staging:{batch_id}")
         stats = self._staged_stats(batch_id)
+        self.state.add("keyless", _staged_keyless(self.staging, batch_id))
+        if not salvaged and not self.state.fields_checked:
+            self._check_fields(parsed, batch_id)
         # nothing to quarantine: skip the quarantine query (a second pass over the input)
         if late is None and not salvaged and _nothing_quarantined(parsed, stats["n"]):
             n_quarantined, n_late = 0, 0
@@ -394,6 +404,30 @@ class Replay:
             total_accepted=self.state.counts.get("accepted", 0),
             total_quarantined=self.state.counts.get("quarantined", 0),
             latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second
+
+    def _check_fields(self, parsed: Observation, batch_id: int) -> None:
+        """JSON only, on the first micro-batch with records: each mapped field of
+        ``input_spec.checked_sources()`` that no record has (absent or null in all of them:
+        ``parse_records``' ``present_<column>`` metrics) is reported on the console and kept in
+        ``state.missing_fields`` (the ``runs`` counts, the run summary). Such a field reads as
+        null: a typo in ``input.columns`` would otherwise make, e.g., every message keyless."""
+        sources = self.input_spec.checked_sources()
+        if self.input_spec.format != "json" or not sources:
+            self.state.fields_checked = True
+            return
+        try:
+            seen = parsed.get
+        except Exception:  # py4j: no metrics row (the plan lost the node); try the next batch
+            return
+        if not seen.get("records"):
+            return
+        self.state.fields_checked = True
+        missing = tuple((c, s) for c, s in sources.items()
+                        if seen.get(f"{PRESENT_PREFIX}{c}") == 0)
+        self.state.missing_fields = missing
+        for c, s in missing:
+            self.progress(f"batch {batch_id}: warning: no record has field {s!r} (mapped to "
+                          f"{c}); {c} is null for every message — check input.columns")
 
     def _quarantine(self, q: DataFrame, batch_id: int) -> tuple[int, int]:
         """Write micro-batch ``batch_id``'s quarantined records (``source_file``,
@@ -623,7 +657,10 @@ class Replay:
 
     # ---- runs & summary ------------------------------------------------------------------------
     def _write_runs(self, version: int) -> None:
-        row = runs_row(self.config, self.inputs, self.state.counts, self.store.engine,
+        counts: dict[str, Any] = dict(self.state.counts)
+        if self.state.missing_fields:
+            counts["missing_fields"] = dict(self.state.missing_fields)
+        row = runs_row(self.config, self.inputs, counts, self.store.engine,
                        self.started, {f"{k}_s": round(v, 3) for k, v in self.stage_s.items()})
         self.write("runs", pd.DataFrame([row]), version, replace=True)
 
@@ -653,12 +690,27 @@ def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
+def _staged_keyless(staging: str, batch_id: int) -> int:
+    """Keyless messages (null ``key``) staged by micro-batch ``batch_id``, from the staged
+    files' footer statistics (the column is read when a writer left none)."""
+    n = 0
+    for pf in stages._staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
+        col = pf.schema_arrow.get_field_index("key")
+        for i in range(pf.metadata.num_row_groups):
+            st = pf.metadata.row_group(i).column(col).statistics
+            if st is not None and st.has_null_count:
+                n += int(st.null_count)
+            else:
+                n += pf.read_row_group(i, columns=["key"]).column(0).null_count
+    return n
+
+
 def _staged_rows(path: Path) -> int:
     """Rows of a window's staged output of one kind (0 when the kind had none)."""
     return ds.dataset(str(path), format="parquet").count_rows() if path.is_dir() else 0
 
 
-def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, int], engine: str,
+def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any], engine: str,
              started: float, timings: dict[str, Any]) -> dict[str, Any]:
     """The ``runs`` row of a finished run (columns of ``pipelines.schemas.RUNS`` but
     ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
@@ -700,6 +752,8 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
         "accepted": counts.get("accepted", 0),
         "quarantined": counts.get("quarantined", 0),
         "late": counts.get("late", 0),
+        "keyless": counts.get("keyless"),  # None: a run written before it was counted
+        "missing_fields": counts.get("missing_fields", {}),
         "topics": len(per_topic),
         "splits": int((acted["action"] == "split").sum()) if len(acted) else 0,
         "merges": int((acted["action"] == "merge").sum()) if len(acted) else 0,
@@ -712,10 +766,24 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
     }
 
 
+def _keyless_line(summary: dict[str, Any]) -> str:
+    """``  keys      keyless 1,234 of 10,000 messages (12.3 %)`` (always shown: a mapping
+    mistake shows as a keyless share far from what the log should have)."""
+    keyless, accepted = summary.get("keyless"), summary["accepted"]
+    if keyless is None:
+        return "  keys      keyless share unknown (run written by an older version)"
+    share = f"{100 * keyless / accepted:.1f} %" if accepted else "-"
+    return f"  keys      keyless {keyless:,} of {accepted:,} messages ({share})"
+
+
 def format_summary(summary: dict[str, Any]) -> str:
+    """The run summary as printed by ``topic-replay run`` / ``summary`` (one line per fact)."""
     lines = [f"run {summary['run_id']}: {summary['status']}",
              f"  records   accepted {summary['accepted']:,}  quarantined "
              f"{summary['quarantined']:,} (late {summary['late']:,})",
+             _keyless_line(summary),
+             *[f"  warning   no record of the first micro-batch has field {s!r} (mapped to "
+               f"{c})" for c, s in sorted(summary.get("missing_fields", {}).items())],
              f"  autoscale splits {summary['splits']}  merges {summary['merges']}  rebuckets "
              f"{summary['rebuckets']}  suppressed {summary['suppressed']}",
              f"  entries   {summary['entries']:,}  (entries/message "

@@ -261,8 +261,10 @@ RUNS = pa.schema([
     _f("ended_at", TS, True),
     _f("timings", pa.string()),
 ])
-"""runs — one run. ``config``, ``counts`` (rows per table), ``versions`` (package versions) and
-``timings`` (seconds per stage) are JSON strings; ``ended_at`` is null while running."""
+"""runs — one run. ``config``, ``counts`` (records ``accepted`` / ``quarantined`` / ``late``,
+``keyless`` messages, ``entries``, … and, for JSON input, ``missing_fields``: mapped fields no
+record of the first micro-batch had), ``versions`` (package versions) and ``timings`` (seconds
+per stage) are JSON strings; ``ended_at`` is null while running."""
 
 VALIDATIONS = pa.schema([
     RUN_ID,

@@ -3,8 +3,8 @@
 ``build_session`` applies the settings every stage relies on:
 
 - Python workers run the driver's interpreter (``PYSPARK_PYTHON`` and ``spark.pyspark.python`` =
-  ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (DESIGN,
-  "Environment facts"). Unless an interpreter for the executors is configured on purpose:
+  ``sys.executable``); otherwise pandas UDFs fail with ``ModuleNotFoundError`` (docs/design.md,
+  "Environment"). Unless an interpreter for the executors is configured on purpose:
   ``spark.pyspark.python`` in ``extra_conf`` or given to ``spark-submit`` (a cluster's
   executors may have their own, e.g. an environment shipped with ``--archives``, where the
   driver's path does not exist) (:func:`worker_python`).
@@ -15,6 +15,9 @@
   --master``, ``spark.master`` in ``extra_conf``, ``MASTER``, ``PYSPARK_SUBMIT_ARGS`` or
   ``spark-defaults.conf``); ``local[*]`` only when nothing is configured.
 - Delta Lake native engine: enabled when the Delta classes are on the classpath.
+- A quiet console on request (``spark_log``): the driver JVM this function starts writes its
+  console output (Spark's log4j lines, JVM warnings, Python workers' stderr) to a file instead
+  of this process's stderr (:func:`launch_quiet_gateway`).
 
 How Delta is detected and enabled
 ---------------------------------
@@ -224,6 +227,30 @@ def worker_python(conf: Mapping[str, Any], submitted: str | None) -> str:
     return str(chosen) if chosen else sys.executable
 
 
+def launch_quiet_gateway(conf: SparkConf, log_path: str) -> None:
+    """Start the driver JVM with ``conf``, its stdout and stderr appended to ``log_path``
+    (folders created), and make it the gateway every later ``SparkContext`` uses.
+
+    pyspark's own launcher (``launch_gateway`` with ``popen_kwargs``): nothing else changes,
+    only where the JVM's console output goes — Spark's log4j console lines (its default
+    profile: WARN and above), the JVM's own warnings (``Using incubator modules``) and the
+    Python workers' stderr, which Spark copies to its own. Errors still reach the caller as
+    exceptions (a failed job's ``Py4JJavaError`` carries the Java stack trace). Raises
+    ``RuntimeError`` with the log's last lines when the JVM fails to start."""
+    from pyspark.java_gateway import launch_gateway
+
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as log:  # the child keeps its own descriptor
+        try:
+            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
+        except Exception as exc:
+            tail = path.read_text(errors="replace").strip().splitlines()[-20:]
+            raise RuntimeError(f"the Spark driver did not start ({exc}); the end of its log "
+                               f"{path}:\n" + "\n".join(tail)) from None
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
+
+
 DEFAULT_DRIVER_MEMORY = "2g"
 """``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
 
@@ -233,8 +260,14 @@ def build_session(
     master: str | None = None,
     shuffle_partitions: int | None = None,
     extra_conf: Mapping[str, Any] | None = None,
+    spark_log: str | None = None,
 ) -> SparkSession:
     """Create (or return the active) SparkSession configured for the pipeline.
+
+    ``spark_log``: a file for Spark's console output (its log, JVM warnings) instead of
+    stderr, so the console shows only the caller's lines (:func:`launch_quiet_gateway`; when
+    the JVM already runs, e.g. under ``spark-submit``, the log level becomes ``ERROR``
+    instead). ``None``: Spark logs to stderr as it does by default.
 
     ``extra_conf`` values win over the defaults set here (the Python interpreter of the
     executors: :func:`worker_python`). ``shuffle_partitions`` sets ``spark.sql.shuffle.partitions``.
@@ -293,6 +326,10 @@ def build_session(
 
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(settings.items()))
+    quiet_here = spark_log is not None and SparkContext._gateway is None and not os.environ.get(
+        "PYSPARK_GATEWAY_PORT")
+    if quiet_here:
+        launch_quiet_gateway(conf, str(spark_log))
     if "spark.sql.extensions" not in settings and _delta_classes_before_start(conf):
         settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
         settings.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG_CLASS)
@@ -300,4 +337,7 @@ def build_session(
     builder = SparkSession.builder.appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)
-    return builder.getOrCreate()
+    session = builder.getOrCreate()
+    if spark_log is not None and not quiet_here:  # a JVM we did not start: its level at least
+        session.sparkContext.setLogLevel("ERROR")
+    return session

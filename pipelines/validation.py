@@ -1,8 +1,8 @@
 """Data-quality checks of a run's tables with Great Expectations (``topic-replay validate``).
 
-One expectation suite per output table plus ``input_contract`` (DESIGN "Input contract", checked
-on the accepted records, i.e. the contract columns of ``messages``). Each suite is a list of GE
-1.x expectations (:func:`suites`) run on a pandas frame read with
+One expectation suite per output table plus ``input_contract`` (docs/design.md, "Input contract",
+checked on the accepted records, i.e. the contract columns of ``messages``). Each suite is a
+list of GE 1.x expectations (:func:`suites`) run on a pandas frame read with
 ``DeltaStore(...).read(table, run_id=...)`` through an ephemeral GE context; nothing is written
 to disk by GE itself.
 

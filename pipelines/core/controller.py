@@ -15,9 +15,10 @@ what Pulsar's controller, load reporter and producers' segment routers do:
   (§4.7).
 - **Cooldown clocks** are set to the evaluation time only when an operation succeeds.
 
-Event-time model (DESIGN): an evaluation at ``T`` uses data with ``event_ms < T``; the new layout
-applies to messages with ``event_ms >= T``. At one instant the order is: load sample, then
-evaluation. Samples and ticks are aligned to multiples of their interval on the event clock.
+Event-time model (docs/design.md): an evaluation at ``T`` uses data with ``event_ms < T``;
+the new layout applies to messages with ``event_ms >= T``. At one instant the order is: load
+sample, then evaluation. Samples and ticks are aligned to multiples of their interval on the
+event clock.
 
 Emulator refinements, documented here because Pulsar has no equivalent:
 - ``msg_rate_out``/``bytes_rate_out`` are modelled as the in-rates times the number of

@@ -1,4 +1,4 @@
-"""Bad input never stops a run and is never lost (issue #4; DESIGN invariant 2).
+"""Bad input never stops a run and is never lost (issue #4; docs/design.md invariant 2).
 
 A replay over a folder holding junk (malformed lines, wrong types, missing fields, negative sizes,
 bad or out-of-range timestamps, non-UTF-8 bytes, a 10 MB key, an empty file, a truncated gzip,

@@ -1,4 +1,4 @@
-"""Exactly-once across crashes (DESIGN invariant 6, issue #4).
+"""Exactly-once across crashes (docs/design.md invariant 6, issue #4).
 
 A replay runs as a subprocess (``python -m jobs.replay run …``) that SIGKILLs itself at a named
 fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.replay.FAULT_ENV``): during a micro-batch,

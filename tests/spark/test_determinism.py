@@ -1,5 +1,5 @@
-"""Determinism (DESIGN invariant 5, issue #4): the same input and config give identical tables
-whatever the micro-batch chunking (one micro-batch, one file per micro-batch, a small
+"""Determinism (docs/design.md invariant 5, issue #4): the same input and config give identical
+tables whatever the micro-batch chunking (one micro-batch, one file per micro-batch, a small
 ``maxBytesPerTrigger``), the shuffle partition count (1 vs 8), or a run split into two
 invocations (a streaming one over the first half of the files, then the rest). Compared with
 ``pipelines.diff`` (what ``topic-replay diff`` prints), every run in one output folder."""

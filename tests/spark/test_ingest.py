@@ -477,7 +477,10 @@ def test_parse_records_rejects_a_stream_when_the_spec_spreads_minutes(spark, tmp
 
 @pytest.mark.parametrize("name, lines, preset, expected", [
     ("a.json", [json.dumps({"topic": "t", "publish_time": 0, "payload_size": 0}),
-                BAD_RECORDS["missing_topic"]], "contract", {"records": 2, "quarantined": 1}),
+                BAD_RECORDS["missing_topic"]], "contract",
+     # JSON: per required mapped field, the records that have it (missing_topic has no topic)
+     {"records": 2, "quarantined": 1, "present_topic": 1, "present_publish_time": 2,
+      "present_payload_size": 2}),
     ("a.csv", [ONLINE_RETAIL_HEADER,  # the header line is not a record
                _retail("536365", "85123A", "2010-12-01 08:26:00", "17850.0")],
      "online-retail", {"records": 1, "quarantined": 0}),

@@ -1,4 +1,4 @@
-"""Late data in a streaming replay (issue #4; DESIGN "Event-time model").
+"""Late data in a streaming replay (issue #4; docs/design.md, "Event-time model").
 
 Micro-batches are fed one file at a time, in a chosen arrival order, to the replay's
 ``foreachBatch`` handler (``Replay._process_batch``: the same code a streaming query calls),

@@ -1,4 +1,4 @@
-"""Bounded memory (DESIGN invariant 7, issue #4): the driver's memory does not grow with the
+"""Bounded memory (docs/design.md invariant 7, issue #4): the driver's memory does not grow with the
 number of messages. Two batch replays — 1 M and 5 M generated messages, same rate, five times
 the duration — each in a fresh process with ``spark.driver.memory=1g``; the peak driver
 footprint (Python driver RSS + JVM heap used, sampled at every progress line) of the 5 M run

@@ -1,5 +1,6 @@
-"""End-to-end replay on a small generated log: DESIGN invariants 2 (conservation), 3 (routing,
-no straddling entries), 4 (one consumer per bucket at a time) and 5 (chunking determinism)."""
+"""End-to-end replay on a small generated log: docs/design.md invariants 2
+(conservation), 3 (routing, no straddling entries), 4 (one consumer per bucket at a time) and 5
+(chunking determinism)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,101 @@
+"""Input mistakes caught before Spark starts (issue #19): a mapped source column missing from a
+CSV header or a Parquet schema exits 2 with one sentence naming it and listing the columns the
+files have (``pipelines.input_check``, ``topic-replay run``). No Spark in this file."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from jobs.replay import main
+from pipelines.input_check import InputColumnError, check_columns
+from pipelines.presets import get_preset
+
+COLUMNS = ["topic", "lbn", "publish_time", "payload_size"]
+ROW = ["t", "k1", "1704067200000", "10"]
+
+
+def write_log(folder: Path, fmt: str, columns: list[str] = COLUMNS) -> Path:
+    """One small log file of ``fmt`` (csv, csv.gz, parquet) with ``columns``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        path = folder / "part-0.parquet"
+        pq.write_table(pa.table({c: [v] for c, v in zip(columns, ROW, strict=True)}), path)
+        return path
+    text = ",".join(columns) + "\n" + ",".join(ROW) + "\n"
+    path = folder / f"part-0.{fmt}"
+    if fmt == "csv.gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def spec_for(fmt: str, **changes: object):
+    base = "parquet" if fmt == "parquet" else "csv"
+    return get_preset("contract").replace(format=base, **changes)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
+@pytest.mark.parametrize("columns, strict, missing", [
+    ({"key": "lbnn"}, ("key",), "key is mapped to 'lbnn'"),
+    ({"publish_time": "ts"}, (), "publish_time is mapped to 'ts'"),
+    ({"payload_size": "size"}, (), "payload_size is mapped to 'size'"),
+    ({"topic": "Topic"}, (), "topic is mapped to 'Topic'"),
+])
+def test_missing_mapped_column_is_named_with_the_files_columns(tmp_path, fmt, columns, strict,
+                                                               missing):
+    write_log(tmp_path, fmt)
+    spec = spec_for(fmt, columns={**get_preset("contract").columns, **columns},
+                    strict_columns=strict)
+    with pytest.raises(InputColumnError) as err:
+        check_columns(spec, [str(tmp_path)])
+    assert missing in str(err.value)
+    assert "(its columns: topic, lbn, publish_time, payload_size)" in str(err.value)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "parquet"])
+@pytest.mark.parametrize("columns, strict, topic", [
+    ({"key": "lbn"}, ("key",), None),  # the user's mapping exists
+    ({}, (), None),  # key, producer_name, sequence_id by default: optional, may be absent
+    ({"key": "octet_length(raw_record)"}, ("key",), None),  # expressions are not checked
+    ({"topic": "nope"}, (), "constant"),  # a constant topic makes the topic column optional
+])
+def test_mappings_that_resolve_or_may_be_absent_pass(tmp_path, fmt, columns, strict, topic):
+    write_log(tmp_path, fmt)
+    spec = spec_for(fmt, columns={**get_preset("contract").columns, **columns},
+                    strict_columns=strict, topic=topic)
+    check_columns(spec, [str(tmp_path)])  # no error
+
+
+def test_json_logs_are_not_checked_before_reading(tmp_path):
+    (tmp_path / "a.json").write_text('{"topic": "t"}\n')
+    spec = get_preset("contract").replace(format="json", columns={
+        **get_preset("contract").columns, "key": "lbnn"}, strict_columns=("key",))
+    check_columns(spec, [str(tmp_path)])  # no error: reported after the first micro-batch
+
+
+def test_a_preset_with_csv_columns_is_checked_against_them(tmp_path):
+    write_log(tmp_path, "csv")
+    spec = get_preset("online-retail").replace(
+        columns={**get_preset("online-retail").columns, "key": "StockCod"},
+        strict_columns=("key",))
+    with pytest.raises(InputColumnError, match="key is mapped to 'StockCod'.*InvoiceNo"):
+        check_columns(spec, [str(tmp_path)])
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_run_with_a_mapping_typo_exits_2_naming_the_column(tmp_path, capsys, fmt):
+    write_log(tmp_path / "in", fmt)
+    code = main(["run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                 "--set", "input.columns.key=lbnn"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err == ("topic-replay: error: key is mapped to 'lbnn', but the "
+                   f"{fmt.upper()} {'header' if fmt == 'csv' else 'schema'} of the input has "
+                   "no such column (its columns: topic, lbn, publish_time, payload_size)")
+    assert not (tmp_path / "out").exists()  # refused before anything was written
