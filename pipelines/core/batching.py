@@ -388,16 +388,18 @@ class _Run:
         open_start = np.full(len(starts), -1, dtype=np.int64)
         if self.mode is BatchingMode.DISABLED:
             if n:
-                self.sent.append(_Sent(np.arange(n, dtype=np.int64),
-                                       np.arange(1, n + 1, dtype=np.int64), times,
-                                       np.full(n, _R_DISABLED, dtype=np.int64),
-                                       np.arange(n, dtype=np.int64), p))
+                event = np.arange(n, dtype=np.int64)
+                self.sent.append(_Sent(event, event + 1, times,
+                                       np.full(n, _R_DISABLED, dtype=np.int64), event, p,
+                                       self._phase(event, p)))
             return _Cut(c_last, c_task, open_start)
         ends_of = np.repeat(ends, ends - starts)
         within = _ContainerSearch(order, ends_of)
         key_default, cb_key = self._fresh_keys(times, within, m.payload_size[p], ends_of)
         ol = order.tolist()
         kd, cbk = key_default.tolist(), cb_key.tolist()
+        walk = self._default_chain(times, order, key_default, ends_of)
+        good, nxt, sent_at, task_after = (x.tolist() for x in walk)
         b_at: list[int] = []  # each sent batch's first message and its task's due time
         b_fire: list[int] = []
         for c, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
@@ -423,6 +425,18 @@ class _Run:
                     continue
                 b_at.append(at)
                 b_fire.append(fire)
+                if fire == t + delay and good[at]:
+                    # a run of batches that each open as if the container were idle: walk it
+                    # on the precomputed chain (no state to resolve on the way)
+                    cur = nxt[at]
+                    while True:
+                        b_at.append(cur)
+                        b_fire.append((ol[cur] >> 1) + delay)
+                        if not good[cur]:
+                            break
+                        cur = nxt[cur]
+                    L, P, at = sent_at[cur], task_after[cur], nxt[cur]
+                    continue
                 kind = key & 3
                 if kind == 0:
                     L, P, at = fire, fire + delay, step
@@ -444,6 +458,31 @@ class _Run:
                                         key_default, cb_key, ends_of, p))
         return _Cut(c_last, c_task, open_start)
 
+    def _default_chain(self, times: I64, order: I64, key_default: I64,
+                       ends_of: I64) -> tuple[I64, I64, I64, I64]:
+        """For a batch opening at each message ``i`` with its task due ``delay`` after ``i`` (as
+        in an idle container), closed by a later message of its container: the next batch's
+        first message (``nxt``), when it is sent, the task pending after it (``task_after``;
+        the last send is the send time), and ``good``: whether the next batch opens the same way
+        too (its task due ``delay`` after its first message, as derived in :meth:`_cut`'s
+        rules: the pending task fires empty before it, or it comes at the very send time),
+        closed by a later message and filled by more than its first message. ``good`` chains
+        are walked without resolving the state batch by batch."""
+        n = times.shape[0]
+        idx = np.arange(n, dtype=np.int64)
+        step, kind = key_default >> 2, key_default & 3
+        closed = step < ends_of  # by a message, not by its task after the last one
+        s = np.minimum(step, n - 1) if n else step
+        nxt = np.where(kind >= 2, step + 1, step)
+        sent = np.where(kind == 0, times + self.delay, times[s])
+        task_after = np.where(kind == 0, sent + self.delay, times + self.delay)
+        single = (kind >= 2) & (step == idx)
+        j = np.minimum(nxt, n - 1) if n else nxt
+        follows = closed & (nxt < ends_of)
+        opens_idle = (2 * (sent + self.delay) < order[j]) | (times[j] == sent)
+        good = follows & opens_idle & closed[j] & ~single[j] & ~single
+        return good, nxt, sent, task_after
+
     def _sent(self, at: I64, fire: I64, times: I64, within: _ContainerSearch, key_default: I64,
               cb_key: I64, ends_of: I64, p: npt.NDArray[np.intp]) -> _Sent:
         """The batches opened at ``at`` with their tasks due at ``fire``: where each ends, when
@@ -461,7 +500,15 @@ class _Run:
         msg = np.minimum(step, len(times) - 1)
         when = np.where(kind == 0, fire, times[msg])
         event = np.where(kind == 0, -1, step)
-        return _Sent(at, stop, when, np.asarray(_KIND_REASON, dtype=np.int64)[kind], event, p)
+        return _Sent(at, stop, when, np.asarray(_KIND_REASON, dtype=np.int64)[kind], event, p,
+                     self._phase(event, p))
+
+    def _phase(self, event: I64, p: npt.NDArray[np.intp]) -> I64:
+        """Order among an instant's events of each send: a task, or its triggering message's
+        (a re-send before the messages published then)."""
+        trig = p[np.maximum(event, 0)] if len(p) else np.zeros(len(event), dtype=np.intp)
+        return np.where(event < 0, _PHASE_TASK,
+                        np.where(self.m.resent[trig] == 1, _PHASE_RESENT, _PHASE_MESSAGE))
 
     def _fresh_keys(self, times: I64, within: _ContainerSearch, sizes: I64,
                     ends_of: I64) -> tuple[I64, I64]:
@@ -540,7 +587,9 @@ class _Cut:
 @dataclass
 class _Sent:
     """Batches sent in one phase: ``[start, end)`` positions into ``p`` (message indexes in
-    container order), send time, reason code, triggering message position (``-1`` = task)."""
+    container order), send time, reason code, triggering message position (``-1`` = task),
+    and the order of that event among those of its instant (``phase``: a re-send, a task or a
+    message, as the trigger was when sent — a pre-add trigger may be re-sent later)."""
 
     start: I64
     end: I64
@@ -548,6 +597,11 @@ class _Sent:
     reason: I64
     event: I64
     p: npt.NDArray[np.intp]
+    phase: I64 = field(default_factory=_i64)
+
+    def __post_init__(self) -> None:
+        if len(self.phase) != len(self.start):
+            raise ValueError("phase must be given for every batch")
 
 
 class _ContainerSearch:
@@ -596,8 +650,7 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
         trig = s.p[np.maximum(s.event, 0)] if len(s.p) else np.zeros(k, dtype=np.intp)
         task = s.event < 0
         first_msg = s.p[s.start]
-        b_phase.append(np.where(task, _PHASE_TASK,
-                                np.where(m.resent[trig] == 1, _PHASE_RESENT, _PHASE_MESSAGE)))
+        b_phase.append(s.phase)
         b_sub.append(np.where(task, m.segment_id[first_msg], m.ordinal[trig]))
         b_first.append(first_msg)
         offset += k

@@ -301,6 +301,18 @@ def test_rebucket_rollover_resends_with_the_successors_buckets() -> None:
     assert rows(e, "segment_id", "bucket_index", "publish_time_ms") == [(1, 0, 13), (1, 3, 13)]
 
 
+def test_sends_of_one_instant_keep_their_order_when_a_trigger_is_resent_later() -> None:
+    # at 34: a count send (trigger: the 2nd message), then a pre-add byte send (trigger: the
+    # 4th message, which stays open and is re-sent at the split at 36)
+    layout = one_segment().split(0, now_ms=36)
+    msgs = [M(34, size=0), M(34, size=0), M(34, size=15), M(34, size=2)]
+    e, _, placed = run(msgs, cfg(delay=5, max_messages=2, max_bytes=16), layout)
+    assert rows(e, "entry_seq", "segment_id", "num_messages", "close_reason",
+                "publish_time_ms") == [(0, 0, 2, "max_messages", 34), (1, 0, 1, "max_bytes", 34),
+                                       (2, 1, 1, "max_delay", 41)]
+    assert placed["segment_id"].tolist() == [0, 0, 0, 1]
+
+
 def test_sequence_ids_are_per_segment_producer() -> None:
     layout = SegmentLayout.initial(2, 4, now_ms=0)
     msgs = [M(0, sh=0x1000), M(0, sh=0x9000), M(0, sh=0x1000), M(0, sh=0x1000, p=1)]
