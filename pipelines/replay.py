@@ -50,6 +50,7 @@ from pipelines import stages
 from pipelines.config import ReplayConfig
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import (
+    FILE_REASONS,
     LATE,
     micro_batch_files,
     parse_records,
@@ -57,6 +58,7 @@ from pipelines.ingest import (
     salvage_files,
 )
 from pipelines.presets import InputSpec
+from pipelines.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.progress import BatchProgress
 from pipelines.schemas import arrow_schema
 from pipelines.validation import latest_validation
@@ -187,9 +189,12 @@ class Replay:
     stage_s: dict[str, float] = field(init=False,
                                       default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     _clock: list[list[float]] = field(init=False, default_factory=list, repr=False)
+    pseudonymize: Pseudonymizer | None = field(init=False, default=None, repr=False)
 
     def __post_init__(self) -> None:
         check_output(self.output, self.run_id, self.config, self.input_spec.preset)
+        # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
+        self.pseudonymize = pseudonymizer(self.config)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
         manifest = self.work_dir / MANIFEST
         if not manifest.is_file():
@@ -379,10 +384,16 @@ class Replay:
 
     def _quarantine(self, q: DataFrame, batch_id: int) -> tuple[int, int]:
         """Write micro-batch ``batch_id``'s quarantined records (``source_file``,
-        ``raw_record``, ``reason``) to ``quarantine``: the executors write them as Parquet under
+        ``raw_record``, ``reason``) to ``quarantine`` (``output.quarantine_raw: false``: a record's
+``raw_record`` is ``sha256:<hex>`` of its text, :func:`pipelines.privacy.record_digest`; a file's
+keeps its read error): the executors write them as Parquet under
         ``_work/<run_id>/quarantine/<batch_id>``, the driver commits those files (never holding
         the rows) and removes them. Returns ``(records, late records)``."""
         path = self.work_dir / "quarantine" / str(batch_id)
+        if not self.config.output.quarantine_raw:  # only a digest of each record's text
+            raw = F.col("raw_record")
+            q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
+                             .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
         q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
             str(path))
         n = _staged_rows(path)  # counted first: committing may move the files
@@ -397,8 +408,9 @@ class Replay:
         """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
         only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
         topic (``stages.STAGING_TOPIC_COLUMN``) so a topic stage task reads its topic alone:
-        ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function)."""
-        stages.stage_batch(staged, self.staging, batch_id)
+        ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function), then
+        pseudonymizes ``input.pseudonymize``'s columns."""
+        stages.stage_batch(staged, self.staging, batch_id, self.pseudonymize)
 
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms

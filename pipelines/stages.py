@@ -44,6 +44,7 @@ from pipelines.core.controller import (
     segment_rows,
 )
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
+from pipelines.privacy import Pseudonymizer
 from pipelines.schemas import arrow_schema
 
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
@@ -728,8 +729,12 @@ class FrameWriter:
     whatever a failed attempt left) and moved into place by :meth:`close`, so a retried or
     re-run task replaces each whole with the same rows."""
 
-    def __init__(self, out_dir: str) -> None:
+    def __init__(self, out_dir: str,
+                 withheld: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """``withheld``: table → nullable columns written as nulls (``output.keys``,
+        :func:`pipelines.privacy.withheld_columns`)."""
         self.out_dir = out_dir
+        self.withheld = dict(withheld or {})
         self.files: dict[tuple[str, str], tuple[Any, Any, str, str]] = {}
 
     def write(self, topic: str, frames: Mapping[str, Any]) -> None:
@@ -746,9 +751,12 @@ class FrameWriter:
                 continue
             table = STAGE_KINDS[kind]
             columns = table_columns(table)
-            arrow = conform_arrow(table, df.select([c for c in columns if c in df.column_names])
+            withheld = self.withheld.get(table, ())
+            # a withheld column is left out: conform_arrow fills it with nulls
+            taken = [c for c in columns if c not in withheld]
+            arrow = conform_arrow(table, df.select([c for c in taken if c in df.column_names])
                                   if isinstance(df, pa.Table)
-                                  else df[[c for c in columns if c in df.columns]],
+                                  else df[[c for c in taken if c in df.columns]],
                                   columns=columns)
             if (topic, kind) not in self.files:
                 fs, path = pafs.FileSystem.from_uri(fs_uri(staged_file(self.out_dir, kind, topic)))
@@ -809,7 +817,8 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
 
 
-def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, int]:
+def write_staging(batches: Iterable[Any], folder: str, part: int,
+                  pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
     """Write one Spark partition of a micro-batch's accepted messages as staged Parquet.
 
     ``batches``: pyarrow ``RecordBatch``es of :data:`STAGING_SOURCE_COLUMNS` (any topics, any
@@ -818,7 +827,9 @@ def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, i
     topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
     groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
     under a hidden temporary name and moved into place, so a retried task replaces it whole
-    (readers skip hidden files). Returns topic → messages written. pyarrow's C++ writer, on the
+    (readers skip hidden files). ``pseudonymize`` (``input.pseudonymize``): its columns are
+    replaced by their pseudonyms once the key hashes are computed (routing is unchanged; no
+    raw value is staged). Returns topic → messages written. pyarrow's C++ writer, on the
     Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -857,6 +868,8 @@ def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, i
         batch = pa.RecordBatch.from_arrays(
             [*batch.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
             names=[*batch.schema.names, *KEY_HASH_COLUMNS])
+        if pseudonymize is not None:  # after hashing: the emulation's answers do not change
+            batch = pseudonymize.batch(batch)
         codes = batch.column("topic").dictionary_encode()
         order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
         cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
@@ -1012,11 +1025,12 @@ def topic_bins(weights: Mapping[str, int], slots: int) -> list[list[str]]:
 # pyspark is imported lazily so that the local engine runs without it.
 
 
-def stage_batch(accepted: Any, staging: str, batch_id: int) -> dict[str, int]:
+def stage_batch(accepted: Any, staging: str, batch_id: int,
+                pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
     """Spark: stage micro-batch ``batch_id``'s ``accepted`` messages (a DataFrame with
     :data:`STAGING_SOURCE_COLUMNS`) under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a
-    re-run restages it), by :func:`write_staging` in each task. Returns topic → messages
-    staged."""
+    re-run restages it), by :func:`write_staging` in each task (``pseudonymize``: see there).
+    Returns topic → messages staged."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
@@ -1031,7 +1045,7 @@ def stage_batch(accepted: Any, staging: str, batch_id: int) -> dict[str, int]:
     def run(batches: Iterable[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
-        counts = write_staging(batches, folder, TaskContext.get().partitionId())
+        counts = write_staging(batches, folder, TaskContext.get().partitionId(), pseudonymize)
         yield pa.RecordBatch.from_pydict({"topic": list(counts), "messages": list(counts.values())},
                                          schema=pa.schema([("topic", pa.string()),
                                                            ("messages", pa.int64())]))
@@ -1074,6 +1088,8 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     first window. Returns, per window, topic → ``pickle((controller, {producer: blob},
     dispatcher, seconds))`` (:class:`StageStates`; the controller with that window's decisions
     and samples not yet taken), bounded by topics × windows, never by messages."""
+    from pipelines.privacy import withheld_columns
+
     if not topics or not windows:
         return [{} for _ in windows]
     producers: dict[str, dict[str, bytes]] = {}
@@ -1088,7 +1104,7 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     def run(i: int) -> list[tuple[int, str, bytes]]:
         out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
         carried = {t: (ctl, prods, disp) for t, ctl, prods, disp in work.value[i]}
-        files = FrameWriter(out_dir)
+        files = FrameWriter(out_dir, withheld_columns(settings.config))
         for w, window in enumerate(windows):
             for topic, (ctl, prods, disp) in carried.items():
                 r = topic_group(topic, _read_topic(dataset, topic, window.lo_ms, window.hi_ms),
