@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -224,6 +225,20 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     from pipelines.replay import Replay, format_summary
     from pipelines.spark_session import build_session
 
+    # SIGTERM (systemd, Airflow, kill) or SIGINT (Ctrl-C), to the driver or its whole process
+    # group: the replay stops after the micro-batch in progress (the JVM, started in a session
+    # of its own with both signals ignored, keeps serving it), prints one status line and
+    # exits 0; a restart resumes. A signal before the replay exists stops it as it starts.
+    stop = threading.Event()
+
+    def _stop(*_: Any) -> None:
+        stop.set()
+        if replay is not None:
+            replay.request_stop()
+
+    replay: Any = None
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
     # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
     # each other; in a log its carriage-return updates are noise).
@@ -231,25 +246,20 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
                           extra_conf={"spark.ui.showConsoleProgress": "false"})
     spec = resolve_input_spec(spec, spark, args.input)
     replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
+    if stop.is_set():
+        replay.request_stop()
     if not stream:
         with progress:
             summary = replay.run()
-        print(format_summary(summary))
-        return 0
-    replay.run(stream=True)
-    stop = {"now": False}
-
-    def _stop(*_: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    while not stop["now"] and replay.query.isActive:
-        replay.query.awaitTermination(1)
-    replay.query.stop()  # stops after the current micro-batch
-    progress.close()
+        if summary:
+            print(format_summary(summary))
+            return 0
+    else:
+        replay.run(stream=True)
+        replay.await_query()
+        progress.close()
     print(f"stopped; tables under {args.output} are current up to batch "
-          f"{replay.state.batch_id}")
+          f"{replay.state.batch_id}" + ("" if stream else "; run again to finish"))
     return 0
 
 

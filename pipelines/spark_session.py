@@ -33,8 +33,11 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,10 +118,50 @@ def delta_extension_enabled(spark: SparkSession) -> bool:
     return DELTA_EXTENSION_CLASS in extensions
 
 
-def _delta_classes_before_start(conf: SparkConf) -> bool:
-    """Start (or attach to) the driver JVM with ``conf`` and check for the Delta classes."""
+@contextmanager
+def _signals_ignored(*signums: int) -> Iterator[None]:
+    """Ignore ``signums`` in this process for the block (a process started inside inherits
+    the ignored disposition across ``exec``); nothing outside the main thread, where Python
+    cannot change signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
     try:
-        SparkContext._ensure_initialized(conf=conf)
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def launch_driver_jvm(conf: SparkConf) -> Any:
+    """Start the driver JVM (py4j gateway) so that a stop signal reaches Python only.
+
+    systemd and Airflow stop a job by sending SIGTERM to all its processes at once; a JVM that
+    takes it runs its shutdown hooks (SparkContext stopped) while Python still drives a
+    micro-batch, which ends in py4j tracebacks. So the JVM starts in a session (process group)
+    of its own — a signal to the job's process group, such as Ctrl-C's SIGINT or ``kill --
+    -PGID``, does not reach it or its Python workers — with SIGTERM and SIGINT ignored (the
+    HotSpot JVM keeps a shutdown signal ignored when it starts ignored, so a SIGTERM sent to
+    every process of a cgroup leaves it running too). Python decides when to stop: see
+    ``pipelines.replay.Replay.request_stop``. The JVM still exits with the driver: it ends when
+    its stdin pipe from Python closes (pyspark's gateway server), even after a SIGKILL.
+
+    Returns the gateway, or ``None`` when a JVM already exists (``spark-submit`` started it, or
+    a session is active)."""
+    from pyspark.java_gateway import launch_gateway
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or SparkContext._gateway is not None:
+        return None
+    with _signals_ignored(signal.SIGTERM, signal.SIGINT):
+        return launch_gateway(conf, popen_kwargs={"start_new_session": True})
+
+
+def _delta_classes_before_start(conf: SparkConf) -> bool:
+    """Start (or attach to) the driver JVM with ``conf`` (:func:`launch_driver_jvm`) and check
+    for the Delta classes."""
+    try:
+        SparkContext._ensure_initialized(gateway=launch_driver_jvm(conf), conf=conf)
     except Exception:
         return False
     jvm = SparkContext._jvm
@@ -267,7 +310,9 @@ def build_session(
 
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(settings.items()))
-    if "spark.sql.extensions" not in settings and _delta_classes_before_start(conf):
+    if "spark.sql.extensions" in settings:  # no Delta check: only start the JVM our way
+        SparkContext._ensure_initialized(gateway=launch_driver_jvm(conf), conf=conf)
+    elif _delta_classes_before_start(conf):
         settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
         settings.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG_CLASS)
 
