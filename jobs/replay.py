@@ -244,6 +244,10 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     # each other; in a log its carriage-return updates are noise).
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"})
+    # again: pyspark's SparkContext installs its own SIGINT handler (cancel every job and
+    # raise KeyboardInterrupt), which would abort the micro-batch in progress
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     spec = resolve_input_spec(spec, spark, args.input)
     replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
     if stop.is_set():

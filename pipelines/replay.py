@@ -357,13 +357,7 @@ class Replay:
         """Stop the query once no micro-batch is in progress (one that starts now refuses to
         run, see :meth:`_process_batch`). Spark's and py4j's error logs are silenced first:
         a micro-batch refused or cancelled by the stop is expected, not an error."""
-        import logging
-
-        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
-        try:
-            self.spark.sparkContext.setLogLevel("OFF")
-        except Exception:  # pragma: no cover - a JVM already gone: nothing left to silence
-            pass
+        self._silence_logs()
         while True:
             with self._batch_lock:
                 if not self._in_batch:
@@ -383,12 +377,24 @@ class Replay:
         return validate_run(self.store, self.run_id, END_OF_RUN_VALIDATION_ID,
                             write="validations" in self.config.output.tables)
 
+    def _silence_logs(self) -> None:
+        """Turn off Spark's log (and py4j's): after a stop request, the micro-batch refused or
+        cancelled by the stop is expected, and its stack traces would only alarm."""
+        import logging
+
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+        try:
+            self.spark.sparkContext.setLogLevel("OFF")
+        except Exception:  # pragma: no cover - a JVM already gone: nothing left to silence
+            pass
+
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         """``foreachBatch`` function: one micro-batch, unless a stop was requested before it
         began (it then raises :class:`ReplayStopped` having written nothing, so Spark does not
         commit it and a restart runs it)."""
         with self._batch_lock:
             if self.stopped:
+                self._silence_logs()  # before Spark logs the query's end as an error
                 raise ReplayStopped(f"stop requested before micro-batch {batch_id}")
             self._in_batch = True
         try:

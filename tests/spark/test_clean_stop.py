@@ -111,3 +111,30 @@ def test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables(
     diffs = diff_runs(reference, "stop", "stop", store_b=store, tables=TABLES)
     assert {d.table: (d.only_a, d.only_b) for d in diffs if not d.identical} == {}
     assert len(store.read("messages", "stop")) == 1500
+
+
+def test_replay_stopped_before_its_first_batch_writes_nothing_and_a_restart_finishes(
+        spark, logs, tmp_path):
+    from pipelines.config import load_config
+    from pipelines.presets import get_preset
+    from pipelines.replay import Replay
+
+    cfg = load_config(None, SETS)
+    spec = get_preset("contract").replace(format="json", speed=1.0)
+
+    def replay() -> Replay:
+        return Replay(spark, cfg, spec, [str(logs)], str(tmp_path), "stop",
+                      progress=lambda _: None)
+
+    first = replay()
+    first.request_stop()
+    try:
+        assert first.run() == {}
+    finally:
+        spark.sparkContext.setLogLevel("WARN")  # the stop silenced the shared session
+    assert first.state.batch_id == -1 and not first.state.finalized
+    store = DeltaStore(str(tmp_path), engine="delta-rs")
+    assert len(store.read("messages", "stop")) == 0
+    summary = replay().run()
+    assert (summary["accepted"], summary["quarantined"]) == (1500, 5)
+    assert len(store.read("messages", "stop")) == 1500
