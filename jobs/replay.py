@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,24 @@ class UsageError(Exception):
     """A user mistake: reported as one sentence, exit code 2."""
 
 
+PRIVACY_HELP = """\
+personal data (config keys; set with --set KEY=VALUE or in --conf; see docs/privacy.md):
+  input.pseudonymize=[producer_name,key]
+                        replace these columns by a keyed pseudonym (HMAC-SHA256) as
+                        they are read; the key is hashed for routing first, so the
+                        emulation's answers do not change (default: [])
+  input.pseudonymize_secret_env=NAME
+                        environment variable holding the HMAC secret (default
+                        TOPIC_REPLAY_SECRET); required when pseudonymize is set
+  output.keys=raw|hashed|none
+                        messages.key as read (raw, default); no key but its hashes
+                        (hashed); neither key nor hash32/segment_hash/hash_b (none)
+  output.quarantine_raw=true|false
+                        keep quarantined records' raw text (true, default) or only
+                        "sha256:<hex>" of it (false)
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="topic-replay",
@@ -32,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                         ("stream", "continuous replay: watch the inputs until stopped"),
                         ("compare", "replay one log under several scenarios (one run_id each) "
                                     "and print their metrics side by side")):
-        r = sub.add_parser(name, help=help_)
+        r = sub.add_parser(name, help=help_, epilog=PRIVACY_HELP,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         r.add_argument("--input", action="append", required=True, metavar="PATH",
                        help="message log file or directory (repeatable)")
         r.add_argument("--output", required=True, metavar="DIR", help="output directory")
@@ -54,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
                            help="spark (default) or local: the in-process reference replay "
                                 "without Spark, for inputs that fit in memory")
         r.add_argument("--master", default=None, help="Spark master (default: local[*])")
+        r.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                       help="Spark Connect server (also SPARK_REMOTE); not supported yet: "
+                            "refused with exit 2")
         r.add_argument("--shuffle-partitions", type=int, default=8,
                        help="spark.sql.shuffle.partitions (default 8)")
         r.add_argument("--verbose", action="store_true",
@@ -116,6 +140,22 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _check_remote(args: argparse.Namespace) -> None:
+    """Refuse Spark Connect (``--remote`` or ``SPARK_REMOTE``) before any Spark work:
+    ``UsageError`` when it is combined with ``--master``, or at all (not supported yet).
+    ``run --engine local`` uses no Spark, so ``SPARK_REMOTE`` does not concern it."""
+    remote = getattr(args, "remote", None)
+    env = os.environ.get("SPARK_REMOTE") or None
+    if remote is None and (env is None or getattr(args, "engine", "spark") == "local"):
+        return
+    where = f"--remote {remote}" if remote is not None else f"SPARK_REMOTE={env}"
+    if getattr(args, "master", None) is not None:
+        raise UsageError(f"--master {args.master} cannot be combined with {where} (Spark "
+                         f"Connect chooses its own master); give only one of them")
+    raise UsageError(f"Spark Connect ({where}) is not supported yet; unset it and use "
+                     f"--master (default local[*])")
+
+
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
                      what: str = "") -> tuple[Any, Any]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
@@ -134,6 +174,12 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     try:
         cfg = load_config(args.conf, [*args.sets, *extra_sets])
     except ConfigError as exc:
+        raise UsageError(what + str(exc)) from None
+    from pipelines.privacy import PrivacyError, pseudonymizer
+
+    try:  # input.pseudonymize needs its secret: a missing one is a user mistake
+        pseudonymizer(cfg)
+    except PrivacyError as exc:
         raise UsageError(what + str(exc)) from None
     preset = args.preset or cfg.input.preset
     try:
@@ -173,6 +219,7 @@ def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) ->
 
 
 def _replay(args: argparse.Namespace, stream: bool) -> int:
+    _check_remote(args)
     cfg, spec = _config_and_spec(args)
     run_id = args.run_id or "default"
     from pipelines.replay import OutputConflictError, check_output
@@ -189,33 +236,46 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     from pipelines.replay import Replay, format_summary
     from pipelines.spark_session import build_session
 
+    # SIGTERM (systemd, Airflow, kill) or SIGINT (Ctrl-C), to the driver or its whole process
+    # group: the replay stops after the micro-batch in progress (the JVM, started in a session
+    # of its own with both signals ignored, keeps serving it), prints one status line and
+    # exits 0; a restart resumes. A signal before the replay exists stops it as it starts.
+    stop = threading.Event()
+
+    def _stop(*_: Any) -> None:
+        stop.set()
+        if replay is not None:
+            replay.request_stop()
+
+    replay: Any = None
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
     # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
     # each other; in a log its carriage-return updates are noise).
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
                           spark_log=_spark_log(args, cfg.console.spark_log))
+    # again: pyspark's SparkContext installs its own SIGINT handler (cancel every job and
+    # raise KeyboardInterrupt), which would abort the micro-batch in progress
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
     spec = resolve_input_spec(spec, spark, args.input)
     replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
+    if stop.is_set():
+        replay.request_stop()
     if not stream:
         with progress:
             summary = replay.run()
-        print(format_summary(summary))
-        return 0
-    replay.run(stream=True)
-    stop = {"now": False}
-
-    def _stop(*_: Any) -> None:
-        stop["now"] = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    while not stop["now"] and replay.query.isActive:
-        replay.query.awaitTermination(1)
-    replay.query.stop()  # stops after the current micro-batch
-    progress.close()
+        if summary:
+            print(format_summary(summary))
+            return 0
+    else:
+        replay.run(stream=True)
+        replay.await_query()
+        progress.close()
     print(f"stopped; tables under {args.output} are current up to batch "
-          f"{replay.state.batch_id}")
+          f"{replay.state.batch_id}" + ("" if stream else "; run again to finish"))
     return 0
 
 
@@ -363,6 +423,7 @@ def _compare(args: argparse.Namespace) -> int:
         parse_scenario,
     )
 
+    _check_remote(args)
     prepared: list[PreparedScenario] = []
     for text in args.scenarios:
         try:

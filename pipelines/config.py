@@ -120,6 +120,8 @@ ContractColumn = Literal[
 SubscriptionType = Literal["stream", "checkpoint", "queue"]
 InputFormat = Literal["json", "csv", "parquet", "auto"]
 OutputEngine = Literal["auto", "delta-spark", "delta-rs"]
+KeysMode = Literal["raw", "hashed", "none"]
+PseudonymizedColumn = Literal["producer_name", "key"]
 
 assert get_args(TableName) == OUTPUT_TABLES
 assert get_args(ContractColumn) == CONTRACT_COLUMNS
@@ -656,6 +658,23 @@ class InputSection(_Model):
     defaults: InputDefaults
     timestamp_format: NonEmptyStr | None
     time_zone: NonEmptyStr
+    pseudonymize: list[PseudonymizedColumn]
+    pseudonymize_secret_env: NonEmptyStr
+
+    @field_validator("pseudonymize")
+    @classmethod
+    def _canonical_pseudonymize(cls, columns: list[str]) -> list[str]:
+        dups = sorted({c for c in columns if columns.count(c) > 1})
+        if dups:
+            raise ValueError(f"listed more than once: {', '.join(dups)}")
+        return [c for c in get_args(PseudonymizedColumn) if c in columns]
+
+    @field_validator("pseudonymize_secret_env")
+    @classmethod
+    def _check_env_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+            raise ValueError(f"must be an environment variable name, got {value!r}")
+        return value
 
     @field_validator("timestamp_format")
     @classmethod
@@ -679,11 +698,14 @@ class InputSection(_Model):
 
 
 class OutputSection(_Model):
-    """``output``: Delta engine, tables to write (canonical order) and validation."""
+    """``output``: Delta engine, tables to write (canonical order), validation and what the
+    tables keep of personal data (``keys``, ``quarantine_raw``; see ``docs/privacy.md``)."""
 
     engine: OutputEngine
     tables: list[TableName]
     validate_: bool = Field(alias="validate")
+    keys: KeysMode
+    quarantine_raw: bool
 
     model_config = ConfigDict(populate_by_name=False, serialize_by_alias=True)
 

@@ -759,12 +759,19 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
 
     Same arguments and tables as ``pipelines.replay.Replay(...).run()`` (batch mode), without a
     SparkSession; returns the run summary (``pipelines.replay.run_summary``). Raises
-    ``ValueError`` when the spec needs Spark (:func:`check_spec`). Re-running the same
+    ``ValueError`` when the spec needs Spark (:func:`check_spec`), and
+    ``pipelines.privacy.PrivacyError`` when ``input.pseudonymize``'s secret is not set. The
+    privacy options (``input.pseudonymize``, ``output.keys``, ``output.quarantine_raw``) act as
+    in the Spark replay. Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
     from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
+    from pipelines.ingest import FILE_REASONS
+    from pipelines.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
     from pipelines.replay import run_summary, runs_row
 
+    pseudonymize = pseudonymizer(config)  # PrivacyError when its secret is missing
+    withheld = withheld_columns(config)
     use_system_arrow_pool()
     started = time.time()
     timings: dict[str, float] = {}
@@ -784,13 +791,20 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
         if table not in tables or data is None or not len(data):
             return
         if isinstance(data, pa.Table):  # the messages: already the table's columns
+            data = withhold(data, withheld.get(table, ()))  # output.keys
             data = data.append_column("run_id", pa.array([run_id] * len(data), pa.string()))
         else:
             keep = [c for c in stages.table_columns(table) if c in data.columns]
-            data = data[keep].assign(run_id=run_id)
+            data = data[keep].assign(run_id=run_id,
+                                     **dict.fromkeys(
+                                         [c for c in withheld.get(table, ()) if c in keep]))
         store.append(table, data, app_id=table_app_id(run_id, table), version=version)
 
     accepted, quarantine = read_local(input_spec, inputs, config.replay.max_files_per_trigger)
+    if pseudonymize is not None:  # after hashing, as the Spark replay's staging does
+        accepted = pseudonymize.frame(accepted)
+    if not config.output.quarantine_raw:
+        quarantine = conceal_quarantine(quarantine, FILE_REASONS)
     for b, q in _groups(quarantine, ["batch_id"]):
         write("quarantine", q, int(b[0] if isinstance(b, tuple) else b))
     counts.update(accepted=len(accepted), quarantined=len(quarantine), late=0,

@@ -32,6 +32,7 @@ import os
 import pickle
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ from pipelines import stages
 from pipelines.config import ReplayConfig, run_identity
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import (
+    FILE_REASONS,
     LATE,
     PRESENT_PREFIX,
     micro_batch_files,
@@ -58,6 +60,7 @@ from pipelines.ingest import (
     salvage_files,
 )
 from pipelines.presets import InputSpec
+from pipelines.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.progress import BatchProgress
 from pipelines.schemas import arrow_schema
 from pipelines.validation import latest_validation
@@ -83,6 +86,10 @@ def _fault(point: str) -> None:
 
 def _after_write(table: str, version: int) -> None:
     _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
+
+
+class ReplayStopped(RuntimeError):
+    """Raised by a micro-batch that begins after :meth:`Replay.request_stop` (nothing written)."""
 
 
 class OutputConflictError(ValueError):
@@ -209,12 +216,19 @@ class Replay:
     stage_s: dict[str, float] = field(init=False,
                                       default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     _clock: list[list[float]] = field(init=False, default_factory=list, repr=False)
+    pseudonymize: Pseudonymizer | None = field(init=False, default=None, repr=False)
+    stop_requested: threading.Event = field(init=False, default_factory=threading.Event,
+                                            repr=False)
+    _batch_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+    _in_batch: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
         check_output(self.output, self.run_id, self.config, self.input_spec.preset)
         # Absolute: executors resolve the staging and window folders themselves, and on a
         # cluster their working folder is not the driver's.
         self.output = os.path.abspath(self.output)
+        # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
+        self.pseudonymize = pseudonymizer(self.config)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
         manifest = self.work_dir / MANIFEST
         if not manifest.is_file():
@@ -309,7 +323,10 @@ class Replay:
     # ---- the streaming query ---------------------------------------------------------------------
     def run(self, stream: bool = False, trigger_seconds: float = 5.0) -> dict[str, Any]:
         """Run the query; batch mode (``stream=False``) ends with finalization and returns the
-        run summary. Streaming mode runs until stopped (``stop()`` on the returned query)."""
+        run summary, or ``{}`` when :meth:`request_stop` stopped it first (the tables are then
+        current up to ``state.batch_id``; a restart resumes). Streaming mode starts the query
+        and returns ``{}`` at once: wait with :meth:`await_query` (after
+        :meth:`request_stop`, it stops the query cleanly)."""
         self.streaming = stream
         raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
                               self.config.replay.max_files_per_trigger,
@@ -321,11 +338,60 @@ class Replay:
             self.query = writer.trigger(processingTime=f"{trigger_seconds} seconds").start()
             return {}
         self.query = writer.trigger(availableNow=True).start()
-        self.query.awaitTermination()
+        if not self.await_query():
+            return {}  # stopped (request_stop): resumed by a restart
         self.finalize()
+        if not self.state.finalized:  # stopped between finalization windows
+            return {}
         if self.config.output.validate_tables:
             self.validate()
         return self.summary()
+
+    # ---- stopping ------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Ask the replay to stop (safe from a signal handler or any thread): a micro-batch in
+        progress completes, none starts after it, finalization stops between windows; the caller
+        waiting in :meth:`await_query` then stops the query. Every committed table and state is
+        whole, so a restart resumes with nothing lost or doubled."""
+        self.stop_requested.set()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether :meth:`request_stop` was called."""
+        return self.stop_requested.is_set()
+
+    def await_query(self) -> bool:
+        """Wait until the query ends (batch mode: input read) or a stop is requested; then, on a
+        stop, wait for the micro-batch in progress and stop the query (:meth:`stop_query`).
+        Returns ``True`` when the query ended by itself. A query failure is raised, unless a
+        stop was requested (a micro-batch refused after the request ends the query)."""
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            while not self.stopped and self.query.isActive:
+                self.query.awaitTermination(1)
+        except StreamingQueryException:
+            if not self.stopped:
+                raise
+        if not self.stopped:
+            return True
+        self.stop_query()
+        return False
+
+    def stop_query(self) -> None:
+        """Stop the query once no micro-batch is in progress (one that starts now refuses to
+        run, see :meth:`_process_batch`). Spark's and py4j's error logs are silenced first:
+        a micro-batch refused or cancelled by the stop is expected, not an error."""
+        self._silence_logs()
+        while True:
+            with self._batch_lock:
+                if not self._in_batch:
+                    break
+            time.sleep(0.1)
+        try:
+            self.query.stop()
+        except Exception:  # pragma: no cover - the query ended in the meantime
+            pass
 
     def validate(self) -> Any:
         """End-of-run Great Expectations checks (``output.validate``): validation pass
@@ -336,7 +402,33 @@ class Replay:
         return validate_run(self.store, self.run_id, END_OF_RUN_VALIDATION_ID,
                             write="validations" in self.config.output.tables)
 
+    def _silence_logs(self) -> None:
+        """Turn off Spark's log (and py4j's): after a stop request, the micro-batch refused or
+        cancelled by the stop is expected, and its stack traces would only alarm."""
+        import logging
+
+        logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
+        try:
+            self.spark.sparkContext.setLogLevel("OFF")
+        except Exception:  # pragma: no cover - a JVM already gone: nothing left to silence
+            pass
+
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
+        """``foreachBatch`` function: one micro-batch, unless a stop was requested before it
+        began (it then raises :class:`ReplayStopped` having written nothing, so Spark does not
+        commit it and a restart runs it)."""
+        with self._batch_lock:
+            if self.stopped:
+                self._silence_logs()  # before Spark logs the query's end as an error
+                raise ReplayStopped(f"stop requested before micro-batch {batch_id}")
+            self._in_batch = True
+        try:
+            self._run_batch(raw, batch_id)
+        finally:
+            with self._batch_lock:
+                self._in_batch = False
+
+    def _run_batch(self, raw: DataFrame, batch_id: int) -> None:
         t0 = time.time()
         if batch_id <= self.state.batch_id:  # re-delivered batch already committed
             return
@@ -431,10 +523,16 @@ class Replay:
 
     def _quarantine(self, q: DataFrame, batch_id: int) -> tuple[int, int]:
         """Write micro-batch ``batch_id``'s quarantined records (``source_file``,
-        ``raw_record``, ``reason``) to ``quarantine``: the executors write them as Parquet under
+        ``raw_record``, ``reason``) to ``quarantine`` (``output.quarantine_raw: false``: a record's
+``raw_record`` is ``sha256:<hex>`` of its text, :func:`pipelines.privacy.record_digest`; a file's
+keeps its read error): the executors write them as Parquet under
         ``_work/<run_id>/quarantine/<batch_id>``, the driver commits those files (never holding
         the rows) and removes them. Returns ``(records, late records)``."""
         path = self.work_dir / "quarantine" / str(batch_id)
+        if not self.config.output.quarantine_raw:  # only a digest of each record's text
+            raw = F.col("raw_record")
+            q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
+                             .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
         q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
             str(path))
         n = _staged_rows(path)  # counted first: committing may move the files
@@ -449,8 +547,9 @@ class Replay:
         """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
         only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
         topic (``stages.STAGING_TOPIC_COLUMN``) so a topic stage task reads its topic alone:
-        ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function)."""
-        stages.stage_batch(staged, self.staging, batch_id)
+        ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function), then
+        pseudonymizes ``input.pseudonymize``'s columns."""
+        stages.stage_batch(staged, self.staging, batch_id, self.pseudonymize)
 
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
@@ -509,6 +608,8 @@ class Replay:
         group, cut the same way (it resumes at the first window past the saved horizon). The
         last window (horizon = +∞) is the end of input. Memory is bounded by the window, not the
         input; the tables do not depend on the windows (the core is chunking-invariant).
+        After :meth:`request_stop` it returns between two groups (``state.finalized`` stays
+        false; a restart finalizes the rest).
         """
         if self.state.finalized:  # records read after finalization were late: recount
             self._write_runs(FINAL_VERSION_OFFSET + max(self.state.batch_id, 0))
@@ -520,6 +621,8 @@ class Replay:
                 if hi is None or done is None or hi > done]
         t0 = time.time()
         for start in range(0, len(todo), FINALIZE_WINDOWS_PER_JOB):
+            if self.stopped:  # the groups before are committed and their state saved
+                return
             group = todo[start:start + FINALIZE_WINDOWS_PER_JOB]
             last, final = group[-1][0], group[-1][1] is None
             self._finalize_windows([hi for _, hi in group], FINAL_VERSION_OFFSET + last, final)

@@ -17,7 +17,7 @@
 - Delta Lake native engine: enabled when the Delta classes are on the classpath.
 - A quiet console on request (``spark_log``): the driver JVM this function starts writes its
   console output (Spark's log4j lines, JVM warnings, Python workers' stderr) to a file instead
-  of this process's stderr (:func:`launch_quiet_gateway`).
+  of this process's stderr (:func:`launch_driver_jvm`).
 
 How Delta is detected and enabled
 ---------------------------------
@@ -39,8 +39,11 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import sys
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -121,12 +124,66 @@ def delta_extension_enabled(spark: SparkSession) -> bool:
     return DELTA_EXTENSION_CLASS in extensions
 
 
-def _delta_classes_before_start(conf: SparkConf) -> bool:
-    """Start (or attach to) the driver JVM with ``conf`` and check for the Delta classes."""
+@contextmanager
+def _signals_ignored(*signums: int) -> Iterator[None]:
+    """Ignore ``signums`` in this process for the block (a process started inside inherits
+    the ignored disposition across ``exec``); nothing outside the main thread, where Python
+    cannot change signal handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    saved = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
     try:
-        SparkContext._ensure_initialized(conf=conf)
-    except Exception:
-        return False
+        yield
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def launch_driver_jvm(conf: SparkConf, log_path: str | None = None) -> Any:
+    """Start the driver JVM (py4j gateway) so that a stop signal reaches Python only, its
+    console output appended to ``log_path`` when given.
+
+    systemd and Airflow stop a job by sending SIGTERM to all its processes at once; a JVM that
+    takes it runs its shutdown hooks (SparkContext stopped) while Python still drives a
+    micro-batch, which ends in py4j tracebacks. So the JVM starts in a session (process group)
+    of its own — a signal to the job's process group, such as Ctrl-C's SIGINT or ``kill --
+    -PGID``, does not reach it or its Python workers — with SIGTERM and SIGINT ignored (the
+    HotSpot JVM keeps a shutdown signal ignored when it starts ignored, so a SIGTERM sent to
+    every process of a cgroup leaves it running too). Python decides when to stop: see
+    ``pipelines.replay.Replay.request_stop``. The JVM still exits with the driver: it ends when
+    its stdin pipe from Python closes (pyspark's gateway server), even after a SIGKILL.
+
+    ``log_path`` (folders created): where the JVM's stdout and stderr go — Spark's log4j
+    console lines, the JVM's own warnings (``Using incubator modules``) and the Python
+    workers' stderr, which Spark copies to its own — so the console shows only the caller's
+    lines. Errors still reach the caller as exceptions (a failed job's ``Py4JJavaError``
+    carries the Java stack trace); ``RuntimeError`` with the log's last lines when the JVM
+    fails to start.
+
+    Returns the gateway, or ``None`` when a JVM already exists (``spark-submit`` started it, or
+    a session is active)."""
+    from pyspark.java_gateway import launch_gateway
+
+    if os.environ.get("PYSPARK_GATEWAY_PORT") or SparkContext._gateway is not None:
+        return None
+    if log_path is None:
+        with _signals_ignored(signal.SIGTERM, signal.SIGINT):
+            return launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as log, _signals_ignored(signal.SIGTERM, signal.SIGINT):
+        try:  # the child keeps its own descriptor
+            return launch_gateway(conf, popen_kwargs={"start_new_session": True,
+                                                      "stdout": log, "stderr": log})
+        except Exception as exc:
+            tail = path.read_text(errors="replace").strip().splitlines()[-20:]
+            raise RuntimeError(f"the Spark driver did not start ({exc}); the end of its log "
+                               f"{path}:\n" + "\n".join(tail)) from None
+
+
+def _delta_classes_loaded() -> bool:
+    """Whether the running driver JVM can load the Delta classes."""
     jvm = SparkContext._jvm
     return jvm is not None and _jvm_class_loadable(jvm, DELTA_EXTENSION_CLASS)
 
@@ -227,30 +284,6 @@ def worker_python(conf: Mapping[str, Any], submitted: str | None) -> str:
     return str(chosen) if chosen else sys.executable
 
 
-def launch_quiet_gateway(conf: SparkConf, log_path: str) -> None:
-    """Start the driver JVM with ``conf``, its stdout and stderr appended to ``log_path``
-    (folders created), and make it the gateway every later ``SparkContext`` uses.
-
-    pyspark's own launcher (``launch_gateway`` with ``popen_kwargs``): nothing else changes,
-    only where the JVM's console output goes — Spark's log4j console lines (its default
-    profile: WARN and above), the JVM's own warnings (``Using incubator modules``) and the
-    Python workers' stderr, which Spark copies to its own. Errors still reach the caller as
-    exceptions (a failed job's ``Py4JJavaError`` carries the Java stack trace). Raises
-    ``RuntimeError`` with the log's last lines when the JVM fails to start."""
-    from pyspark.java_gateway import launch_gateway
-
-    path = Path(log_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as log:  # the child keeps its own descriptor
-        try:
-            gateway = launch_gateway(conf, popen_kwargs={"stdout": log, "stderr": log})
-        except Exception as exc:
-            tail = path.read_text(errors="replace").strip().splitlines()[-20:]
-            raise RuntimeError(f"the Spark driver did not start ({exc}); the end of its log "
-                               f"{path}:\n" + "\n".join(tail)) from None
-    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
-
-
 DEFAULT_DRIVER_MEMORY = "2g"
 """``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
 
@@ -265,7 +298,7 @@ def build_session(
     """Create (or return the active) SparkSession configured for the pipeline.
 
     ``spark_log``: a file for Spark's console output (its log, JVM warnings) instead of
-    stderr, so the console shows only the caller's lines (:func:`launch_quiet_gateway`; when
+    stderr, so the console shows only the caller's lines (:func:`launch_driver_jvm`; when
     the JVM already runs, e.g. under ``spark-submit``, the log level becomes ``ERROR``
     instead). ``None``: Spark logs to stderr as it does by default.
 
@@ -328,9 +361,10 @@ def build_session(
     conf.setAll(list(settings.items()))
     quiet_here = spark_log is not None and SparkContext._gateway is None and not os.environ.get(
         "PYSPARK_GATEWAY_PORT")
-    if quiet_here:
-        launch_quiet_gateway(conf, str(spark_log))
-    if "spark.sql.extensions" not in settings and _delta_classes_before_start(conf):
+    # our JVM (own session, stop signals ignored, console to spark_log), or the existing one
+    SparkContext._ensure_initialized(
+        gateway=launch_driver_jvm(conf, str(spark_log) if quiet_here else None), conf=conf)
+    if "spark.sql.extensions" not in settings and _delta_classes_loaded():
         settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
         settings.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG_CLASS)
 

@@ -51,6 +51,7 @@ from pipelines.core.controller import (
     segment_rows,
 )
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
+from pipelines.privacy import Pseudonymizer
 from pipelines.schemas import arrow_schema
 
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
@@ -673,8 +674,12 @@ class FrameWriter:
     whatever a failed attempt left) and moved into place by :meth:`close`, so a retried or
     re-run task replaces each whole with the same rows."""
 
-    def __init__(self, out_dir: str) -> None:
+    def __init__(self, out_dir: str,
+                 withheld: Mapping[str, tuple[str, ...]] | None = None) -> None:
+        """``withheld``: table → nullable columns written as nulls (``output.keys``,
+        :func:`pipelines.privacy.withheld_columns`)."""
         self.out_dir = out_dir
+        self.withheld = dict(withheld or {})
         self.files: dict[tuple[str, str], tuple[Any, Any, str, str]] = {}
 
     def write(self, topic: str, frames: Mapping[str, Any]) -> None:
@@ -691,9 +696,12 @@ class FrameWriter:
                 continue
             table = STAGE_KINDS[kind]
             columns = table_columns(table)
-            arrow = conform_arrow(table, df.select([c for c in columns if c in df.column_names])
+            withheld = self.withheld.get(table, ())
+            # a withheld column is left out: conform_arrow fills it with nulls
+            taken = [c for c in columns if c not in withheld]
+            arrow = conform_arrow(table, df.select([c for c in taken if c in df.column_names])
                                   if isinstance(df, pa.Table)
-                                  else df[[c for c in columns if c in df.columns]],
+                                  else df[[c for c in taken if c in df.columns]],
                                   columns=columns)
             if (topic, kind) not in self.files:
                 fs, path = pafs.FileSystem.from_uri(fs_uri(staged_file(self.out_dir, kind, topic)))
@@ -754,7 +762,8 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
 
 
-def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, int]:
+def write_staging(batches: Iterable[Any], folder: str, part: int,
+                  pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
     """Write one Spark partition of a micro-batch's accepted messages as staged Parquet.
 
     ``batches``: pyarrow ``RecordBatch``es of :data:`STAGING_SOURCE_COLUMNS` (any topics, any
@@ -763,7 +772,9 @@ def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, i
     topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
     groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
     under a hidden temporary name and moved into place, so a retried task replaces it whole
-    (readers skip hidden files). Returns topic → messages written. pyarrow's C++ writer, on the
+    (readers skip hidden files). ``pseudonymize`` (``input.pseudonymize``): its columns are
+    replaced by their pseudonyms once the key hashes are computed (routing is unchanged; no
+    raw value is staged). Returns topic → messages written. pyarrow's C++ writer, on the
     Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -802,6 +813,8 @@ def write_staging(batches: Iterable[Any], folder: str, part: int) -> dict[str, i
         records = pa.RecordBatch.from_arrays(
             [*records.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
             names=[*records.schema.names, *KEY_HASH_COLUMNS])
+        if pseudonymize is not None:  # after hashing: the emulation's answers do not change
+            records = pseudonymize.batch(records)
         codes = records.column("topic").dictionary_encode()
         order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
         cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
@@ -957,11 +970,12 @@ def topic_bins(weights: Mapping[str, int], slots: int) -> list[list[str]]:
 # pyspark is imported lazily so that the local engine runs without it.
 
 
-def stage_batch(accepted: Any, staging: str, batch_id: int) -> dict[str, int]:
+def stage_batch(accepted: Any, staging: str, batch_id: int,
+                pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
     """Spark: stage micro-batch ``batch_id``'s ``accepted`` messages (a DataFrame with
     :data:`STAGING_SOURCE_COLUMNS`) under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a
-    re-run restages it), by :func:`write_staging` in each task. Returns topic → messages
-    staged."""
+    re-run restages it), by :func:`write_staging` in each task (``pseudonymize``: see there).
+    Returns topic → messages staged."""
     import pyarrow as pa
     import pyarrow.fs as pafs
 
@@ -976,7 +990,7 @@ def stage_batch(accepted: Any, staging: str, batch_id: int) -> dict[str, int]:
     def run(batches: Iterable[Any]) -> Iterator[Any]:
         from pyspark import TaskContext
 
-        counts = write_staging(batches, folder, TaskContext.get().partitionId())
+        counts = write_staging(batches, folder, TaskContext.get().partitionId(), pseudonymize)
         yield pa.RecordBatch.from_pydict({"topic": list(counts), "messages": list(counts.values())},
                                          schema=pa.schema([("topic", pa.string()),
                                                            ("messages", pa.int64())]))
@@ -1019,6 +1033,8 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     first window. Returns, per window, topic → ``pickle((controller, batching blob,
     dispatcher, seconds))`` (:class:`StageStates`; the controller with that window's decisions
     and samples not yet taken), bounded by topics × windows, never by messages."""
+    from pipelines.privacy import withheld_columns
+
     if not topics or not windows:
         return [{} for _ in windows]
     sc = spark.sparkContext
@@ -1030,7 +1046,7 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     def run(i: int) -> list[tuple[int, str, bytes]]:
         out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
         carried = {t: (ctl, bat, disp) for t, ctl, bat, disp in work.value[i]}
-        files = FrameWriter(out_dir)
+        files = FrameWriter(out_dir, withheld_columns(settings.config))
         for w, window in enumerate(windows):
             for topic, (ctl, bat, disp) in carried.items():
                 r = topic_group(topic, _read_topic(dataset, topic, window.lo_ms, window.hi_ms),
