@@ -20,9 +20,13 @@ e.g. ``f"{run_id}:{query_name}"``, with the micro-batch id as ``version``. A sin
 ``app_id`` at a time is assumed (as with a streaming query). :meth:`DeltaStore.delete_run`
 removes rows but not app transactions: re-running a deleted run needs a new ``app_id``.
 
-Partitioning
-------------
-Every table is partitioned by ``run_id`` only. ``topic`` is deliberately *not* a partition
+Partitioning and table properties
+---------------------------------
+Every table is partitioned by ``run_id`` only (users append many runs to one output; a run's
+rows are then one folder, which :meth:`DeltaStore.replace_run`, :meth:`DeltaStore.delete_run`
+and per-run queries prune to, and ``OPTIMIZE`` compacts per run). Tables are created, by either
+engine, with :data:`TABLE_PROPERTIES` (log and removed-file retention, which ``VACUUM`` and log
+clean-up honour). :meth:`DeltaStore.maintain` compacts and vacuums (``topic-replay maintain``). ``topic`` is deliberately *not* a partition
 column: its cardinality is unbounded (the online-retail trace alone has 38 countries, Pulsar
 exports can hold thousands of topics), and partitioning by it would write one small file per
 topic per micro-batch. Per-topic queries are served by Delta's per-file min/max statistics.
@@ -49,6 +53,30 @@ PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
 
 ENGINES = ("auto", "delta-spark", "delta-rs")
+
+TABLE_PROPERTIES: dict[str, str] = {
+    # time travel reaches back this far (older log entries are cleaned up at checkpoints)
+    "delta.logRetentionDuration": "interval 30 days",
+    # VACUUM keeps files removed (by OPTIMIZE, replace_run, delete_run) for this long, so a
+    # reader of an older version, or time travel within a week, still finds them
+    "delta.deletedFileRetentionDuration": "interval 7 days",
+}
+"""Properties every output table is created with (docs/delta.md, "Tables that live long")."""
+
+FALLBACK_NOTE = ("topic-replay: the Delta Lake jars are not on this Spark session's classpath; "
+                 "writing the tables with delta-rs (`make setup` fetches the jars from Maven "
+                 "Central; docs/delta.md)")
+_fallback_noted = False
+
+
+def _note_fallback() -> None:
+    """Print :data:`FALLBACK_NOTE` to stderr, once per process."""
+    global _fallback_noted
+    if not _fallback_noted:
+        import sys
+
+        print(FALLBACK_NOTE, file=sys.stderr)
+        _fallback_noted = True
 
 
 def _is_spark_dataframe(data: Any) -> bool:
@@ -213,6 +241,8 @@ class DeltaStore:
             )
         if engine == "auto":
             engine = "delta-spark" if available else "delta-rs"
+            if spark is not None and not available:
+                _note_fallback()
         self.engine = engine
 
     # ------------------------------------------------------------------ paths and metadata
@@ -248,6 +278,25 @@ class DeltaStore:
             if self.engine == "delta-spark":
                 return None
             raise
+
+    def _new_table_properties(self, table: str) -> dict[str, str] | None:
+        """:data:`TABLE_PROPERTIES` when ``table`` is about to be created, else None."""
+        return None if self.exists(table) else dict(TABLE_PROPERTIES)
+
+    def ensure_table(self, table: str) -> bool:
+        """Create ``table`` empty (schema, ``run_id`` partitions, :data:`TABLE_PROPERTIES`) when
+        it does not exist, so that queries of a run that produced no rows for it find an empty
+        table rather than none. Returns True when it created the table."""
+        if self.exists(table):
+            return False
+        if self.engine == "delta-spark":
+            self._create_spark_table(table)
+        else:
+            DeltaTable.create(self.path(table), arrow_schema(table), mode="ignore",
+                              partition_by=list(PARTITION_COLUMNS),
+                              configuration=dict(TABLE_PROPERTIES),
+                              storage_options=self.storage_options)
+        return True
 
     # ------------------------------------------------------------------ writes
     def append(self, table: str, data: Any, app_id: str, version: int) -> bool:
@@ -287,6 +336,7 @@ class DeltaStore:
             arrow,
             mode="append",
             partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
             storage_options=self.storage_options,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
@@ -350,6 +400,7 @@ class DeltaStore:
             pa.RecordBatchReader.from_batches(schema, batches()),
             mode="append",
             partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
             storage_options=self.storage_options,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
@@ -394,6 +445,7 @@ class DeltaStore:
             create_table_with_add_actions(
                 self.path(table), Schema.from_arrow(arrow_schema(table)), actions,
                 mode="append", partition_by=list(PARTITION_COLUMNS),
+                configuration=TABLE_PROPERTIES,
                 storage_options=self.storage_options, commit_properties=props)
 
     def append_parquet(self, table: str, path: str, app_id: str, version: int,
@@ -444,13 +496,15 @@ class DeltaStore:
         from delta.tables import DeltaTable as SparkDeltaTable
 
         path = self.path(table)
-        (
+        builder = (
             SparkDeltaTable.createIfNotExists(self.spark)
             .location(path)
             .addColumns(spark_schema(table))
             .partitionedBy(*PARTITION_COLUMNS)
-            .execute()
         )
+        for key, value in TABLE_PROPERTIES.items():
+            builder = builder.property(key, value)
+        builder.execute()
         return path
 
     def _write_spark(self, table: str, data: Any, app_id: str, version: int,
@@ -492,6 +546,7 @@ class DeltaStore:
             mode="overwrite",
             predicate=predicate,
             partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
             storage_options=self.storage_options,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
@@ -532,6 +587,53 @@ class DeltaStore:
                 problems.append(f"{table}: partitioned by {parts or 'nothing'}, expected "
                                 f"{list(PARTITION_COLUMNS)}")
         return problems
+
+    def maintain(self, table: str, retain_hours: int | None = None) -> dict[str, int]:
+        """Compact ``table``'s small files (``OPTIMIZE``: bin-packing within each ``run_id``
+        partition) and delete the files no version within the retention still references
+        (``VACUUM``); a no-op returning zeros when ``table`` does not exist.
+
+        ``retain_hours``: files removed longer ago than this are deleted (default: the table's
+        ``delta.deletedFileRetentionDuration``, 7 days); a shorter retention than the table's
+        is allowed (time travel to versions older than it then fails). Both commits keep the
+        tables' rows and app transactions. Returns ``{"files_removed": n, "files_added": n,
+        "files_vacuumed": n}`` (OPTIMIZE's removed/added data files, VACUUM's deleted files).
+        """
+        out = {"files_removed": 0, "files_added": 0, "files_vacuumed": 0}
+        if not self.exists(table):
+            return out
+        if retain_hours is not None and retain_hours < 0:
+            raise ValueError(f"retain_hours must be >= 0, got {retain_hours}")
+        default_hours = 7 * 24
+        enforce = retain_hours is None or retain_hours >= default_hours
+        if self.engine == "delta-spark":
+            from delta.tables import DeltaTable as SparkDeltaTable
+
+            metrics = (SparkDeltaTable.forPath(self.spark, self.path(table)).optimize()
+                       .executeCompaction().collect()[0]["metrics"])
+            out["files_removed"] = int(metrics["numFilesRemoved"])
+            out["files_added"] = int(metrics["numFilesAdded"])
+            key = "spark.databricks.delta.retentionDurationCheck.enabled"
+            before = self.spark.conf.get(key, "true")
+            self.spark.conf.set(key, "true" if enforce else "false")
+            try:
+                target = f"delta.`{self.path(table)}`"
+                retain = "" if retain_hours is None else f" RETAIN {int(retain_hours)} HOURS"
+                dry = self.spark.sql(f"VACUUM {target}{retain} DRY RUN").count()
+                self.spark.sql(f"VACUUM {target}{retain}").collect()
+            finally:
+                self.spark.conf.set(key, before)
+            out["files_vacuumed"] = int(dry)
+            return out
+        dt = self._delta_table(table)
+        metrics = dt.optimize.compact()
+        out["files_removed"] = int(metrics.get("numFilesRemoved", 0))
+        out["files_added"] = int(metrics.get("numFilesAdded", 0))
+        dt = self._delta_table(table)
+        removed = dt.vacuum(retention_hours=retain_hours, dry_run=False,
+                            enforce_retention_duration=enforce)
+        out["files_vacuumed"] = len(removed)
+        return out
 
     def delete_run(self, table: str, run_id: str) -> None:
         """Delete every row of ``run_id`` from ``table`` (no-op when the table doesn't exist).

@@ -790,6 +790,8 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
             data = data[keep].assign(run_id=run_id)
         store.append(table, data, app_id=table_app_id(run_id, table), version=version)
 
+    for table in config.output.tables:  # every configured table exists, even if empty
+        store.ensure_table(table)
     accepted, quarantine = read_local(input_spec, inputs, config.replay.max_files_per_trigger)
     for b, q in _groups(quarantine, ["batch_id"]):
         write("quarantine", q, int(b[0] if isinstance(b, tuple) else b))

@@ -286,6 +286,7 @@ class Replay:
         """Run the query; batch mode (``stream=False``) ends with finalization and returns the
         run summary. Streaming mode runs until stopped (``stop()`` on the returned query)."""
         self.streaming = stream
+        self.ensure_tables()
         raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
                               self.config.replay.max_files_per_trigger,
                               path_glob_filter=self.input_spec.file_glob,
@@ -301,6 +302,14 @@ class Replay:
         if self.config.output.validate_tables:
             self.validate()
         return self.summary()
+
+    def ensure_tables(self) -> None:
+        """Create every configured table that does not exist yet, empty with its schema, so
+        that a query of a table this run writes no rows to (no ``quarantine`` on clean input,
+        no ``autoscale_decisions`` without a split) answers "none" instead of "not found"."""
+        with self._timed("delta_write"):
+            for table in self.config.output.tables:
+                self.store.ensure_table(table)
 
     def validate(self) -> Any:
         """End-of-run Great Expectations checks (``output.validate``): validation pass
