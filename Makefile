@@ -70,6 +70,11 @@ $(AIRFLOW_STAMP): pyproject.toml
 test-dags: $(AIRFLOW_STAMP) ## DAG-integrity test in its own Airflow venv (.venv-airflow; Airflow's pins clash with ours)
 	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_dags.py
 
+AIRFLOW_DAY ?= 2025-01-15
+
+airflow-demo: $(STAMP) delta-jars $(AIRFLOW_STAMP) ## Run the Airflow DAG end to end (airflow dags test) on data/sample as day $(AIRFLOW_DAY); tables in out/airflow-demo/tables
+	tools/airflow_demo.sh out/airflow-demo $(AIRFLOW_DAY)
+
 lint: $(STAMP) ## ruff on everything, mypy on the emulation core
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pipelines/core

@@ -307,6 +307,9 @@ def build_session(
     if "spark.sql.extensions" not in settings and _delta_classes_before_start(conf):
         settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
         settings.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG_CLASS)
+        # Delta reads a table's log (state reconstruction) in this many tasks; its default, 50,
+        # made every commit of a replay's small control-plane tables start 50 tasks.
+        settings.setdefault("spark.databricks.delta.snapshotPartitions", "2")
 
     builder = SparkSession.builder.appName(app_name)
     for k, v in settings.items():

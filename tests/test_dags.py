@@ -67,13 +67,41 @@ def test_tasks_run_replay_then_validate(dag: Any) -> None:
     assert dag.get_task("validate").upstream_task_ids == {"replay"}
 
 
+def _render(dag: Any, template: str, variables: dict[str, str] | None = None) -> str:
+    """``template`` rendered for 2025-03-04 with the DAG's params and ``variables``."""
+    from jinja2 import Environment
+
+    class Vars:
+        def get(self, name: str, default: Any = None) -> Any:
+            return (variables or {}).get(name, default)
+
+    params = {name: p.value if hasattr(p, "value") else p for name, p in dag.params.items()}
+    context = {"ds": "2025-03-04", "params": params, "var": {"value": Vars()}}
+    return Environment().from_string(template).render(**context)
+
+
 def test_replay_submits_the_job_with_delta(dag: Any) -> None:
     task = dag.get_task("replay")
     assert task.application.endswith("/jobs/replay.py")
-    assert task.packages == "io.delta:delta-spark_2.13:4.1.0"
     assert task.conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert task.conf["spark.sql.catalog.spark_catalog"] == (
         "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+
+
+@pytest.mark.parametrize(
+    ("variables", "packages", "jars"),
+    [
+        ({}, "io.delta:delta-spark_2.13:4.1.0", ""),
+        ({"topic_replay_delta_jars": "/j/delta-spark.jar,/j/delta-storage.jar"}, "",
+         "/j/delta-spark.jar,/j/delta-storage.jar"),
+    ],
+)
+def test_replay_takes_delta_from_maven_or_from_local_jars(dag: Any, variables: dict[str, str],
+                                                          packages: str, jars: str) -> None:
+    task = dag.get_task("replay")
+    assert "packages" in type(task).template_fields or "_packages" in type(task).template_fields
+    assert (_render(dag, task._packages, variables), _render(dag, task._jars, variables)) == (
+        packages, jars)
 
 
 @pytest.mark.parametrize(
