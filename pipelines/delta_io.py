@@ -26,10 +26,10 @@ Every table is partitioned by ``run_id`` only (users append many runs to one out
 rows are then one folder, which :meth:`DeltaStore.replace_run`, :meth:`DeltaStore.delete_run`
 and per-run queries prune to, and ``OPTIMIZE`` compacts per run). Tables are created, by either
 engine, with :data:`TABLE_PROPERTIES` (log and removed-file retention, which ``VACUUM`` and log
-clean-up honour). :meth:`DeltaStore.maintain` compacts and vacuums (``topic-replay maintain``). ``topic`` is deliberately *not* a partition
-column: its cardinality is unbounded (the online-retail trace alone has 38 countries, Pulsar
-exports can hold thousands of topics), and partitioning by it would write one small file per
-topic per micro-batch. Per-topic queries are served by Delta's per-file min/max statistics.
+clean-up honour). :meth:`DeltaStore.maintain` compacts and vacuums (``topic-replay
+maintain``). ``topic`` is deliberately *not* a partition column: its cardinality is
+unbounded (the online-retail trace alone has 38 countries, Pulsar exports can hold thousands of
+topics), and partitioning by it would write one small file per topic per micro-batch. Per-topic queries are served by Delta's per-file min/max statistics.
 """
 
 from __future__ import annotations

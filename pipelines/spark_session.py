@@ -23,9 +23,9 @@ they would be by ``getOrCreate``) and asks that JVM whether
 one that sees ``--jars`` / ``--packages``). If it is, and the caller did not set them, it adds
 ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
 ``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. If it is
-not (no Delta jars: no Maven access when ``make setup`` ran), the session is created without them
-and :mod:`pipelines.delta_io` falls back to delta-rs (and says so once). :func:`delta_spark_available`
-repeats the class check on a live session.
+not (no Delta jars: no Maven access when ``make setup`` ran), the session is created without
+them and :mod:`pipelines.delta_io` falls back to delta-rs (and says so once).
+:func:`delta_spark_available` repeats the class check on a live session.
 
 Where the jars come from: ``make setup`` copies ``delta-spark_2.13`` and ``delta-storage`` of the
 pinned ``delta-spark`` version from Maven Central into ``<repo>/.jars/delta-<version>/``
@@ -132,7 +132,7 @@ def _delta_classes_before_start(conf: SparkConf) -> bool:
 
 
 DELTA_JARS_ENV = "TOPIC_REPLAY_DELTA_JARS"
-"""Environment variable naming a folder of Delta jars to use instead of ``.jars/delta-<version>``."""
+"""Environment variable naming a folder of Delta jars to use instead of ``.jars/delta-<v>``."""
 
 
 def delta_jars() -> list[str]:

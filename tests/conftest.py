@@ -2,7 +2,8 @@
 
 ``spark``: ONE SparkSession for the whole test session (starting one takes ~5 s): ``local[2]``,
 2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter, the Delta
-jars of ``make setup`` when present (all via ``pipelines.spark_session.build_session``). Tests that use it should be marked ``spark``.
+jars of ``make setup`` when present (all via ``pipelines.spark_session.build_session``). Tests
+that use it should be marked ``spark``.
 """
 
 from __future__ import annotations
