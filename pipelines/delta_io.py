@@ -29,7 +29,8 @@ engine, with :data:`TABLE_PROPERTIES` (log and removed-file retention, which ``V
 clean-up honour). :meth:`DeltaStore.maintain` compacts and vacuums (``topic-replay
 maintain``). ``topic`` is deliberately *not* a partition column: its cardinality is
 unbounded (the online-retail trace alone has 38 countries, Pulsar exports can hold thousands of
-topics), and partitioning by it would write one small file per topic per micro-batch. Per-topic queries are served by Delta's per-file min/max statistics.
+topics), and partitioning by it would write one small file per topic per micro-batch.
+Per-topic queries are served by Delta's per-file min/max statistics.
 """
 
 from __future__ import annotations
