@@ -12,7 +12,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipelines.spark_session import delta_jars
+try:
+    from pipelines.spark_session import delta_jars
+except ImportError:  # the Airflow venv (tests/test_dags.py) has no pyspark of ours
+
+    def delta_jars() -> list[str]:
+        return []
 
 NO_DELTA_JARS = "no Delta jars in .jars/ (make setup fetches them from Maven Central)"
 ENGINES = [
