@@ -256,12 +256,19 @@ class DeltaStore:
         return DeltaTable(self.path(table), storage_options=self.storage_options)
 
     def exists(self, table: str) -> bool:
-        """True when ``table`` is a Delta table (has a ``_delta_log``)."""
-        if self.engine == "delta-spark":
-            from delta.tables import DeltaTable as SparkDeltaTable
+        """True when ``table`` is a Delta table (has a ``_delta_log``).
 
-            return bool(SparkDeltaTable.isDeltaTable(self.spark, self.path(table)))
-        return DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options)
+        Read with delta-rs for both engines (no Spark job); delta-spark asks Spark when delta-rs
+        cannot read the location (e.g. no object-store credentials in ``storage_options``)."""
+        try:
+            return DeltaTable.is_deltatable(self.path(table),
+                                            storage_options=self.storage_options)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        return bool(SparkDeltaTable.isDeltaTable(self.spark, self.path(table)))
 
     def transaction_version(self, table: str, app_id: str) -> int | None:
         """Latest committed app-transaction version of ``app_id`` in ``table`` (None if none).
@@ -512,7 +519,7 @@ class DeltaStore:
                      replace_where: str | None = None) -> None:
         """delta-spark: append ``data`` (or replace the rows matching ``replace_where``) in one
         commit carrying the app transaction ``(app_id, version)``."""
-        path = self._create_spark_table(table)
+        path = self.path(table) if self.exists(table) else self._create_spark_table(table)
         writer = (self._conform_spark(table, data).write.format("delta")
                   .option("txnAppId", app_id).option("txnVersion", version))
         if replace_where is None:
