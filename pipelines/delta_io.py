@@ -64,6 +64,10 @@ TABLE_PROPERTIES: dict[str, str] = {
 }
 """Properties every output table is created with (docs/delta.md, "Tables that live long")."""
 
+AUTO_PICKS_DELTA_SPARK = True
+"""Whether ``engine="auto"`` picks delta-spark when it is available. The test suite turns it off
+(tests/conftest.py) for the tests that are not about engines; those that are name the engine."""
+
 FALLBACK_NOTE = ("topic-replay: the Delta Lake jars are not on this Spark session's classpath; "
                  "writing the tables with delta-rs (`make setup` fetches the jars from Maven "
                  "Central; docs/delta.md)")
@@ -241,7 +245,7 @@ class DeltaStore:
                 + ". Use engine='delta-rs' or 'auto'."
             )
         if engine == "auto":
-            engine = "delta-spark" if available else "delta-rs"
+            engine = "delta-spark" if available and AUTO_PICKS_DELTA_SPARK else "delta-rs"
             if spark is not None and not available:
                 _note_fallback()
         self.engine = engine

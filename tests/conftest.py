@@ -28,6 +28,20 @@ ENGINES = [
 where ``make setup`` could not fetch the jars)."""
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _auto_engine_is_delta_rs() -> Iterator[None]:
+    """``output.engine: auto`` writes with delta-rs in tests that do not name an engine (fast
+    commits; the engine-parametrized end-to-end, crash, SQL and DeltaStore tests run both)."""
+    try:
+        import pipelines.delta_io as delta_io
+    except ImportError:  # the Airflow venv
+        yield
+        return
+    delta_io.AUTO_PICKS_DELTA_SPARK = False
+    yield
+    delta_io.AUTO_PICKS_DELTA_SPARK = True
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from pipelines.spark_session import build_session

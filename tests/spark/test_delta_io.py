@@ -188,9 +188,10 @@ def test_spark_schema_matches_arrow_schema_names_and_nullability():
 
 
 @pytest.mark.spark
-def test_auto_engine_is_delta_spark_when_the_jars_are_installed(spark, tmp_path):
+def test_auto_engine_is_delta_spark_when_the_jars_are_installed(spark, tmp_path, monkeypatch):
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
+    monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
     assert spark_session.delta_spark_available(spark) is True
     assert DeltaStore(str(tmp_path), spark=spark).engine == "delta-spark"
 

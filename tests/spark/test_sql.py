@@ -7,6 +7,7 @@ import json
 import pandas as pd
 import pytest
 
+import pipelines.delta_io as delta_io
 import pipelines.spark_session as spark_session
 from jobs.replay import main
 from pipelines.delta_io import DeltaStore
@@ -34,6 +35,7 @@ def output(tmp_path):
 def on_engine(request, monkeypatch):
     """Run the command with the given engine: delta-rs by hiding the Delta classes."""
     engine = request.param
+    monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
     if engine == "delta-rs":
         monkeypatch.setattr(spark_session, "delta_spark_available", lambda _spark: False)
     return engine
@@ -67,9 +69,10 @@ def test_sql_bad_query_exits_2_with_sparks_message(spark, output, capsys):
 
 
 @pytest.mark.spark
-def test_sql_time_travel_reads_an_earlier_version(spark, output, capsys):
+def test_sql_time_travel_reads_an_earlier_version(spark, output, capsys, monkeypatch):
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
+    monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
     assert main(["sql", "--output", output, "--format", "csv",
                  "SELECT count(*) AS n FROM quarantine VERSION AS OF 0"]) == 0
     assert capsys.readouterr().out.splitlines() == ["n", "2"]
