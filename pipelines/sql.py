@@ -59,8 +59,12 @@ def run_query(spark: Any, query: str, limit: int | None) -> tuple[pd.DataFrame, 
     Returns ``(rows, truncated)``: ``truncated`` is True when the result had more rows than
     ``limit``. Raises :class:`QueryError` with Spark's message when Spark rejects the query.
     """
+    import logging
+
     from pyspark.errors import PySparkException
 
+    # pyspark logs a failed query's context as an ERROR line of JSON; the message suffices
+    logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         df = spark.sql(query)
         if limit:

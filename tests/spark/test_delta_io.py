@@ -272,13 +272,14 @@ def test_maintain_compacts_a_runs_files_into_one_and_keeps_rows_and_transactions
     store = _engine_store(engine, spark, tmp_path)
     for v in range(3):
         store.append("quarantine", _quarantine_rows(batch_id=v), "a", v)
+    before = len(DeltaTable(store.path("quarantine")).file_uris())  # delta-spark: 2 per append
 
     result = store.maintain("quarantine", retain_hours=0)
 
     dt = DeltaTable(store.path("quarantine"))
-    assert (result["files_removed"], result["files_added"]) == (3, 1)
-    assert result["files_vacuumed"] == 3
-    assert len(dt.files()) == 1
+    assert before >= 3
+    assert result == {"files_removed": before, "files_added": 1, "files_vacuumed": before}
+    assert len(dt.file_uris()) == 1
     assert sorted(store.read("quarantine")["batch_id"]) == [0, 0, 1, 1, 2, 2]
     assert dt.transaction_version("a") == 2
 
