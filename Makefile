@@ -7,12 +7,32 @@ STAMP := $(VENV)/.installed
 OUT ?= out/sample
 
 .DEFAULT_GOAL := help
-.PHONY: help setup run test test-slow test-dags lint docs bench clean
+.PHONY: help setup delta-jars run test test-slow test-dags airflow-demo lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: $(STAMP) ## Create .venv and install the project (editable, with dev extras); idempotent
+setup: $(STAMP) delta-jars ## Create .venv, install the project (editable, dev extras), fetch the Delta jars; idempotent
+
+# The Delta Lake jars matching the pinned delta-spark (its pom's runtime dependencies: delta-spark
+# and delta-storage; Scala and Spark come with pyspark), copied from Maven Central by `mvn` into
+# the git-ignored $(DELTA_JARS). pipelines/spark_session.py puts them on spark.jars; without them
+# (no mvn, no Maven access) the replay writes with delta-rs. docs/delta.md.
+DELTA_VERSION := $(shell grep -o '"delta-spark==[^"]*' pyproject.toml | cut -d= -f3)
+DELTA_JARS := .jars/delta-$(DELTA_VERSION)
+DELTA_ARTIFACTS := io.delta:delta-spark_2.13:$(DELTA_VERSION) io.delta:delta-storage:$(DELTA_VERSION)
+
+delta-jars: $(DELTA_JARS)/.fetched ## Fetch the Delta Lake jars from Maven Central into .jars/ (needs mvn; skipped with a note otherwise)
+
+$(DELTA_JARS)/.fetched: pyproject.toml
+	@if ! command -v mvn >/dev/null; then \
+	  echo "delta-jars: no mvn on PATH; the replay will write with delta-rs (docs/delta.md)"; exit 0; fi; \
+	mkdir -p $(DELTA_JARS) && \
+	for a in $(DELTA_ARTIFACTS); do \
+	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$(DELTA_JARS) || \
+	  { echo "delta-jars: could not fetch $$a from Maven; the replay will write with delta-rs"; \
+	    rm -rf $(DELTA_JARS); exit 0; }; \
+	done && touch $@
 
 # Quiet: one line of ours, then only what pip reports as a problem.
 $(STAMP): pyproject.toml
@@ -51,6 +71,11 @@ $(AIRFLOW_STAMP): pyproject.toml
 
 test-dags: $(AIRFLOW_STAMP) ## DAG-integrity test in its own Airflow venv (.venv-airflow; Airflow's pins clash with ours)
 	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_dags.py
+
+AIRFLOW_DAY ?= 2025-01-15
+
+airflow-demo: $(STAMP) delta-jars $(AIRFLOW_STAMP) ## Run the Airflow DAG end to end (airflow dags test) on data/sample as day $(AIRFLOW_DAY); tables in out/airflow-demo/tables
+	tools/airflow_demo.sh out/airflow-demo $(AIRFLOW_DAY)
 
 lint: $(STAMP) ## ruff on everything, mypy on the emulation core
 	$(VENV)/bin/ruff check .

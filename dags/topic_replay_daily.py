@@ -3,8 +3,9 @@
 Every day (``catchup=True``: back-fills from ``start_date``) the DAG runs
 
 1. ``replay`` — ``spark-submit jobs/replay.py run --input <logs_root>/dt={{ ds }}/ --output
-   <output> --run-id {{ ds }} --conf <conf>`` with the Delta Lake package and SQL extension
-   configured (``SparkSubmitOperator``). A retry
+   <output> --run-id {{ ds }} --conf <conf>`` with the Delta Lake package (or the local jars of
+   ``delta_jars``) and SQL extension configured (``SparkSubmitOperator``), so the tables are
+   written with delta-spark. A retry
    resumes the same run from its checkpoint (the replay is exactly-once per run id);
 2. ``validate`` — ``spark-submit jobs/replay.py validate --output <output> --run-id {{ ds }}``
    (Great Expectations suites, ``pipelines/validation.py``; no Spark job). It fails the DAG run
@@ -24,6 +25,10 @@ output     Delta tables root                                ``/data/topic-replay
 conf       replay config YAML (policy, preset, consumers)   ``<repo>/conf/default.yaml``
 py_files   zip of ``pipelines`` + ``jobs`` for executors    none (not needed when the
            on a cluster (``--py-files``)                    package is installed there)
+delta_jars comma-separated local Delta jars (``--jars``)    none: ``--packages`` resolves
+           instead of resolving the package from Maven      them from Maven Central
+           (e.g. the ``.jars/delta-<v>/*.jar`` of ``make
+           setup``, on machines without Maven access)
 =========  ===============================================  ==========================
 
 The input preset and everything else come from the config file (``input.preset``). Spark runs
@@ -57,6 +62,7 @@ DEFAULTS = {
     "output": "/data/topic-replay",
     "conf": "",
     "py_files": "",
+    "delta_jars": "",
 }
 SPARK_CONN_ID = "spark_default"
 
@@ -76,6 +82,8 @@ INPUT = render(setting("logs_root")) + "/dt={{ ds }}/"
 OUTPUT = render(setting("output"))
 CONF = render(f"{setting('conf')} or ({setting('repo')} ~ '/conf/default.yaml')")
 RUN_ID = "{{ ds }}"
+DELTA_JARS = render(setting("delta_jars"))
+PACKAGES = render(f"'' if {setting('delta_jars')} else '{DELTA_PACKAGE}'")
 
 default_args = {
     "owner": "data-platform",
@@ -103,7 +111,8 @@ with DAG(
         conn_id=SPARK_CONN_ID,
         application=APPLICATION,
         name="topic-replay-{{ ds }}",
-        packages=DELTA_PACKAGE,
+        packages=PACKAGES,
+        jars=DELTA_JARS,
         conf=DELTA_CONF,
         py_files=render(setting("py_files")),
         application_args=["run", "--input", INPUT, "--output", OUTPUT, "--run-id", RUN_ID,

@@ -107,6 +107,27 @@ def _parser() -> argparse.ArgumentParser:
     rp.add_argument("--html", required=True, metavar="FILE", help="HTML file to write")
     rp.add_argument("--png-dir", default=None, metavar="DIR",
                     help="also save every figure as a PNG in DIR")
+    q = sub.add_parser("sql", help="run a Spark SQL query over an output's tables (each "
+                                   "table by its name; docs/delta.md)")
+    q.add_argument("--output", required=True, metavar="DIR")
+    q.add_argument("query", metavar="QUERY", help='e.g. "SELECT * FROM runs"')
+    q.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                   dest="fmt", help="table (default), csv or json (one object per line)")
+    q.add_argument("--limit", type=int, default=100,
+                   help="rows printed at most (default 100; 0 = all)")
+    q.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    m = sub.add_parser("maintain", help="compact small files (OPTIMIZE) and delete removed "
+                                        "ones (VACUUM) in an output's tables")
+    m.add_argument("--output", required=True, metavar="DIR")
+    m.add_argument("--table", action="append", default=None, dest="tables", metavar="T",
+                   help="only this table (repeatable; default: every table)")
+    m.add_argument("--retain-hours", type=int, default=None, metavar="H",
+                   help="VACUUM deletes files removed more than H hours ago (default: the "
+                        "tables' delta.deletedFileRetentionDuration, 7 days)")
+    m.add_argument("--engine", choices=("auto", "delta-spark", "delta-rs"), default="auto",
+                   help="auto (default: delta-spark when the Delta jars are installed), "
+                        "delta-spark, or delta-rs (no Spark started)")
+    m.add_argument("--master", default=None, help="Spark master (default: local[*])")
     g = sub.add_parser("generate", help="write message logs from a workload spec")
     g.add_argument("--spec", required=True, metavar="FILE",
                    help="workload spec YAML, or an OpenMessaging Benchmark workload YAML "
@@ -134,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
             return _diff(args)
         if args.command == "validate":
             return _validate(args)
+        if args.command == "sql":
+            return _sql(args)
+        if args.command == "maintain":
+            return _maintain(args)
         return _generate(args)
     except UsageError as exc:
         print(f"topic-replay: error: {exc}", file=sys.stderr)
@@ -381,6 +406,64 @@ def _validate(args: argparse.Namespace) -> int:
     result = validate_run(store, run_id)
     print(format_validation(result))
     return 0 if result.success else 1
+
+
+def _quiet_session(master: str | None) -> Any:
+    """A SparkSession for a short command: no progress bar, only errors logged."""
+    from pipelines.spark_session import build_session
+
+    spark = build_session(app_name="topic-replay-sql", master=master, shuffle_partitions=2,
+                          extra_conf={"spark.ui.showConsoleProgress": "false",
+                                      "spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _sql(args: argparse.Namespace) -> int:
+    if not Path(args.output).is_dir():
+        raise UsageError(f"output directory {args.output} does not exist")
+    if args.limit < 0:
+        raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    from pipelines.delta_io import DeltaStore
+    from pipelines.sql import QueryError, format_rows, register_tables, run_query
+
+    store = DeltaStore(args.output, spark=_quiet_session(args.master))
+    if not register_tables(store):
+        raise UsageError(f"{args.output} holds no output table")
+    try:
+        rows, truncated = run_query(store.spark, args.query, args.limit)
+    except QueryError as exc:
+        raise UsageError(f"query failed: {exc}") from None
+    print(format_rows(rows, args.fmt))
+    if truncated:
+        print(f"topic-replay: showing the first {args.limit} rows (--limit 0 for all)",
+              file=sys.stderr)
+    return 0
+
+
+def _maintain(args: argparse.Namespace) -> int:
+    if not Path(args.output).is_dir():
+        raise UsageError(f"output directory {args.output} does not exist")
+    from pipelines.schemas import table_names
+
+    unknown = [t for t in args.tables or [] if t not in table_names()]
+    if unknown:
+        raise UsageError(f"unknown table {', '.join(unknown)}; tables: "
+                         f"{', '.join(table_names())}")
+    if args.retain_hours is not None and args.retain_hours < 0:
+        raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
+    from pipelines.delta_io import DeltaStore
+    from pipelines.sql import format_rows, maintain_tables
+
+    spark = None if args.engine == "delta-rs" else _quiet_session(args.master)
+    try:
+        store = DeltaStore(args.output, engine=args.engine, spark=spark)
+    except ValueError as exc:
+        raise UsageError(str(exc).split(". ")[0]) from None
+    result = maintain_tables(store, args.tables, args.retain_hours)
+    print(format_rows(result, "table"))
+    print(f"maintained {len(result)} table(s) under {args.output} with {store.engine}")
+    return 0
 
 
 def _known_runs(output: str, wanted: Sequence[str]) -> list[str]:

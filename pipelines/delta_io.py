@@ -20,12 +20,17 @@ e.g. ``f"{run_id}:{query_name}"``, with the micro-batch id as ``version``. A sin
 ``app_id`` at a time is assumed (as with a streaming query). :meth:`DeltaStore.delete_run`
 removes rows but not app transactions: re-running a deleted run needs a new ``app_id``.
 
-Partitioning
-------------
-Every table is partitioned by ``run_id`` only. ``topic`` is deliberately *not* a partition
-column: its cardinality is unbounded (the online-retail trace alone has 38 countries, Pulsar
-exports can hold thousands of topics), and partitioning by it would write one small file per
-topic per micro-batch. Per-topic queries are served by Delta's per-file min/max statistics.
+Partitioning and table properties
+---------------------------------
+Every table is partitioned by ``run_id`` only (users append many runs to one output; a run's
+rows are then one folder, which :meth:`DeltaStore.replace_run`, :meth:`DeltaStore.delete_run`
+and per-run queries prune to, and ``OPTIMIZE`` compacts per run). Tables are created, by either
+engine, with :data:`TABLE_PROPERTIES` (log and removed-file retention, which ``VACUUM`` and log
+clean-up honour). :meth:`DeltaStore.maintain` compacts and vacuums (``topic-replay
+maintain``). ``topic`` is deliberately *not* a partition column: its cardinality is
+unbounded (the online-retail trace alone has 38 countries, Pulsar exports can hold thousands of
+topics), and partitioning by it would write one small file per topic per micro-batch.
+Per-topic queries are served by Delta's per-file min/max statistics.
 """
 
 from __future__ import annotations
@@ -49,6 +54,34 @@ PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
 
 ENGINES = ("auto", "delta-spark", "delta-rs")
+
+TABLE_PROPERTIES: dict[str, str] = {
+    # time travel reaches back this far (older log entries are cleaned up at checkpoints)
+    "delta.logRetentionDuration": "interval 30 days",
+    # VACUUM keeps files removed (by OPTIMIZE, replace_run, delete_run) for this long, so a
+    # reader of an older version, or time travel within a week, still finds them
+    "delta.deletedFileRetentionDuration": "interval 7 days",
+}
+"""Properties every output table is created with (docs/delta.md, "Tables that live long")."""
+
+AUTO_PICKS_DELTA_SPARK = True
+"""Whether ``engine="auto"`` picks delta-spark when it is available. The test suite turns it off
+(tests/conftest.py) for the tests that are not about engines; those that are name the engine."""
+
+FALLBACK_NOTE = ("topic-replay: the Delta Lake jars are not on this Spark session's classpath; "
+                 "writing the tables with delta-rs (`make setup` fetches the jars from Maven "
+                 "Central; docs/delta.md)")
+_fallback_noted = False
+
+
+def _note_fallback() -> None:
+    """Print :data:`FALLBACK_NOTE` to stderr, once per process."""
+    global _fallback_noted
+    if not _fallback_noted:
+        import sys
+
+        print(FALLBACK_NOTE, file=sys.stderr)
+        _fallback_noted = True
 
 
 def _is_spark_dataframe(data: Any) -> bool:
@@ -212,7 +245,9 @@ class DeltaStore:
                 + ". Use engine='delta-rs' or 'auto'."
             )
         if engine == "auto":
-            engine = "delta-spark" if available else "delta-rs"
+            engine = "delta-spark" if available and AUTO_PICKS_DELTA_SPARK else "delta-rs"
+            if spark is not None and not available:
+                _note_fallback()
         self.engine = engine
 
     # ------------------------------------------------------------------ paths and metadata
@@ -225,12 +260,19 @@ class DeltaStore:
         return DeltaTable(self.path(table), storage_options=self.storage_options)
 
     def exists(self, table: str) -> bool:
-        """True when ``table`` is a Delta table (has a ``_delta_log``)."""
-        if self.engine == "delta-spark":
-            from delta.tables import DeltaTable as SparkDeltaTable
+        """True when ``table`` is a Delta table (has a ``_delta_log``).
 
-            return bool(SparkDeltaTable.isDeltaTable(self.spark, self.path(table)))
-        return DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options)
+        Read with delta-rs for both engines (no Spark job); delta-spark asks Spark when delta-rs
+        cannot read the location (e.g. no object-store credentials in ``storage_options``)."""
+        try:
+            return DeltaTable.is_deltatable(self.path(table),
+                                            storage_options=self.storage_options)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
+        from delta.tables import DeltaTable as SparkDeltaTable
+
+        return bool(SparkDeltaTable.isDeltaTable(self.spark, self.path(table)))
 
     def transaction_version(self, table: str, app_id: str) -> int | None:
         """Latest committed app-transaction version of ``app_id`` in ``table`` (None if none).
@@ -248,6 +290,35 @@ class DeltaStore:
             if self.engine == "delta-spark":
                 return None
             raise
+
+    def _new_table_properties(self, table: str) -> dict[str, str] | None:
+        """:data:`TABLE_PROPERTIES` when ``table`` is about to be created, else None."""
+        return None if self.exists(table) else dict(TABLE_PROPERTIES)
+
+    def ensure_table(self, table: str) -> bool:
+        """Create ``table`` empty (schema, ``run_id`` partitions, :data:`TABLE_PROPERTIES`) when
+        it does not exist, so that queries of a run that produced no rows for it find an empty
+        table rather than none. Returns True when it created the table."""
+        if self.exists(table):
+            return False
+        self._create_table(table)
+        return True
+
+    def _create_table(self, table: str) -> str:
+        """Create ``table`` empty if missing (one commit: schema, partitions, properties);
+        its path. Written with delta-rs for both engines (a Delta log entry, no Spark job: a
+        Spark ``CREATE TABLE`` took seconds a table); delta-spark falls back to Spark when
+        delta-rs cannot write the location (e.g. no credentials in ``storage_options``)."""
+        try:
+            DeltaTable.create(self.path(table), arrow_schema(table), mode="ignore",
+                              partition_by=list(PARTITION_COLUMNS),
+                              configuration=dict(TABLE_PROPERTIES),
+                              storage_options=self.storage_options)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
+            return self._create_spark_table(table)
+        return self.path(table)
 
     # ------------------------------------------------------------------ writes
     def append(self, table: str, data: Any, app_id: str, version: int) -> bool:
@@ -287,6 +358,7 @@ class DeltaStore:
             arrow,
             mode="append",
             partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
             storage_options=self.storage_options,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
@@ -350,6 +422,7 @@ class DeltaStore:
             pa.RecordBatchReader.from_batches(schema, batches()),
             mode="append",
             partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
             storage_options=self.storage_options,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
@@ -394,6 +467,7 @@ class DeltaStore:
             create_table_with_add_actions(
                 self.path(table), Schema.from_arrow(arrow_schema(table)), actions,
                 mode="append", partition_by=list(PARTITION_COLUMNS),
+                configuration=TABLE_PROPERTIES,
                 storage_options=self.storage_options, commit_properties=props)
 
     def append_parquet(self, table: str, path: str, app_id: str, version: int,
@@ -444,20 +518,22 @@ class DeltaStore:
         from delta.tables import DeltaTable as SparkDeltaTable
 
         path = self.path(table)
-        (
+        builder = (
             SparkDeltaTable.createIfNotExists(self.spark)
             .location(path)
             .addColumns(spark_schema(table))
             .partitionedBy(*PARTITION_COLUMNS)
-            .execute()
         )
+        for key, value in TABLE_PROPERTIES.items():
+            builder = builder.property(key, value)
+        builder.execute()
         return path
 
     def _write_spark(self, table: str, data: Any, app_id: str, version: int,
                      replace_where: str | None = None) -> None:
         """delta-spark: append ``data`` (or replace the rows matching ``replace_where``) in one
         commit carrying the app transaction ``(app_id, version)``."""
-        path = self._create_spark_table(table)
+        path = self.path(table) if self.exists(table) else self._create_table(table)
         writer = (self._conform_spark(table, data).write.format("delta")
                   .option("txnAppId", app_id).option("txnVersion", version))
         if replace_where is None:
@@ -492,6 +568,7 @@ class DeltaStore:
             mode="overwrite",
             predicate=predicate,
             partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
             storage_options=self.storage_options,
             commit_properties=CommitProperties(
                 app_transactions=[Transaction(app_id=app_id, version=version)]
@@ -532,6 +609,53 @@ class DeltaStore:
                 problems.append(f"{table}: partitioned by {parts or 'nothing'}, expected "
                                 f"{list(PARTITION_COLUMNS)}")
         return problems
+
+    def maintain(self, table: str, retain_hours: int | None = None) -> dict[str, int]:
+        """Compact ``table``'s small files (``OPTIMIZE``: bin-packing within each ``run_id``
+        partition) and delete the files no version within the retention still references
+        (``VACUUM``); a no-op returning zeros when ``table`` does not exist.
+
+        ``retain_hours``: files removed longer ago than this are deleted (default: the table's
+        ``delta.deletedFileRetentionDuration``, 7 days); a shorter retention than the table's
+        is allowed (time travel to versions older than it then fails). Both commits keep the
+        tables' rows and app transactions. Returns ``{"files_removed": n, "files_added": n,
+        "files_vacuumed": n}`` (OPTIMIZE's removed/added data files, VACUUM's deleted files).
+        """
+        out = {"files_removed": 0, "files_added": 0, "files_vacuumed": 0}
+        if not self.exists(table):
+            return out
+        if retain_hours is not None and retain_hours < 0:
+            raise ValueError(f"retain_hours must be >= 0, got {retain_hours}")
+        default_hours = 7 * 24
+        enforce = retain_hours is None or retain_hours >= default_hours
+        if self.engine == "delta-spark":
+            from delta.tables import DeltaTable as SparkDeltaTable
+
+            metrics = (SparkDeltaTable.forPath(self.spark, self.path(table)).optimize()
+                       .executeCompaction().collect()[0]["metrics"])
+            out["files_removed"] = int(metrics["numFilesRemoved"])
+            out["files_added"] = int(metrics["numFilesAdded"])
+            key = "spark.databricks.delta.retentionDurationCheck.enabled"
+            before = self.spark.conf.get(key, "true")
+            self.spark.conf.set(key, "true" if enforce else "false")
+            try:
+                target = f"delta.`{self.path(table)}`"
+                retain = "" if retain_hours is None else f" RETAIN {int(retain_hours)} HOURS"
+                dry = self.spark.sql(f"VACUUM {target}{retain} DRY RUN").count()
+                self.spark.sql(f"VACUUM {target}{retain}").collect()
+            finally:
+                self.spark.conf.set(key, before)
+            out["files_vacuumed"] = int(dry)
+            return out
+        dt = self._delta_table(table)
+        metrics = dt.optimize.compact()
+        out["files_removed"] = int(metrics.get("numFilesRemoved", 0))
+        out["files_added"] = int(metrics.get("numFilesAdded", 0))
+        dt = self._delta_table(table)
+        removed = dt.vacuum(retention_hours=retain_hours, dry_run=False,
+                            enforce_retention_duration=enforce)
+        out["files_vacuumed"] = len(removed)
+        return out
 
     def delete_run(self, table: str, run_id: str) -> None:
         """Delete every row of ``run_id`` from ``table`` (no-op when the table doesn't exist).

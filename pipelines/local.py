@@ -800,6 +800,8 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
                                          [c for c in withheld.get(table, ()) if c in keep]))
         store.append(table, data, app_id=table_app_id(run_id, table), version=version)
 
+    for table in config.output.tables:  # every configured table exists, even if empty
+        store.ensure_table(table)
     accepted, quarantine = read_local(input_spec, inputs, config.replay.max_files_per_trigger)
     if pseudonymize is not None:  # after hashing, as the Spark replay's staging does
         accepted = pseudonymize.frame(accepted)

@@ -328,6 +328,7 @@ class Replay:
         and returns ``{}`` at once: wait with :meth:`await_query` (after
         :meth:`request_stop`, it stops the query cleanly)."""
         self.streaming = stream
+        self.ensure_tables()
         raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
                               self.config.replay.max_files_per_trigger,
                               path_glob_filter=self.input_spec.file_glob,
@@ -392,6 +393,14 @@ class Replay:
             self.query.stop()
         except Exception:  # pragma: no cover - the query ended in the meantime
             pass
+
+    def ensure_tables(self) -> None:
+        """Create every configured table that does not exist yet, empty with its schema, so
+        that a query of a table this run writes no rows to (no ``quarantine`` on clean input,
+        no ``autoscale_decisions`` without a split) answers "none" instead of "not found"."""
+        with self._timed("delta_write"):
+            for table in self.config.output.tables:
+                self.store.ensure_table(table)
 
     def validate(self) -> Any:
         """End-of-run Great Expectations checks (``output.validate``): validation pass

@@ -29,9 +29,15 @@ they would be by ``getOrCreate``) and asks that JVM whether
 one that sees ``--jars`` / ``--packages``). If it is, and the caller did not set them, it adds
 ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
 ``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. If it is
-not (e.g. this machine: no Delta jars, no Maven access), the session is created without them and
-:mod:`pipelines.delta_io` falls back to delta-rs. :func:`delta_spark_available` repeats the class
-check on a live session.
+not (no Delta jars: no Maven access when ``make setup`` ran), the session is created without
+them and :mod:`pipelines.delta_io` falls back to delta-rs (and says so once).
+:func:`delta_spark_available` repeats the class check on a live session.
+
+Where the jars come from: ``make setup`` copies ``delta-spark_2.13`` and ``delta-storage`` of the
+pinned ``delta-spark`` version from Maven Central into ``<repo>/.jars/delta-<version>/``
+(:func:`delta_jars`; ``TOPIC_REPLAY_DELTA_JARS`` names another folder). When this process starts
+the driver JVM itself, ``build_session`` adds them to ``spark.jars``; under ``spark-submit`` the
+JVM already exists and the jars must come from ``--jars`` / ``--packages``.
 """
 
 from __future__ import annotations
@@ -186,6 +192,33 @@ def _delta_classes_loaded() -> bool:
     """Whether the running driver JVM can load the Delta classes."""
     jvm = SparkContext._jvm
     return jvm is not None and _jvm_class_loadable(jvm, DELTA_EXTENSION_CLASS)
+
+
+DELTA_JARS_ENV = "TOPIC_REPLAY_DELTA_JARS"
+"""Environment variable naming a folder of Delta jars to use instead of ``.jars/delta-<v>``."""
+
+
+def delta_jars() -> list[str]:
+    """The Delta Lake jars ``make setup`` fetched (absolute paths, sorted; ``[]`` when none).
+
+    Folder: ``$TOPIC_REPLAY_DELTA_JARS`` when set, else ``<repo>/.jars/delta-<v>`` where ``<v>`` is
+    the installed ``delta-spark`` version (so the jars always match the Python package).
+    """
+    folder = os.environ.get(DELTA_JARS_ENV)
+    if not folder:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("delta-spark")
+        except PackageNotFoundError:  # pragma: no cover - a dependency
+            return []
+        folder = str(Path(__file__).resolve().parents[1] / ".jars" / f"delta-{v}")
+    return sorted(str(p) for p in Path(folder).glob("*.jar"))
+
+
+def _jvm_started() -> bool:
+    """Whether a driver JVM already exists (spark-submit's, or one this process started)."""
+    return bool(os.environ.get("PYSPARK_GATEWAY_PORT")) or SparkContext._gateway is not None
 
 
 SPARK_ADDED_MODULE = "jdk.incubator.vector"
@@ -356,6 +389,10 @@ def build_session(
 
     for k, v in local_worker_conf(settings.get("spark.master")).items():
         settings.setdefault(k, v)
+    jars = delta_jars()
+    if jars and not _jvm_started():
+        have = [j for j in settings.get("spark.jars", "").split(",") if j]
+        settings["spark.jars"] = ",".join([*have, *(j for j in jars if j not in have)])
 
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(settings.items()))
@@ -367,6 +404,9 @@ def build_session(
     if "spark.sql.extensions" not in settings and _delta_classes_loaded():
         settings["spark.sql.extensions"] = DELTA_EXTENSION_CLASS
         settings.setdefault("spark.sql.catalog.spark_catalog", DELTA_CATALOG_CLASS)
+        # Delta reads a table's log (state reconstruction) in this many tasks; its default, 50,
+        # made every commit of a replay's small control-plane tables start 50 tasks.
+        settings.setdefault("spark.databricks.delta.snapshotPartitions", "2")
 
     builder = SparkSession.builder.appName(app_name)
     for k, v in settings.items():

@@ -1,8 +1,9 @@
 """Shared pytest fixtures.
 
 ``spark``: ONE SparkSession for the whole test session (starting one takes ~5 s): ``local[2]``,
-2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter (all via
-``pipelines.spark_session.build_session``). Tests that use it should be marked ``spark``.
+2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter, the Delta
+jars of ``make setup`` when present (all via ``pipelines.spark_session.build_session``). Tests
+that use it should be marked ``spark``.
 """
 
 from __future__ import annotations
@@ -10,6 +11,35 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
+try:
+    from pipelines.spark_session import delta_jars
+except ImportError:  # the Airflow venv (tests/test_dags.py) has no pyspark of ours
+
+    def delta_jars() -> list[str]:
+        return []
+
+NO_DELTA_JARS = "no Delta jars in .jars/ (make setup fetches them from Maven Central)"
+ENGINES = [
+    "delta-rs",
+    pytest.param("delta-spark", marks=pytest.mark.skipif(not delta_jars(), reason=NO_DELTA_JARS)),
+]
+"""Both Delta engines, for ``@pytest.mark.parametrize("engine", ENGINES)`` (delta-spark skips
+where ``make setup`` could not fetch the jars)."""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _auto_engine_is_delta_rs() -> Iterator[None]:
+    """``output.engine: auto`` writes with delta-rs in tests that do not name an engine (fast
+    commits; the engine-parametrized end-to-end, crash, SQL and DeltaStore tests run both)."""
+    try:
+        import pipelines.delta_io as delta_io
+    except ImportError:  # the Airflow venv
+        yield
+        return
+    delta_io.AUTO_PICKS_DELTA_SPARK = False
+    yield
+    delta_io.AUTO_PICKS_DELTA_SPARK = True
 
 
 @pytest.fixture(scope="session")

@@ -67,13 +67,41 @@ def test_tasks_run_replay_then_validate(dag: Any) -> None:
     assert dag.get_task("validate").upstream_task_ids == {"replay"}
 
 
+def _render(dag: Any, template: str, variables: dict[str, str] | None = None) -> str:
+    """``template`` rendered for 2025-03-04 with the DAG's params and ``variables``."""
+    from jinja2 import Environment
+
+    class Vars:
+        def get(self, name: str, default: Any = None) -> Any:
+            return (variables or {}).get(name, default)
+
+    params = {name: p.value if hasattr(p, "value") else p for name, p in dag.params.items()}
+    context = {"ds": "2025-03-04", "params": params, "var": {"value": Vars()}}
+    return Environment().from_string(template).render(**context)
+
+
 def test_replay_submits_the_job_with_delta(dag: Any) -> None:
     task = dag.get_task("replay")
     assert task.application.endswith("/jobs/replay.py")
-    assert task.packages == "io.delta:delta-spark_2.13:4.1.0"
     assert task.conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
     assert task.conf["spark.sql.catalog.spark_catalog"] == (
         "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+
+
+@pytest.mark.parametrize(
+    ("variables", "packages", "jars"),
+    [
+        ({}, "io.delta:delta-spark_2.13:4.1.0", ""),
+        ({"topic_replay_delta_jars": "/j/delta-spark.jar,/j/delta-storage.jar"}, "",
+         "/j/delta-spark.jar,/j/delta-storage.jar"),
+    ],
+)
+def test_replay_takes_delta_from_maven_or_from_local_jars(dag: Any, variables: dict[str, str],
+                                                          packages: str, jars: str) -> None:
+    task = dag.get_task("replay")
+    assert {"packages", "jars"} <= set(type(task).template_fields)
+    assert (_render(dag, task.packages, variables), _render(dag, task.jars, variables)) == (
+        packages, jars)
 
 
 @pytest.mark.parametrize(
@@ -87,16 +115,5 @@ def test_replay_submits_the_job_with_delta(dag: Any) -> None:
 )
 def test_arguments_render_for_the_days_partition(dag: Any, task_id: str,
                                                  expected_args: list[str]) -> None:
-    from jinja2 import Environment
-
-    task = dag.get_task(task_id)
-
-    class Vars:  # no Variables set: every setting falls back to its DAG param
-        def get(self, _name: str, default: Any = None) -> Any:
-            return default
-
-    params = {name: p.value if hasattr(p, "value") else p for name, p in dag.params.items()}
-    context = {"ds": "2025-03-04", "params": params, "var": {"value": Vars()}}
-    env = Environment()
-    rendered = [env.from_string(a).render(**context) for a in task.application_args]
-    assert rendered == expected_args
+    task = dag.get_task(task_id)  # no Variables set: every setting falls back to its param
+    assert [_render(dag, a) for a in task.application_args] == expected_args

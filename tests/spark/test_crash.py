@@ -4,7 +4,8 @@ A replay runs as a subprocess (``python -m jobs.replay run …``) that SIGKILLs 
 fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.replay.FAULT_ENV``): during a micro-batch,
 after a micro-batch's Delta commit, between the replay's state commit and Spark's checkpoint
 commit, and at several points of end-of-input finalization. It is restarted with the same
-arguments; every table must then equal that of an uninterrupted run (``pipelines.diff``: same
+arguments; every table must then equal that of an uninterrupted run (delta-rs's, whichever
+engine the interrupted run writes with) (``pipelines.diff``: same
 rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
 """
 
@@ -22,6 +23,7 @@ import pytest
 
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
+from tests.conftest import ENGINES
 
 pytestmark = pytest.mark.spark
 
@@ -54,13 +56,13 @@ def logs(tmp_path_factory) -> Path:
     return d
 
 
-def run_replay(logs: Path, out: Path, fault: str | None = None) -> int:
+def run_replay(logs: Path, out: Path, fault: str | None = None, engine: str = "delta-rs") -> int:
     env = {k: v for k, v in os.environ.items() if k != "TOPIC_REPLAY_FAULT"}
     if fault is not None:
         env["TOPIC_REPLAY_FAULT"] = fault
     args = [sys.executable, "-m", "jobs.replay", "run", "--input", str(logs), "--output",
             str(out), "--run-id", "crash", "--master", "local[1]", "--shuffle-partitions", "2",
-            *[a for s in SETS for a in ("--set", s)]]
+            *[a for s in [*SETS, f"output.engine={engine}"] for a in ("--set", s)]]
     done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=900, check=False)
     if done.returncode not in (0, -signal.SIGKILL):
@@ -76,11 +78,13 @@ def reference(logs, tmp_path_factory) -> DeltaStore:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("fault", FAULT_POINTS)
 def test_replay_killed_and_restarted_ends_with_the_uninterrupted_tables(
-        logs, reference, tmp_path, fault):
-    assert run_replay(logs, tmp_path, fault) == -signal.SIGKILL
-    assert run_replay(logs, tmp_path) == 0
+        logs, reference, tmp_path, fault, engine):
+    # the reference is delta-rs's: a delta-spark restart must also end with the same tables
+    assert run_replay(logs, tmp_path, fault, engine) == -signal.SIGKILL
+    assert run_replay(logs, tmp_path, engine=engine) == 0
     store = DeltaStore(str(tmp_path), engine="delta-rs")
     diffs = diff_runs(reference, "crash", "crash", store_b=store)
     assert {d.table: (d.only_a, d.only_b) for d in diffs if not d.identical} == {}

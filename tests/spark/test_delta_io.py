@@ -1,4 +1,4 @@
-"""DeltaStore: idempotent appends, schema casting, reads, engines (delta-rs on this machine)."""
+"""DeltaStore: idempotent appends, schema casting, reads, table creation and upkeep, engines."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from pipelines.delta_io import DeltaStore, conform_arrow
+import pipelines.delta_io as delta_io
+import pipelines.spark_session as spark_session
+from pipelines.delta_io import FALLBACK_NOTE, TABLE_PROPERTIES, DeltaStore, conform_arrow
 from pipelines.schemas import TABLES, arrow_schema, spark_schema
-from pipelines.spark_session import delta_spark_available
+from tests.conftest import ENGINES, NO_DELTA_JARS
 
 UTC = dt.UTC
 
@@ -186,15 +188,116 @@ def test_spark_schema_matches_arrow_schema_names_and_nullability():
 
 
 @pytest.mark.spark
-def test_auto_engine_without_delta_jars_is_delta_rs(spark, tmp_path):
-    assert delta_spark_available(spark) is False
-    assert DeltaStore(str(tmp_path), spark=spark).engine == "delta-rs"
+def test_auto_engine_is_delta_spark_when_the_jars_are_installed(spark, tmp_path, monkeypatch):
+    if not spark_session.delta_jars():
+        pytest.skip(NO_DELTA_JARS)
+    monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
+    assert spark_session.delta_spark_available(spark) is True
+    assert DeltaStore(str(tmp_path), spark=spark).engine == "delta-spark"
 
 
 @pytest.mark.spark
-def test_forcing_delta_spark_without_jars_raises_a_clear_error(spark, tmp_path):
+def test_auto_engine_without_delta_classes_is_delta_rs_and_says_so_once(
+        spark, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(spark_session, "delta_spark_available", lambda _spark: False)
+    monkeypatch.setattr(delta_io, "_fallback_noted", False)
+
+    engines = [DeltaStore(str(tmp_path), spark=spark).engine for _ in range(2)]
+
+    assert engines == ["delta-rs", "delta-rs"]
+    assert capsys.readouterr().err.count(FALLBACK_NOTE) == 1
+
+
+@pytest.mark.spark
+def test_forcing_delta_spark_without_jars_raises_a_clear_error(spark, tmp_path, monkeypatch):
+    monkeypatch.setattr(spark_session, "delta_spark_available", lambda _spark: False)
     with pytest.raises(ValueError, match="needs a SparkSession whose classpath holds"):
         DeltaStore(str(tmp_path), engine="delta-spark", spark=spark)
+
+
+def _engine_store(engine: str, spark, root) -> DeltaStore:
+    return DeltaStore(str(root), engine=engine, spark=spark if engine == "delta-spark" else None)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ENGINES)
+def test_append_is_idempotent_per_app_transaction_with_either_engine(spark, tmp_path, engine):
+    store = _engine_store(engine, spark, tmp_path)
+
+    done = [store.append("quarantine", _quarantine_rows(batch_id=v), "a", v) for v in (0, 0, 1)]
+
+    assert done == [True, False, True]
+    assert sorted(store.read("quarantine")["batch_id"]) == [0, 0, 1, 1]
+    assert DeltaTable(store.path("quarantine")).transaction_version("a") == 1
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ENGINES)
+def test_replace_run_swaps_one_runs_rows_in_one_commit_with_either_engine(spark, tmp_path,
+                                                                          engine):
+    store = _engine_store(engine, spark, tmp_path)
+    store.append("segments", pd.DataFrame([_segment_row("r1"), _segment_row("r2")]), "x", 0)
+    before = DeltaTable(store.path("segments")).version()
+    new = {**_segment_row("r1"), "state": "sealed"}
+
+    assert store.replace_run("segments", pd.DataFrame([new]), "r1", "y", 0) is True
+    assert store.replace_run("segments", pd.DataFrame([new]), "r1", "y", 0) is False
+
+    got = store.read("segments").sort_values("run_id")
+    assert list(zip(got["run_id"], got["state"], strict=True)) == [("r1", "sealed"),
+                                                                   ("r2", "active")]
+    assert DeltaTable(store.path("segments")).version() == before + 1
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ENGINES)
+def test_ensure_table_creates_an_empty_table_with_schema_partitions_and_properties(
+        spark, tmp_path, engine):
+    store = _engine_store(engine, spark, tmp_path)
+
+    assert store.ensure_table("autoscale_decisions") is True
+    assert store.ensure_table("autoscale_decisions") is False
+
+    dt = DeltaTable(store.path("autoscale_decisions"))
+    assert dt.to_pyarrow_table().num_rows == 0
+    assert dt.metadata().partition_columns == ["run_id"]
+    assert {k: dt.metadata().configuration.get(k) for k in TABLE_PROPERTIES} == TABLE_PROPERTIES
+    assert store.schema_problems(["autoscale_decisions"]) == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("engine", ENGINES)
+def test_maintain_compacts_a_runs_files_into_one_and_keeps_rows_and_transactions(
+        spark, tmp_path, engine):
+    store = _engine_store(engine, spark, tmp_path)
+    for v in range(3):
+        store.append("quarantine", _quarantine_rows(batch_id=v), "a", v)
+    before = len(DeltaTable(store.path("quarantine")).file_uris())  # delta-spark: 2 per append
+
+    result = store.maintain("quarantine", retain_hours=0)
+
+    dt = DeltaTable(store.path("quarantine"))
+    assert before >= 3
+    assert result == {"files_removed": before, "files_added": 1, "files_vacuumed": before}
+    assert len(dt.file_uris()) == 1
+    assert sorted(store.read("quarantine")["batch_id"]) == [0, 0, 1, 1, 2, 2]
+    assert dt.transaction_version("a") == 2
+
+
+@pytest.mark.spark
+def test_table_written_by_delta_spark_takes_delta_rs_appends_and_back(spark, tmp_path):
+    if not spark_session.delta_jars():
+        pytest.skip(NO_DELTA_JARS)
+    by_spark = DeltaStore(str(tmp_path), engine="delta-spark", spark=spark)
+    by_rs = DeltaStore(str(tmp_path), engine="delta-rs")
+
+    by_spark.append("quarantine", _quarantine_rows(batch_id=0), "a", 0)
+    by_rs.append("quarantine", _quarantine_rows(batch_id=1), "a", 1)
+    skipped = by_spark.append("quarantine", _quarantine_rows(batch_id=1), "a", 1)
+
+    assert skipped is False
+    assert sorted(by_spark.read("quarantine")["batch_id"]) == [0, 0, 1, 1]
+    assert sorted(by_rs.read("quarantine")["batch_id"]) == [0, 0, 1, 1]
 
 
 @pytest.mark.spark

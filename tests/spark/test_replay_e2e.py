@@ -1,6 +1,7 @@
-"""End-to-end replay on a small generated log: docs/design.md invariants 2
-(conservation), 3 (routing, no straddling entries), 4 (one consumer per bucket at a time) and 5
-(chunking determinism)."""
+"""End-to-end replay on a small generated log: docs/design.md invariants 2 (conservation), 3
+(routing, no straddling entries), 4 (one consumer per bucket at a time) and 5 (chunking
+determinism), under both Delta engines (every test runs on each engine's tables, read with delta-rs: a table
+delta-spark wrote is readable by delta-rs), and every table equal between the two engines."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pipelines.delta_io import DeltaStore
 from pipelines.generator import WorkloadSpec, generate
 from pipelines.presets import get_preset
 from pipelines.replay import Replay
+from pipelines.schemas import table_names
+from tests.conftest import ENGINES, NO_DELTA_JARS
 
 SPEC = {
     "seed": 7, "start_time": "2025-01-15T09:00:00Z", "duration_s": 900, "format": "json",
@@ -46,16 +49,38 @@ def log_dir(tmp_path_factory) -> Path:
     return out
 
 
-def replay(spark, log_dir: Path, out: Path, max_files: int, run_id: str) -> DeltaStore:
-    cfg = load_config(None, [*SETS, f"replay.max_files_per_trigger={max_files}"])
+def replay(spark, log_dir: Path, out: Path, max_files: int, run_id: str,
+           engine: str = "delta-rs") -> DeltaStore:
+    cfg = load_config(None, [*SETS, f"replay.max_files_per_trigger={max_files}",
+                             f"output.engine={engine}"])
     spec = get_preset("contract").replace(format="json", speed=1.0)
     Replay(spark, cfg, spec, [str(log_dir)], str(out), run_id, progress=lambda _: None).run()
     return DeltaStore(str(out), engine="delta-rs")
 
 
 @pytest.fixture(scope="module")
-def store(spark, log_dir, tmp_path_factory) -> DeltaStore:
-    return replay(spark, log_dir, tmp_path_factory.mktemp("out"), 10, "one")
+def outputs(spark, log_dir, tmp_path_factory) -> dict[str, DeltaStore]:
+    """Each engine's replay of the log (``one``, 10 files a micro-batch), made on first use."""
+    made: dict[str, DeltaStore] = {}
+
+    class Outputs(dict):
+        def __missing__(self, engine: str) -> DeltaStore:
+            made[engine] = replay(spark, log_dir, tmp_path_factory.mktemp(f"out-{engine}"), 10,
+                                  "one", engine)
+            self[engine] = made[engine]
+            return made[engine]
+
+    return Outputs()
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def store(outputs, engine) -> DeltaStore:
+    return outputs[engine]
 
 
 def input_records(log_dir: Path) -> int:
@@ -151,9 +176,31 @@ def test_a_bucket_is_unacked_at_one_consumer_at_a_time(store):
                                                row.ack_time)
 
 
+def test_every_configured_table_exists_after_the_run_even_without_rows(store):
+    from deltalake import DeltaTable
+
+    assert store.read("quarantine", "one").empty  # a clean log: no quarantined record
+    assert [t for t in table_names() if not DeltaTable.is_deltatable(store.path(t))] == []
+    assert store.schema_problems() == []
+
+
+def test_every_table_is_equal_under_both_engines(outputs):
+    from pipelines.spark_session import delta_jars
+
+    if not delta_jars():
+        pytest.skip(NO_DELTA_JARS)
+    for table in table_names():
+        a = _canonical(outputs["delta-rs"].read(table, "one"))
+        b = _canonical(outputs["delta-spark"].read(table, "one"))
+        if table == "runs":  # wall-clock times and the engine (its name, its setting) differ
+            a, b = (x.drop(columns=["timings", "versions", "started_at", "ended_at"])
+                    .assign(config=x["config"].map(_without_engine)) for x in (a, b))
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=table)
+
+
 def test_tables_equal_whether_read_in_one_or_many_micro_batches(spark, store, log_dir,
-                                                                 tmp_path):
-    other = replay(spark, log_dir, tmp_path / "out", 1, "one")
+                                                                 tmp_path, engine):
+    other = replay(spark, log_dir, tmp_path / "out", 1, "one", engine)
     for table in ("messages", "entries", "segments", "segment_load", "autoscale_decisions",
                   "dispatch", "bucket_handoffs"):
         a = _canonical(store.read(table, "one"))
@@ -162,12 +209,13 @@ def test_tables_equal_whether_read_in_one_or_many_micro_batches(spark, store, lo
 
 
 def test_tables_equal_whether_finalized_in_one_or_many_windows(spark, store, log_dir, tmp_path,
-                                                              monkeypatch):
+                                                              monkeypatch, engine):
     import pipelines.replay as replay_module
 
     lines: list[object] = []
     monkeypatch.setattr(replay_module, "FINALIZE_WINDOW_MESSAGES", 6000)
-    cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10"])
+    cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10",
+                             f"output.engine={engine}"])
     spec = get_preset("contract").replace(format="json", speed=1.0)
     Replay(spark, cfg, spec, [str(log_dir)], str(tmp_path / "out"), "one",
            progress=lines.append).run()
@@ -178,6 +226,13 @@ def test_tables_equal_whether_finalized_in_one_or_many_windows(spark, store, log
         a = _canonical(store.read(table, "one"))
         b = _canonical(other.read(table, "one"))
         pd.testing.assert_frame_equal(a, b, check_dtype=False)
+
+
+def _without_engine(config: str) -> str:
+    """A ``runs.config`` JSON without ``output.engine``."""
+    parsed = json.loads(config)
+    parsed["output"].pop("engine")
+    return json.dumps(parsed, sort_keys=True)
 
 
 def _canonical(df: pd.DataFrame) -> pd.DataFrame:
