@@ -1,7 +1,8 @@
-"""End-to-end replay on a small generated log: docs/design.md invariants 2 (conservation), 3
-(routing, no straddling entries), 4 (one consumer per bucket at a time) and 5 (chunking
-determinism), under both Delta engines (every test runs on each engine's tables, read with delta-rs: a table
-delta-spark wrote is readable by delta-rs), and every table equal between the two engines."""
+"""End-to-end replay on a small generated log: docs/design.md invariants 2 (conservation),
+3 (routing, no straddling entries), 4 (one consumer per bucket at a time) and 5 (chunking
+determinism), under both Delta engines (every test runs on each engine's tables, read with
+delta-rs: a table delta-spark wrote is readable by delta-rs), and every table equal between the
+two engines."""
 
 from __future__ import annotations
 
