@@ -43,10 +43,10 @@ $(STAMP): pyproject.toml
 	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(PY) -m pip install -q -e '.[java]'
 	@touch $(STAMP)
 
-run: $(STAMP) ## Replay data/sample under conf/sample.yaml into $(OUT) and print the summary
+run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print the summary
 	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
-test: $(STAMP) ## Run the test suite (fast tests; no slow marker)
+test: setup ## Run the test suite (fast tests; no slow marker)
 	$(PY) -m pytest -m "not slow" -q
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
@@ -54,7 +54,7 @@ test: $(STAMP) ## Run the test suite (fast tests; no slow marker)
 MEMORY_SIZES ?= 200000,1000000
 MEMORY_WINDOW ?= 100000
 
-test-slow: $(STAMP) ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster)
+test-slow: setup ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster)
 	TOPIC_REPLAY_MEMORY_SIZES=$(MEMORY_SIZES) TOPIC_REPLAY_MEMORY_WINDOW=$(MEMORY_WINDOW) \
 	  $(PY) -m pytest -m slow -q
 

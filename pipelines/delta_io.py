@@ -68,6 +68,11 @@ AUTO_PICKS_DELTA_SPARK = True
 """Whether ``engine="auto"`` picks delta-spark when it is available. The test suite turns it off
 (tests/conftest.py) for the tests that are not about engines; those that are name the engine."""
 
+AUTO_ENGINE_ENV = "TOPIC_REPLAY_AUTO_ENGINE"
+"""Environment variable: ``delta-rs`` makes ``engine="auto"`` write with delta-rs even when the
+Delta jars are there (the test suite sets it, so that the replays it starts as subprocesses
+commit fast too)."""
+
 FALLBACK_NOTE = ("topic-replay: the Delta Lake jars are not on this Spark session's classpath; "
                  "writing the tables with delta-rs (`make setup` fetches the jars from Maven "
                  "Central; docs/delta.md)")
@@ -245,7 +250,8 @@ class DeltaStore:
                 + ". Use engine='delta-rs' or 'auto'."
             )
         if engine == "auto":
-            engine = "delta-spark" if available and AUTO_PICKS_DELTA_SPARK else "delta-rs"
+            picks = AUTO_PICKS_DELTA_SPARK and os.environ.get(AUTO_ENGINE_ENV) != "delta-rs"
+            engine = "delta-spark" if available and picks else "delta-rs"
             if spark is not None and not available:
                 _note_fallback()
         self.engine = engine

@@ -8,6 +8,7 @@ that use it should be marked ``spark``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -38,8 +39,10 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
         yield
         return
     delta_io.AUTO_PICKS_DELTA_SPARK = False
+    os.environ[delta_io.AUTO_ENGINE_ENV] = "delta-rs"  # replays started as subprocesses too
     yield
     delta_io.AUTO_PICKS_DELTA_SPARK = True
+    os.environ.pop(delta_io.AUTO_ENGINE_ENV, None)
 
 
 @pytest.fixture(scope="session")

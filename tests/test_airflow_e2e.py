@@ -9,12 +9,13 @@ Needs ``.venv-airflow`` (``make test-dags`` creates it) and the Delta jars; skip
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from pipelines.delta_io import DeltaStore
+from pipelines.delta_io import AUTO_ENGINE_ENV, DeltaStore
 from pipelines.schemas import table_names
 from pipelines.spark_session import delta_jars
 
@@ -32,8 +33,9 @@ def dag_output(tmp_path_factory) -> DeltaStore:
     if not delta_jars():
         pytest.skip("no Delta jars in .jars/ (make setup fetches them from Maven Central)")
     demo = tmp_path_factory.mktemp("airflow-demo")
+    env = {k: v for k, v in os.environ.items() if k != AUTO_ENGINE_ENV}  # auto = delta-spark
     done = subprocess.run([str(REPO / "tools" / "airflow_demo.sh"), str(demo), DAY], cwd=REPO,
-                          capture_output=True, text=True, timeout=1800, check=False)
+                          env=env, capture_output=True, text=True, timeout=1800, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return DeltaStore(str(demo / "tables"), engine="delta-rs")
 
