@@ -393,20 +393,14 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: np.ndarray,
     """The window's messages as pending rows: default sequence ids and send ordinals from the
     producers' counters (replay order within each producer)."""
     n = len(routed)
-    by_code = np.argsort(codes, kind="stable")
     counts = np.bincount(codes, minlength=len(names))
-    rank = np.empty(n, dtype=np.int64)
-    rank[by_code] = np.arange(n, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    rank = _rank_within(codes, counts)
     seq = routed["sequence_id"]
     missing = seq.isna().to_numpy()
     miss_rank = np.zeros(n, dtype=np.int64)
     if missing.any():
-        m_counts = np.bincount(codes[missing], minlength=len(names))
-        order = np.argsort(codes[missing], kind="stable")
-        r = np.empty(int(missing.sum()), dtype=np.int64)
-        r[order] = (np.arange(len(order), dtype=np.int64)
-                    - np.repeat(np.cumsum(m_counts) - m_counts, m_counts))
-        miss_rank[missing] = r
+        miss_rank[missing] = _rank_within(codes[missing],
+                                          np.bincount(codes[missing], minlength=len(names)))
     seq_ids = np.where(missing, st.next_sequence_id[codes] + miss_rank,
                        seq.fillna(-1).to_numpy(np.int64))
     if n:
@@ -421,6 +415,16 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: np.ndarray,
     return frame.assign(event_ms=routed["event_ms"].to_numpy(np.int64), _ordinal=ordinal,
                         _time_ms=routed["event_ms"].to_numpy(np.int64),
                         _resent=np.zeros(n, dtype=np.int64)).reset_index(drop=True)
+
+
+def _rank_within(codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each row's rank (int64, from 0, in row order) among the rows of its code; ``counts``:
+    rows per code."""
+    by_code = np.argsort(codes, kind="stable")
+    rank = np.empty(len(codes), dtype=np.int64)
+    rank[by_code] = (np.arange(len(codes), dtype=np.int64)
+                     - np.repeat(np.cumsum(counts) - counts, counts))
+    return rank
 
 
 def _core_messages(rows: pd.DataFrame, codes: np.ndarray, key_based: bool) -> Messages:
