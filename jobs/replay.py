@@ -356,11 +356,26 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
+def _require_output(output: str) -> None:
+    """``UsageError`` when the output directory does not exist."""
+    if not Path(output).is_dir():
+        raise UsageError(f"output directory {output} does not exist")
+
+
+def _require_tables(tables: Sequence[str] | None) -> None:
+    """``UsageError`` naming any of ``tables`` that is not an output table."""
+    from pipelines.schemas import table_names
+
+    unknown = [t for t in tables or [] if t not in table_names()]
+    if unknown:
+        raise UsageError(f"unknown table {', '.join(unknown)}; tables: "
+                         f"{', '.join(table_names())}")
+
+
 def _finished_run(output: str, run_id: str | None) -> tuple[Any, str]:
     """The output's store and ``run_id`` (default: the last finished run); ``UsageError`` when
     the output, or the run in it, does not exist."""
-    if not Path(output).is_dir():
-        raise UsageError(f"output directory {output} does not exist")
+    _require_output(output)
     from pipelines.delta_io import DeltaStore
 
     store = DeltaStore(output, engine="delta-rs")
@@ -377,16 +392,11 @@ def _finished_run(output: str, run_id: str | None) -> tuple[Any, str]:
 def _diff(args: argparse.Namespace) -> int:
     if len(args.run_ids) != 2:
         raise UsageError(f"diff needs exactly two --run-id (A and B), got {len(args.run_ids)}")
-    if not Path(args.output).is_dir():
-        raise UsageError(f"output directory {args.output} does not exist")
+    _require_output(args.output)
     from pipelines.delta_io import DeltaStore
     from pipelines.diff import diff_runs, format_diff, run_ids
-    from pipelines.schemas import table_names
 
-    unknown = [t for t in args.tables or [] if t not in table_names()]
-    if unknown:
-        raise UsageError(f"unknown table {', '.join(unknown)}; tables: "
-                         f"{', '.join(table_names())}")
+    _require_tables(args.tables)
     store = DeltaStore(args.output, engine="delta-rs")
     present = run_ids(store)
     for run in args.run_ids:
@@ -420,8 +430,7 @@ def _quiet_session(master: str | None) -> Any:
 
 
 def _sql(args: argparse.Namespace) -> int:
-    if not Path(args.output).is_dir():
-        raise UsageError(f"output directory {args.output} does not exist")
+    _require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
     from pipelines.delta_io import DeltaStore
@@ -442,14 +451,8 @@ def _sql(args: argparse.Namespace) -> int:
 
 
 def _maintain(args: argparse.Namespace) -> int:
-    if not Path(args.output).is_dir():
-        raise UsageError(f"output directory {args.output} does not exist")
-    from pipelines.schemas import table_names
-
-    unknown = [t for t in args.tables or [] if t not in table_names()]
-    if unknown:
-        raise UsageError(f"unknown table {', '.join(unknown)}; tables: "
-                         f"{', '.join(table_names())}")
+    _require_output(args.output)
+    _require_tables(args.tables)
     if args.retain_hours is not None and args.retain_hours < 0:
         raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
     from pipelines.delta_io import DeltaStore
@@ -468,8 +471,7 @@ def _maintain(args: argparse.Namespace) -> int:
 
 def _known_runs(output: str, wanted: Sequence[str]) -> list[str]:
     """``wanted`` run ids (default: the last run) checked against the ``runs`` table."""
-    if not Path(output).is_dir():
-        raise UsageError(f"output directory {output} does not exist")
+    _require_output(output)
     from pipelines.delta_io import DeltaStore
 
     runs = DeltaStore(output, engine="delta-rs").read("runs")

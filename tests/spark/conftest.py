@@ -188,3 +188,18 @@ def standalone_cluster(tmp_path_factory) -> Iterator[StandaloneCluster]:
     session; stopped at its end."""
     with StandaloneCluster(tmp_path_factory.mktemp("standalone")) as cluster:
         yield cluster
+
+
+def write_orders_log(folder: Path, files: int) -> Path:
+    """``files`` JSON-lines files of 300 messages of topic ``orders`` (one every 200 ms from
+    2025-01-15T09:00:00Z, two producers, 41 keys) with one bad line each (quarantined): the
+    input of the tests that kill and restart a replay. Returns ``folder``."""
+    t0 = 1_736_931_600_000  # 2025-01-15T09:00:00Z, epoch ms
+    for f in range(files):
+        lines = [json.dumps({"topic": "orders", "key": f"k{(i * 7919) % 41}",
+                             "producer_name": f"p{i % 2}", "payload_size": 100 + i % 7,
+                             "publish_time": t0 + i * 200})
+                 for i in range(f * 300, (f + 1) * 300)]
+        lines.insert(10, '{"topic": "orders", "publish_time": "soon", "payload_size": 1}')
+        (folder / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+    return folder

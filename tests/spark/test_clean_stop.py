@@ -6,7 +6,6 @@ doubled). The replay runs as a subprocess in a session (process group) of its ow
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,11 +17,11 @@ import pytest
 
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
+from tests.spark.conftest import write_orders_log
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
-T0 = 1_736_931_600_000  # 2025-01-15T09:00:00Z, epoch ms
 SETS = ["replay.max_files_per_trigger=1", "policy.split_msg_rate_in=3",
         "policy.merge_msg_rate_in=0.5", "policy.split_msg_rate_out=1000",
         "policy.merge_msg_rate_out=10", "batching.max_publish_delay_ms=500",
@@ -35,15 +34,7 @@ TABLES = ["messages", "entries", "segments", "segment_load", "autoscale_decision
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> Path:
     """Five files of 300 messages (one micro-batch each), one bad line in each."""
-    d = tmp_path_factory.mktemp("stop_logs")
-    for f in range(5):
-        lines = [json.dumps({"topic": "orders", "key": f"k{(i * 7919) % 41}",
-                             "producer_name": f"p{i % 2}", "payload_size": 100 + i % 7,
-                             "publish_time": T0 + i * 200})
-                 for i in range(f * 300, (f + 1) * 300)]
-        lines.insert(10, '{"topic": "orders", "publish_time": "soon", "payload_size": 1}')
-        (d / f"part-{f}.json").write_text("\n".join(lines) + "\n")
-    return d
+    return write_orders_log(tmp_path_factory.mktemp("stop_logs"), 5)
 
 
 def _args(command: str, logs: Path, out: Path) -> list[str]:
