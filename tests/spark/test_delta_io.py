@@ -192,6 +192,7 @@ def test_auto_engine_is_delta_spark_when_the_jars_are_installed(spark, tmp_path,
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
     monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
+    monkeypatch.delenv(delta_io.AUTO_ENGINE_ENV, raising=False)
     assert spark_session.delta_spark_available(spark) is True
     assert DeltaStore(str(tmp_path), spark=spark).engine == "delta-spark"
 

@@ -36,6 +36,7 @@ def on_engine(request, monkeypatch):
     """Run the command with the given engine: delta-rs by hiding the Delta classes."""
     engine = request.param
     monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
+    monkeypatch.delenv(delta_io.AUTO_ENGINE_ENV, raising=False)
     if engine == "delta-rs":
         monkeypatch.setattr(spark_session, "delta_spark_available", lambda _spark: False)
     return engine
@@ -73,6 +74,7 @@ def test_sql_time_travel_reads_an_earlier_version(spark, output, capsys, monkeyp
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
     monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
+    monkeypatch.delenv(delta_io.AUTO_ENGINE_ENV, raising=False)
     assert main(["sql", "--output", output, "--format", "csv",
                  "SELECT count(*) AS n FROM quarantine VERSION AS OF 0"]) == 0
     assert capsys.readouterr().out.splitlines() == ["n", "2"]
