@@ -344,12 +344,14 @@ class _Run:
         row = np.searchsorted(skey, keys) if len(skey) else np.zeros(len(keys), dtype=np.intp)
         known = row < len(skey)
         known[known] = skey[row[known]] == keys[known]
-        last = np.where(known, self.state.last_send_ms[np.minimum(row, len(skey) - 1)]
-                        if len(skey) else 0, _NEVER_SENT)
-        task = np.where(known, self.state.task_ms[np.minimum(row, len(skey) - 1)]
-                        if len(skey) else 0, NO_TASK)
-        nseq = np.where(known, self.state.next_sequence_id[np.minimum(row, len(skey) - 1)]
-                        if len(skey) else 0, 0)
+        at = np.minimum(row, max(len(skey) - 1, 0))
+
+        def carried(column: I64, idle: int) -> I64:  # a container's state, or an idle one's
+            return np.where(known, column[at] if len(skey) else idle, idle)
+
+        last = carried(self.state.last_send_ms, _NEVER_SENT)
+        task = carried(self.state.task_ms, NO_TASK)
+        nseq = carried(self.state.next_sequence_id, 0)
         ends = np.r_[starts[1:], len(p)].astype(np.int64) if len(p) else _i64()
         # per-segment sequence ids: consecutive within a container, from its counter
         within = np.arange(len(p), dtype=np.int64) - np.repeat(starts, ends - starts)
