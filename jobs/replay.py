@@ -278,6 +278,9 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
     # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
     # each other; in a log its carriage-return updates are noise).
+    from pyspark.sql import SparkSession
+
+    owned = SparkSession.getActiveSession() is None  # else a caller's (tests): leave it running
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
                           spark_log=_spark_log(args, cfg.console.spark_log))
@@ -285,23 +288,27 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     # raise KeyboardInterrupt), which would abort the micro-batch in progress
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    spec = resolve_input_spec(spec, spark, args.input)
-    replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
-    if stop.is_set():
-        replay.request_stop()
-    if not stream:
-        with progress:
-            summary = replay.run()
-        if summary:
-            print(format_summary(summary))
-            return 0
-    else:
-        replay.run(stream=True)
-        replay.await_query()
-        progress.close()
-    print(f"stopped; tables under {args.output} are current up to batch "
-          f"{replay.state.batch_id}" + ("" if stream else "; run again to finish"))
-    return 0
+    try:
+        spec = resolve_input_spec(spec, spark, args.input)
+        replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
+        if stop.is_set():
+            replay.request_stop()
+        if not stream:
+            with progress:
+                summary = replay.run()
+            if summary:
+                print(format_summary(summary))
+                return 0
+        else:
+            replay.run(stream=True)
+            replay.await_query()
+            progress.close()
+        print(f"stopped; tables under {args.output} are current up to batch "
+              f"{replay.state.batch_id}" + ("" if stream else "; run again to finish"))
+        return 0
+    finally:
+        if owned and not stop.is_set():  # the application ends with the command: a cluster's
+            spark.stop()                  # master records it as completed
 
 
 def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:

@@ -88,7 +88,7 @@ def test_cluster_replay_tables_equal_the_local_replay_tables(runs):
     assert {d.table: (d.rows_a, d.only_a, d.only_b) for d in diffs if not d.identical} == {}
     assert {d.table for d in diffs if d.rows_a} >= {
         "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-        "consumer_load", "bucket_handoffs", "runs"}
+        "consumer_load", "runs"}
 
 
 # ---- what the cluster run needed (fast) ---------------------------------------------------------
