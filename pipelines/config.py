@@ -587,6 +587,14 @@ class ConsumerConfig(_Model):
         return sorted({_time_point_ms(r, first_event_ms) for r in self.reconnects})
 
 
+def _once_each(values: list[str], allowed: Sequence[str]) -> list[str]:
+    """``values`` in ``allowed``'s order; ``ValueError`` naming any value listed twice."""
+    dups = sorted({v for v in values if values.count(v) > 1})
+    if dups:
+        raise ValueError(f"listed more than once: {', '.join(dups)}")
+    return [v for v in allowed if v in values]
+
+
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
@@ -664,10 +672,7 @@ class InputSection(_Model):
     @field_validator("pseudonymize")
     @classmethod
     def _canonical_pseudonymize(cls, columns: list[str]) -> list[str]:
-        dups = sorted({c for c in columns if columns.count(c) > 1})
-        if dups:
-            raise ValueError(f"listed more than once: {', '.join(dups)}")
-        return [c for c in get_args(PseudonymizedColumn) if c in columns]
+        return _once_each(columns, get_args(PseudonymizedColumn))
 
     @field_validator("pseudonymize_secret_env")
     @classmethod
@@ -712,10 +717,7 @@ class OutputSection(_Model):
     @field_validator("tables")
     @classmethod
     def _canonical_tables(cls, tables: list[str]) -> list[str]:
-        dups = sorted({t for t in tables if tables.count(t) > 1})
-        if dups:
-            raise ValueError(f"listed more than once: {', '.join(dups)}")
-        return [t for t in OUTPUT_TABLES if t in tables]
+        return _once_each(tables, OUTPUT_TABLES)
 
     @property
     def validate_tables(self) -> bool:

@@ -190,6 +190,13 @@ def standalone_cluster(tmp_path_factory) -> Iterator[StandaloneCluster]:
         yield cluster
 
 
+ORDERS_LOG_SETS = ["replay.max_files_per_trigger=1", "policy.split_msg_rate_in=3",
+                   "policy.merge_msg_rate_in=0.5", "policy.split_msg_rate_out=1000",
+                   "policy.merge_msg_rate_out=10", "batching.max_publish_delay_ms=500"]
+"""Config of the kill-and-restart tests on :func:`write_orders_log`'s input: a micro-batch per
+file, thresholds that split and merge on it, batches open for 500 ms."""
+
+
 def write_orders_log(folder: Path, files: int) -> Path:
     """``files`` JSON-lines files of 300 messages of topic ``orders`` (one every 200 ms from
     2025-01-15T09:00:00Z, two producers, 41 keys) with one bad line each (quarantined): the

@@ -17,15 +17,12 @@ import pytest
 
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
-from tests.spark.conftest import write_orders_log
+from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
-SETS = ["replay.max_files_per_trigger=1", "policy.split_msg_rate_in=3",
-        "policy.merge_msg_rate_in=0.5", "policy.split_msg_rate_out=1000",
-        "policy.merge_msg_rate_out=10", "batching.max_publish_delay_ms=500",
-        "replay.allowed_lateness_s=30"]
+SETS = [*ORDERS_LOG_SETS, "replay.allowed_lateness_s=30"]
 TABLES = ["messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
           "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains",
           "quarantine"]

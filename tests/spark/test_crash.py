@@ -25,15 +25,12 @@ from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
 from pipelines.schemas import table_names
 from tests.conftest import ENGINES
-from tests.spark.conftest import write_orders_log
+from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
 
 REPO = Path(__file__).resolve().parents[2]
-SETS = ["replay.max_files_per_trigger=1", "policy.split_msg_rate_in=3",
-        "policy.merge_msg_rate_in=0.5", "policy.split_msg_rate_out=1000",
-        "policy.merge_msg_rate_out=10", "batching.max_publish_delay_ms=500",
-        "subscriptions.0.consumers.1.join=60"]
+SETS = [*ORDERS_LOG_SETS, "subscriptions.0.consumers.1.join=60"]
 FAULT_POINTS = [
     "after_staging:1",              # during a micro-batch, before its commits
     "after_quarantine:1",           # after the micro-batch's quarantine commit
