@@ -91,9 +91,10 @@ $(BENCH_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: hashing, then replay vs floor (BENCH_SIZES=1000000,10000000)
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: hashing, replay vs floor (BENCH_SIZES=1000000,10000000), a 3x3 sweep vs one replay
 	$(PY) bench/bench_hashing.py
 	BENCH_SIZES=$(BENCH_SIZES) $(PY) bench/bench_replay.py
+	$(PY) bench/bench_sweep.py
 
 clean: ## Remove outputs, checkpoints and caches (keeps .venv)
 	rm -rf out spark-warehouse metastore_db .pytest_cache .mypy_cache .ruff_cache

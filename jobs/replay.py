@@ -51,7 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     for name, help_ in (("run", "batch replay: read all inputs, finalize, print the summary"),
                         ("stream", "continuous replay: watch the inputs until stopped"),
                         ("compare", "replay one log under several scenarios (one run_id each) "
-                                    "and print their metrics side by side")):
+                                    "and print their metrics side by side"),
+                        ("sweep", "replay one log under a grid of settings from one ingest, "
+                                  "the scenarios side by side (one run_id each; the sweeps "
+                                  "table)")):
         r = sub.add_parser(name, help=help_, epilog=PRIVACY_HELP,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         r.add_argument("--input", action="append", required=True, metavar="PATH",
@@ -61,6 +64,23 @@ def _parser() -> argparse.ArgumentParser:
         r.add_argument("--conf", default=None, metavar="FILE", help="YAML config file")
         r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        dest="sets", help="override a config key (dotted path), repeatable")
+        if name == "sweep":
+            r.add_argument("--grid", action="append", default=[], dest="grids",
+                           metavar="KEY=V1,V2,…",
+                           help="a swept config key and its values (repeatable: the scenarios "
+                                "are the Cartesian product), e.g. "
+                                "policy.split_msg_rate_in=500,1000,2000")
+            r.add_argument("--scenario", action="append", default=[], dest="scenarios",
+                           metavar="NAME=FILE_OR_SETS",
+                           help="a named scenario besides the grid (as in compare; repeatable)")
+            r.add_argument("--sweep-id", default="sweep", metavar="NAME",
+                           help="the sweep's name (sweeps.sweep_id; its work folder "
+                                "DIR/_work/sweep.NAME; default: sweep)")
+            r.add_argument("--flap-window-s", type=int, default=None, metavar="S",
+                           help="a split undone by a merge of the same range (or the reverse) "
+                                "within S seconds is a flap (default 600)")
+            r.add_argument("--html", default=None, metavar="FILE",
+                           help="also write the sweep's interactive page to FILE")
         if name == "compare":
             r.add_argument("--scenario", action="append", required=True, dest="scenarios",
                            metavar="NAME=FILE_OR_SETS",
@@ -68,7 +88,7 @@ def _parser() -> argparse.ArgumentParser:
                                 "key=value overrides separated by ',' or ';' (repeatable)")
             r.add_argument("--html", default=None, metavar="FILE",
                            help="also write the report of the scenarios to FILE")
-        else:
+        elif name != "sweep":
             r.add_argument("--run-id", default=None, help="run id (default: from the config)")
         if name == "run":
             r.add_argument("--engine", choices=("spark", "local"), default="spark",
@@ -149,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             return _summary(args)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "sweep":
+            return _sweep(args)
         if args.command == "report":
             return _report(args)
         if args.command == "diff":
@@ -560,6 +582,96 @@ def _compare(args: argparse.Namespace) -> int:
 
         result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
         print(f"report: {result['html']} ({result['figures']} figures)")
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from pipelines.compare import (
+        NAME_PATTERN,
+        PreparedScenario,
+        Scenario,
+        ScenarioError,
+        format_comparison,
+        metrics_frame,
+        parse_scenario,
+    )
+    from pipelines.sweep import (
+        DEFAULT_FLAP_WINDOW_S,
+        SweepError,
+        check_names,
+        check_shared_ingest,
+        grid_scenarios,
+        parse_grid,
+    )
+
+    _check_remote(args)
+    if not NAME_PATTERN.match(args.sweep_id):
+        raise UsageError(f"--sweep-id {args.sweep_id!r} must be letters, digits, '_', '.' or "
+                         "'-'")
+    window = DEFAULT_FLAP_WINDOW_S if args.flap_window_s is None else args.flap_window_s
+    if window <= 0:
+        raise UsageError(f"--flap-window-s must be > 0, got {window}")
+    try:
+        scenarios = grid_scenarios([parse_grid(g) for g in args.grids])
+        scenarios = [s for s in scenarios if s.sets]  # no --grid: only named scenarios
+        scenarios += [parse_scenario(text) for text in args.scenarios]
+        check_names(scenarios)
+    except (SweepError, ScenarioError) as exc:
+        raise UsageError(str(exc)) from None
+    if not scenarios:
+        raise UsageError("a sweep needs at least one --grid or --scenario")
+    if args.html and Path(args.html).is_dir():
+        raise UsageError(f"--html {args.html} is a directory; give a file name")
+    cfg, spec = _config_and_spec(args)
+    base = PreparedScenario(Scenario("base", (), ""), cfg, spec)
+    prepared = [PreparedScenario(s, *_config_and_spec(args, s.sets, what=f"scenario {s.name}: "))
+                for s in scenarios]
+    try:
+        check_shared_ingest(cfg.to_dict(), {p.scenario.name: p.config.to_dict()
+                                            for p in prepared})
+    except SweepError as exc:
+        raise UsageError(str(exc)) from None
+    from pipelines.replay import OutputConflictError, check_output
+
+    work_id = f"sweep.{args.sweep_id}"
+    fresh = not (Path(args.output) / "_work" / work_id / "run.json").is_file()
+    try:  # before Spark starts: the sweep's work folder and every scenario's run
+        check_output(args.output, work_id, cfg, spec.preset,
+                     {p.scenario.name: p.config for p in prepared})
+        for p in prepared:
+            check_output(args.output, p.scenario.name, p.config, spec.preset, new=fresh)
+    except OutputConflictError as exc:
+        raise UsageError(str(exc)) from None
+
+    from pipelines.ingest import resolve_input_spec
+    from pipelines.progress import ReplayProgress
+    from pipelines.spark_session import build_session
+    from pipelines.sweep import run_sweep
+
+    print(f"sweep {args.sweep_id}: {len(prepared)} scenarios from one ingest: "
+          + ", ".join(p.scenario.name for p in prepared))
+    spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
+                          extra_conf={"spark.ui.showConsoleProgress": "false"},
+                          spark_log=_spark_log(args, cfg.console.spark_log))
+    base = PreparedScenario(base.scenario, cfg, resolve_input_spec(spec, spark, args.input))
+    progress = ReplayProgress()
+    with progress:
+        rows = run_sweep(spark, args.sweep_id, base, prepared, args.input, args.output,
+                         window, progress=progress)
+    if rows.empty:
+        print("stopped; run the same sweep again to finish")
+        return 0
+    metrics = {r["run_id"]: dict(r) for _, r in rows.iterrows()}
+    print(format_comparison(metrics_frame(metrics)))
+    print(f"sweep {args.sweep_id}: {len(rows)} rows in {Path(args.output) / 'sweeps'} "
+          f"(flap window {window} s)")
+    if args.html:
+        from pipelines.interactive import write_sweep_page
+
+        from pipelines.delta_io import DeltaStore
+
+        write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id, args.html)
+        print(f"page: {args.html}")
     return 0
 
 

@@ -124,24 +124,31 @@ def check_output_path(output: str) -> None:
 
 
 def check_output(output: str, run_id: str, config: ReplayConfig,
-                 preset: str | None = None) -> None:
+                 preset: str | None = None,
+                 lanes: Mapping[str, ReplayConfig] | None = None, new: bool = False) -> None:
     """Refuse to write into ``output`` when that would mix incompatible data.
 
     Raises :class:`OutputConflictError` listing every problem: an existing table whose schema
     or partitioning differs from :mod:`pipelines.schemas` (written by another version), or a
     ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
-    different configuration or input preset. Reads only Delta logs and small files (delta-rs),
+    different configuration or input preset (``lanes``: a sweep's runs by run_id, part of its
+    manifest; ``new``: the run must not exist at all — a sweep's scenario starting afresh).
+    Reads only Delta logs and small files (delta-rs),
     so it runs before Spark starts. A fresh output or a restart of the same run passes.
     An output given as a URI is refused too (:func:`check_output_path`).
     """
     check_output_path(output)
     store = DeltaStore(output, engine="delta-rs", spark=None)
     problems = [f"table {p}" for p in store.schema_problems()]
-    want = {"config": run_identity(config.to_dict()), "preset": preset}
+    want: dict[str, Any] = {"config": run_identity(config.to_dict()), "preset": preset}
+    if lanes:
+        want["lanes"] = {k: run_identity(v.to_dict()) for k, v in lanes.items()}
     manifest = Path(output) / "_work" / run_id / MANIFEST
     if manifest.is_file():
         have = json.loads(manifest.read_text(encoding="utf-8"))
         have["config"] = run_identity(have.get("config", {}))
+        if "lanes" in have:
+            have["lanes"] = {k: run_identity(v) for k, v in have["lanes"].items()}
         changed = _config_diff(have, want)
         if changed:
             problems.append(f"run {run_id} was started with a different configuration "
@@ -150,7 +157,9 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     if not problems:  # the runs table (if any) is readable
         runs = store.read("runs", run_id=run_id)
         configs = [run_identity(json.loads(c)) for c in set(runs["config"])] if len(runs) else []
-        if any(c != want["config"] for c in configs):
+        if new and configs:  # a sweep's run must not be another sweep's or replay's
+            problems.append(f"run {run_id} already exists")
+        elif any(c != want["config"] for c in configs):
             changed = _config_diff(configs[0], want["config"])
             problems.append(f"run {run_id} already finished with a different configuration "
                             f"(differs in {', '.join(changed[:6]) or 'config'})")
@@ -174,18 +183,42 @@ the driver and the JVM hold only per-topic states (the stage's rows go to files)
 
 
 
+@dataclass(frozen=True)
+class RunSpec:
+    """One run a replay writes: its ``run_id`` and config. A replay writes one; a sweep
+    (``topic-replay sweep``) one per scenario from a single ingest: the scenarios share the
+    ingest settings (``input``, ``output``, ``replay`` speed, lateness and trigger sizes) and
+    differ in what the topic stage does (``pipelines.sweep.INGEST_KEYS``)."""
+
+    run_id: str
+    config: ReplayConfig
+
+
+@dataclass
+class LaneState:
+    """What one run (lane) of a replay carries between windows: per-topic state blobs of the
+    topic stage and the run's own counts (entries, dispatched)."""
+
+    controllers: dict[str, bytes] = field(default_factory=dict)
+    batchers: dict[str, bytes] = field(default_factory=dict)  # topic → batching state
+    dispatchers: dict[str, bytes] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def add(self, name: str, n: int) -> None:
+        self.counts[name] = self.counts.get(name, 0) + int(n)
+
+
 @dataclass
 class ReplayState:
-    """Everything the replay carries between micro-batches (pickled into ``_state``)."""
+    """Everything the replay carries between micro-batches (pickled into ``_state``): the
+    ingest's progress and counts, shared by its runs, and each run's :class:`LaneState`."""
 
     batch_id: int = -1
     horizon_ms: int | None = None  # emulated-clock ms; messages < horizon are finalized
     max_event_ms: int | None = None
     first_event_ms: int | None = None
     finalized: bool = False
-    controllers: dict[str, bytes] = field(default_factory=dict)
-    batchers: dict[str, bytes] = field(default_factory=dict)  # topic → batching state
-    dispatchers: dict[str, bytes] = field(default_factory=dict)
+    lanes: dict[str, LaneState] = field(default_factory=dict)  # run_id → its state
     counts: dict[str, int] = field(default_factory=dict)
     staged: dict[str, int] = field(default_factory=dict)  # topic → messages staged so far
     # JSON: whether a micro-batch with records has been checked for absent mapped fields, and
@@ -197,10 +230,16 @@ class ReplayState:
     def add(self, name: str, n: int) -> None:
         self.counts[name] = self.counts.get(name, 0) + int(n)
 
+    def lane(self, run_id: str) -> LaneState:
+        """The state of run ``run_id`` (new when unseen)."""
+        return self.lanes.setdefault(run_id, LaneState())
+
 
 @dataclass
 class Replay:
-    """One replay run: inputs, config, output store and the run's state."""
+    """One replay: inputs, config, output store and the state. It writes the run ``run_id``
+    under ``config``, or, given ``runs`` (a sweep), each of those runs from one ingest under
+    ``config``'s ingest settings; ``run_id`` then names the sweep's work folder only."""
 
     spark: SparkSession
     config: ReplayConfig
@@ -210,6 +249,7 @@ class Replay:
     run_id: str
     progress: Callable[[Any], None] = print  # str or BatchProgress (pipelines.progress)
     streaming: bool = False
+    runs: Sequence[RunSpec] = ()
     store: DeltaStore = field(init=False)
     state: ReplayState = field(init=False)
     started: float = field(default_factory=time.time)
@@ -223,7 +263,15 @@ class Replay:
     _in_batch: bool = field(init=False, default=False, repr=False)
 
     def __post_init__(self) -> None:
-        check_output(self.output, self.run_id, self.config, self.input_spec.preset)
+        sweep = bool(self.runs)
+        self.runs = tuple(self.runs) or (RunSpec(self.run_id, self.config),)
+        lanes = {r.run_id: r.config for r in self.runs} if sweep else None
+        check_output(self.output, self.run_id, self.config, self.input_spec.preset, lanes)
+        if sweep:  # each scenario's run must be new or this sweep's own
+            fresh = not (Path(self.output) / "_work" / self.run_id / MANIFEST).is_file()
+            for r in self.runs:
+                check_output(self.output, r.run_id, r.config, self.input_spec.preset,
+                             new=fresh)
         # Absolute: executors resolve the staging and window folders themselves, and on a
         # cluster their working folder is not the driver's.
         self.output = os.path.abspath(self.output)
@@ -235,7 +283,9 @@ class Replay:
             manifest.parent.mkdir(parents=True, exist_ok=True)
             tmp = manifest.with_suffix(".tmp")
             tmp.write_text(json.dumps({"config": self.config.to_dict(),
-                                       "preset": self.input_spec.preset}, sort_keys=True))
+                                       "preset": self.input_spec.preset,
+                                       **({"lanes": {k: v.to_dict() for k, v in lanes.items()}}
+                                          if lanes else {})}, sort_keys=True))
             tmp.replace(manifest)
         self.state = self._load_state()
 
@@ -302,20 +352,23 @@ class Replay:
             self._tock(stage)
 
     # ---- writes -------------------------------------------------------------------------------
-    def write(self, table: str, data: pd.DataFrame, version: int, replace: bool = False) -> None:
+    def write(self, table: str, data: pd.DataFrame, version: int, replace: bool = False,
+              run_id: str | None = None) -> None:
         """Idempotent append of the driver-side rows ``data`` (the control plane's small
-        tables, ``runs``) to ``table`` (app transaction ``(run, table)``, ``version``);
-        ``replace=True`` atomically replaces the run's rows instead (snapshot tables:
-        ``segments``, ``runs``). Big tables go through :meth:`write_staged`."""
+        tables, ``runs``) to ``table`` for run ``run_id`` (default: the replay's only run; app
+        transaction ``(run, table)``, ``version``); ``replace=True`` atomically replaces the
+        run's rows instead (snapshot tables: ``segments``, ``runs``). Big tables go through
+        :meth:`write_staged`."""
         if table not in self.config.output.tables or data.empty:
             return
+        run_id = run_id or self.runs[0].run_id
         # Stage-side bookkeeping columns are not table columns.
         keep = [c for c in arrow_schema(table).names if c in data.columns]
-        data = data[keep].assign(run_id=self.run_id)
-        app_id = table_app_id(self.run_id, table)
+        data = data[keep].assign(run_id=run_id)
+        app_id = table_app_id(run_id, table)
         with self._timed("delta_write"):
             if replace:
-                self.store.replace_run(table, data, self.run_id, app_id=app_id, version=version)
+                self.store.replace_run(table, data, run_id, app_id=app_id, version=version)
             else:
                 self.store.append(table, data, app_id=app_id, version=version)
         _after_write(table, version)
@@ -408,8 +461,9 @@ class Replay:
         that table is enabled (idempotent on a re-run). A failed check does not fail the run."""
         from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run
 
-        return validate_run(self.store, self.run_id, END_OF_RUN_VALIDATION_ID,
-                            write="validations" in self.config.output.tables)
+        return [validate_run(self.store, r.run_id, END_OF_RUN_VALIDATION_ID,
+                             write="validations" in self.config.output.tables)
+                for r in self.runs]
 
     def _silence_logs(self) -> None:
         """Turn off Spark's log (and py4j's): after a stop request, the micro-batch refused or
@@ -547,8 +601,16 @@ keeps its read error): the executors write them as Parquet under
         n = _staged_rows(path)  # counted first: committing may move the files
         late = (ds.dataset(str(path), format="parquet").count_rows(
             filter=pc.field("reason") == LATE) if n else 0)
-        if n:
-            self.write_staged("quarantine", path, batch_id)
+        if n and self._one_commit:
+            self._append_files("quarantine", {r.run_id: path for r in self.runs}, batch_id)
+        elif n:
+            for r in self.runs[:-1]:  # delta-rs may move the files into the table: a copy each
+                copy = path.with_name(f"{batch_id}.{r.run_id}")
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(path, copy)
+                self.write_staged("quarantine", copy, batch_id, r.run_id)
+                shutil.rmtree(copy, ignore_errors=True)
+            self.write_staged("quarantine", path, batch_id, self.runs[-1].run_id)
         shutil.rmtree(path, ignore_errors=True)
         return n, late
 
@@ -695,7 +757,10 @@ keeps its read error): the executors write them as Parquet under
         state blobs and the control plane's small tables reach the driver. The folder is
         removed once written; the caller saves the state, so a crash recomputes the windows
         (the stage is deterministic and the commits are idempotent)."""
-        settings = stages.StageSettings.from_config(self.config, self.state.first_event_ms)
+        lanes = [stages.Lane(r.run_id,
+                             stages.StageSettings.from_config(r.config, self.state.first_event_ms),
+                             lane.controllers, lane.batchers, lane.dispatchers)
+                 for r in self.runs for lane in [self.state.lane(r.run_id)]]
         out_dir = self.work_dir / "windows" / str(version)
         shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
         windows, lo = [], self.state.horizon_ms
@@ -705,45 +770,113 @@ keeps its read error): the executors write them as Parquet under
         t0 = time.perf_counter()
         self._tick()
         # every topic with a controller has staged messages: state.staged lists them all
-        results = [stages.StageStates.of(rows) for rows in stages.topic_stage(
-            self.spark, self.staging, self.state.staged, windows, str(out_dir),
-            self.state.controllers,
-            self.state.batchers, self.state.dispatchers, settings)]
+        results = stages.topic_stage(self.spark, self.staging, self.state.staged, windows,
+                                     str(out_dir), lanes)
         seconds: dict[str, float] = {}
-        for states in results:
-            for stage, s in states.seconds.items():
-                seconds[stage] = seconds.get(stage, 0.0) + s
+        by_lane = {}
+        for lane in lanes:
+            by_lane[lane.run_id] = [stages.StageStates.of(stages.lane_rows(rows, lane.run_id))
+                                    for rows in results]
+            for states in by_lane[lane.run_id]:
+                for stage, s in states.seconds.items():
+                    seconds[stage] = seconds.get(stage, 0.0) + s
         self._attribute(time.perf_counter() - t0, seconds)
-        self._commit_windows(results, windows, out_dir, version, settings)
+        folders = {lane.run_id: Path(stages.lane_dir(str(out_dir), lane.run_id))
+                   for lane in lanes}
+        small = {lane.run_id: self._advance_lane(lane, by_lane[lane.run_id], windows,
+                                                 folders[lane.run_id]) for lane in lanes}
+        for table in ("segment_load", "autoscale_decisions"):
+            self._append_rows(table, {r: f[table] for r, f in small.items()}, version)
+        self._replace_rows("segments", {r: f["segments"] for r, f in small.items()
+                                        if f["segments"] is not None}, version)
+        for kind, table in stages.STAGE_KINDS.items():
+            self._append_files(table, {r: f / kind for r, f in folders.items()}, version)
+        shutil.rmtree(out_dir, ignore_errors=True)
+        self.state.horizon_ms = windows[-1].hi_ms
 
-    def _commit_windows(self, results: Sequence[stages.StageStates],
-                        windows: Sequence[stages.StageWindow], out_dir: Path, version: int,
-                        settings: stages.StageSettings) -> None:
-        """Write consecutive windows' tables (their state blobs ``results``, their files under
-        ``out_dir``), one commit per table with ``version``, and advance the
-        replay's state past the last window. A job's windows are committed together: a commit
-        costs about 10 ms here, per table and window."""
+    def _advance_lane(self, lane: stages.Lane, results: Sequence[stages.StageStates],
+                      windows: Sequence[stages.StageWindow],
+                      out_dir: Path) -> dict[str, pd.DataFrame | None]:
+        """Advance one run's state past consecutive windows (their state blobs ``results``,
+        their files under ``out_dir``) and return its control-plane rows of them:
+        ``segment_load``, ``autoscale_decisions`` and ``segments`` (the DAG's snapshot, or
+        ``None`` when no window replaces it)."""
         samples, decisions, segments = [], [], None
+        state = self.state.lane(lane.run_id)
         for states, window in zip(results, windows, strict=True):
-            ctl = stages.control_outputs(states.controllers, settings.speed)
-            self.state.controllers = ctl.states
-            self.state.batchers = {**self.state.batchers, **states.batching}
-            self.state.dispatchers = {**self.state.dispatchers, **states.dispatchers}
+            ctl = stages.control_outputs(states.controllers, lane.settings.speed)
+            state.controllers = ctl.states
+            state.batchers = {**state.batchers, **states.batching}
+            state.dispatchers = {**state.dispatchers, **states.dispatchers}
             samples.append(ctl.samples)
             decisions.append(ctl.decisions)
             if window.final or self.streaming:  # a snapshot of the DAG: replace the run's rows
                 segments = ctl.segments
-        self.write("segment_load", _concat(samples), version)
-        self.write("autoscale_decisions", _concat(decisions), version)
-        if segments is not None:
-            self.write("segments", segments, version, replace=True)
-        # counted first: committing may move the files into the tables
-        self.state.add("entries", _staged_rows(out_dir / "entry"))
-        self.state.add("dispatched", _staged_rows(out_dir / "dispatch"))
-        for kind, table in stages.STAGE_KINDS.items():
-            self.write_staged(table, out_dir / kind, version)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        self.state.horizon_ms = windows[-1].hi_ms
+        # counted before the commit: committing may move the files into the tables
+        state.add("entries", _staged_rows(out_dir / "entry"))
+        state.add("dispatched", _staged_rows(out_dir / "dispatch"))
+        return {"segment_load": _concat(samples), "autoscale_decisions": _concat(decisions),
+                "segments": segments}
+
+    @property
+    def _one_commit(self) -> bool:
+        """Whether the runs of a sweep share each table's commits: with delta-spark a commit
+        is a Spark job (about a second here), so a sweep's runs go into one commit per table
+        under the sweep's app transaction; delta-rs commits (milliseconds) stay per run."""
+        return len(self.runs) > 1 and self.store.engine == "delta-spark"
+
+    def _append_rows(self, table: str, frames: Mapping[str, pd.DataFrame],
+                         version: int) -> None:
+        """Append each run's driver-side rows (``frames``: run_id → rows) to ``table``: one
+        commit per run, or one for all (:attr:`_one_commit`)."""
+        if not self._one_commit:
+            for r, data in frames.items():
+                self.write(table, data, version, run_id=r)
+            return
+        frames = {r: d for r, d in frames.items() if not d.empty}
+        if table not in self.config.output.tables or not frames:
+            return
+        keep = [c for c in arrow_schema(table).names if c != "run_id"]
+        data = pd.concat([d[[c for c in keep if c in d.columns]].assign(run_id=r)
+                          for r, d in frames.items()], ignore_index=True)
+        with self._timed("delta_write"):
+            self.store.append(table, data, app_id=table_app_id(self.run_id, table),
+                              version=version)
+        _after_write(table, version)
+
+    def _replace_rows(self, table: str, frames: Mapping[str, pd.DataFrame],
+                      version: int) -> None:
+        """Replace each run's rows of a snapshot table (``frames``: run_id → its rows): one
+        commit per run, or one for all (:attr:`_one_commit`)."""
+        if not self._one_commit:
+            for r, data in frames.items():
+                self.write(table, data, version, replace=True, run_id=r)
+            return
+        if table not in self.config.output.tables or not frames:
+            return
+        keep = [c for c in arrow_schema(table).names if c != "run_id"]
+        data = pd.concat([d[[c for c in keep if c in d.columns]].assign(run_id=r)
+                          for r, d in frames.items()], ignore_index=True)
+        with self._timed("delta_write"):
+            self.store.replace_run(table, data, list(frames),
+                                   app_id=table_app_id(self.run_id, table), version=version)
+        _after_write(table, version)
+
+    def _append_files(self, table: str, parts: Mapping[str, Path], version: int) -> None:
+        """Append each run's Parquet files (``parts``: run_id → folder; missing folders
+        skipped) to ``table``: one commit per run, or one for all (:attr:`_one_commit`)."""
+        if not self._one_commit:
+            for r, path in parts.items():
+                self.write_staged(table, path, version, r)
+            return
+        parts = {r: p for r, p in parts.items() if p.is_dir()}
+        if table not in self.config.output.tables or not parts:
+            return
+        with self._timed("delta_write"):
+            self.store.append_parquet_runs(table, {r: str(p) for r, p in parts.items()},
+                                           app_id=table_app_id(self.run_id, table),
+                                           version=version)
+        _after_write(table, version)
 
     def _attribute(self, wall_s: float, task_s: Mapping[str, float]) -> None:
         """Close the timer opened for a topic stage: its ``wall_s`` (Spark job, shuffle and
@@ -757,27 +890,33 @@ keeps its read error): the executors write them as Parquet under
         if self._clock:
             self._clock[-1][1] += wall_s
 
-    def write_staged(self, table: str, path: Path, version: int) -> None:
+    def write_staged(self, table: str, path: Path, version: int, run_id: str) -> None:
         """Idempotent append of the Parquet files under ``path`` (one kind of the topic stage's
-        output, or a batch's quarantine) to ``table``; nothing when the folder is missing."""
+        output, or a batch's quarantine) to ``table`` for run ``run_id``; nothing when the
+        folder is missing."""
         if table not in self.config.output.tables or not path.is_dir():
             return
         with self._timed("delta_write"):
-            self.store.append_parquet(table, str(path), app_id=table_app_id(self.run_id, table),
-                                      version=version, constants={"run_id": self.run_id})
+            self.store.append_parquet(table, str(path), app_id=table_app_id(run_id, table),
+                                      version=version, constants={"run_id": run_id})
         _after_write(table, version)
 
     # ---- runs & summary ------------------------------------------------------------------------
     def _write_runs(self, version: int) -> None:
-        counts: dict[str, Any] = dict(self.state.counts)
-        if self.state.missing_fields:
-            counts["missing_fields"] = dict(self.state.missing_fields)
-        row = runs_row(self.config, self.inputs, counts, self.store.engine,
-                       self.started, {f"{k}_s": round(v, 3) for k, v in self.stage_s.items()})
-        self.write("runs", pd.DataFrame([row]), version, replace=True)
+        """Each run's ``runs`` row: the ingest's counts and the run's own (entries, ...)."""
+        timings = {f"{k}_s": round(v, 3) for k, v in self.stage_s.items()}
+        rows = {}
+        for r in self.runs:
+            counts: dict[str, Any] = {**self.state.counts, **self.state.lane(r.run_id).counts}
+            if self.state.missing_fields:
+                counts["missing_fields"] = dict(self.state.missing_fields)
+            rows[r.run_id] = pd.DataFrame([runs_row(r.config, self.inputs, counts,
+                                                    self.store.engine, self.started, timings)])
+        self._replace_rows("runs", rows, version)
 
     def summary(self) -> dict[str, Any]:
-        return run_summary(self.store, self.run_id)
+        """The summary of the replay's first (for a plain replay: only) run."""
+        return run_summary(self.store, self.runs[0].run_id)
 
     def _fmt_time(self, emu_ms: int | None) -> str:
         if emu_ms is None:

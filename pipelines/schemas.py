@@ -286,6 +286,49 @@ expectation type; ``kwargs`` (its arguments) and ``observed`` (the observed valu
 unexpected values) are JSON strings; ``exception`` is set when the expectation could not be
 evaluated (then ``success`` is false). See :mod:`pipelines.validation`."""
 
+SWEEPS = pa.schema([
+    RUN_ID,
+    _f("sweep_id", pa.string()),
+    _f("settings", pa.string()),
+    _f("accepted", pa.int64()),
+    _f("quarantined", pa.int64()),
+    _f("topics", pa.int64()),
+    _f("segments_max", pa.int64()),
+    _f("segments_final", pa.int64()),
+    _f("segments_created", pa.int64()),
+    _f("buckets_max", pa.int64()),
+    _f("buckets_final", pa.int64()),
+    _f("splits", pa.int64()),
+    _f("merges", pa.int64()),
+    _f("rebuckets", pa.int64()),
+    _f("suppressed", pa.int64()),
+    _f("batching_mode", pa.string(), True),
+    _f("bucket_budget", pa.int64(), True),
+    _f("entries", pa.int64()),
+    _f("entries_per_message", pa.float64(), True),
+    _f("mean_batch_size", pa.float64(), True),
+    _f("mean_batch_bytes", pa.float64(), True),
+    _f("consumers", pa.int64()),
+    _f("max_consumer_share", pa.float64(), True),
+    _f("idle_consumers", pa.int64()),
+    _f("handoffs", pa.int64()),
+    _f("withheld_bucket_s", pa.float64()),
+    _f("sealed_segments", pa.int64()),
+    _f("drain_max_s", pa.float64(), True),
+    _f("undrained_segments", pa.int64()),
+    _f("flaps", pa.int64()),
+    _f("flap_window_s", pa.int64()),
+    _f("at_max_segments_s", pa.float64()),
+    _f("at_max_segments", pa.string()),
+])
+"""sweeps — one scenario of a policy sweep (``topic-replay sweep``); ``run_id`` is the
+scenario's run. ``settings``: JSON object of the scenario's overrides (dotted key → value);
+the metrics are ``topic-replay compare``'s (``pipelines.compare.METRICS``); ``flaps``: splits
+undone by a merge of the same hash range, or merges undone by a split, within
+``flap_window_s`` seconds (``pipelines.sweep.flaps``); ``at_max_segments_s``: the longest time
+any topic spent at ``policy.max_segments`` (seconds, log time), per topic in
+``at_max_segments`` (JSON object topic → seconds)."""
+
 TABLES: dict[str, pa.Schema] = {
     "messages": MESSAGES,
     "entries": ENTRIES,
@@ -300,6 +343,7 @@ TABLES: dict[str, pa.Schema] = {
     "quarantine": QUARANTINE,
     "runs": RUNS,
     "validations": VALIDATIONS,
+    "sweeps": SWEEPS,
 }
 """Every output table by name."""
 

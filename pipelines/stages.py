@@ -28,7 +28,7 @@ import pickle
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -53,6 +53,9 @@ from pipelines.core.controller import (
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.privacy import Pseudonymizer
 from pipelines.schemas import arrow_schema
+
+_K = TypeVar("_K", str, tuple[str, str])
+"""A :func:`topic_bins` key: a topic, or a (run_id, topic) pair."""
 
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
 """Replay order of a topic's messages (``_seq_sort``: ``sequence_id``, null as -1)."""
@@ -949,19 +952,20 @@ def _arrow_strings(t: Any) -> Any:
     return pd.ArrowDtype(t) if pa.types.is_string(t) else None
 
 
-def topic_bins(weights: Mapping[str, int], slots: int) -> list[list[str]]:
+def topic_bins(weights: Mapping[_K, int], slots: int) -> list[list[_K]]:
     """Topics packed into at most ``slots`` tasks, heaviest first (longest-processing-time
     first: each topic, by weight descending then name, joins the lightest bin so far, the one
     with fewest topics among equals).
 
-    ``weights``: topic → staged messages. One topic per bin when they fit; bins ordered by
+    ``weights``: topic (or any sortable key, e.g. ``(run_id, topic)``) → staged messages. One
+    topic per bin when they fit; bins ordered by
     total weight descending, so the scheduler starts the longest work first. ``ValueError``
     when ``slots < 1``."""
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
     order = sorted(weights, key=lambda t: (-weights[t], t))
     n = min(len(order), slots)
-    bins: list[list[str]] = [[] for _ in range(n)]
+    bins: list[list[_K]] = [[] for _ in range(n)]
     load = [0] * n
     for topic in order:
         i = min(range(n), key=lambda j: (load[j], len(bins[j]), j))
@@ -1016,59 +1020,86 @@ class StageWindow:
     final: bool
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One run of a replay's topic stage: its ``run_id``, its settings and its carried state
+    blobs (topic → blob, as in ``ReplayState``). A replay has one lane; a sweep
+    (``topic-replay sweep``) has one per scenario, all fed by the same staged messages."""
+
+    run_id: str
+    settings: StageSettings
+    controllers: Mapping[str, bytes] = field(default_factory=dict)
+    batchers: Mapping[str, bytes] = field(default_factory=dict)
+    dispatchers: Mapping[str, bytes] = field(default_factory=dict)
+
+
+def lane_dir(out_dir: str, run_id: str) -> str:
+    """Where :func:`topic_stage` writes a lane's output files: ``<out_dir>/<run_id>``."""
+    return f"{out_dir.rstrip('/')}/{run_id}"
+
+
 def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
-                windows: Sequence[StageWindow], out_dir: str, controllers: Mapping[str, bytes],
-                batchers: Mapping[str, bytes], dispatchers: Mapping[str, bytes],
-                settings: StageSettings) -> list[dict[str, bytes]]:
-    """Spark: :func:`topic_group` for every topic of ``topics`` over consecutive staged
-    ``windows``, in ONE Spark job: the topics are spread over tasks (:func:`topic_bins`, up to
-    four per core) and each task runs its topics through the windows in order, carrying their
-    states from one window to the next itself (a topic's windows depend on each other, its
-    topics do not), so a busy topic's chain of windows keeps one core busy without a job per
-    window (about 0.2 s of job overhead each on these machines, more than a quarter of a
-    500k-message window).
+                windows: Sequence[StageWindow], out_dir: str,
+                lanes: Sequence[Lane]) -> list[dict[tuple[str, str], bytes]]:
+    """Spark: :func:`topic_group` for every (lane, topic) of ``lanes`` × ``topics`` over
+    consecutive staged ``windows``, in ONE Spark job: the pairs are spread over tasks
+    (:func:`topic_bins`, up to four per core) and each task runs its pairs through the windows
+    in order, carrying their states from one window to the next itself (a topic's windows
+    depend on each other; topics and lanes do not), so a busy topic's chain of windows keeps
+    one core busy without a job per window (about 0.2 s of job overhead each on these
+    machines, more than a quarter of a 500k-message window), and a sweep's scenarios spread
+    over the cores like topics.
 
     ``topics``: topic → staged messages so far (its weight); every known topic runs, so
     topics without messages in a window still advance. Each task reads its topics' messages
     from ``staging`` itself (:func:`read_staged`: no shuffle, no message passes through the
-    JVM) and writes their output rows as Parquet under ``out_dir``, a file per topic and table
-    for all the windows (:class:`FrameWriter`). The state dicts are the replay's
-    (``ReplayState``) before the
-    first window. Returns, per window, topic → ``pickle((controller, batching blob,
+    JVM; once per window and topic for all its lanes) and writes their output rows as Parquet
+    under ``lane_dir(out_dir, run_id)``, a file per topic and table for all the windows
+    (:class:`FrameWriter`). The lanes' state blobs are the replay's before the first window.
+    Returns, per window, ``(run_id, topic)`` → ``pickle((controller, batching blob,
     dispatcher, seconds))`` (:class:`StageStates`; the controller with that window's decisions
-    and samples not yet taken), bounded by topics × windows, never by messages."""
+    and samples not yet taken), bounded by lanes × topics × windows, never by messages."""
     from pipelines.privacy import withheld_columns
 
-    if not topics or not windows:
+    if not topics or not windows or not lanes:
         return [{} for _ in windows]
     sc = spark.sparkContext
+    by_id = {lane.run_id: lane for lane in lanes}
+    weights = {(lane.run_id, t): n for lane in lanes for t, n in topics.items()}
     # The state blobs go out as a broadcast (MBs for a topic with thousands of producers: too
     # big for a task); each task takes its bin's.
-    work = sc.broadcast([[(t, controllers.get(t), batchers.get(t), dispatchers.get(t))
-                          for t in b] for b in topic_bins(topics, 4 * sc.defaultParallelism)])
+    work = sc.broadcast([[(r, t, by_id[r].controllers.get(t), by_id[r].batchers.get(t),
+                           by_id[r].dispatchers.get(t)) for r, t in b]
+                         for b in topic_bins(weights, 4 * sc.defaultParallelism)])
+    settings = {lane.run_id: lane.settings for lane in lanes}
 
-    def run(i: int) -> list[tuple[int, str, bytes]]:
+    def run(i: int) -> list[tuple[int, tuple[str, str], bytes]]:
         out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
-        carried = {t: (ctl, bat, disp) for t, ctl, bat, disp in work.value[i]}
-        files = FrameWriter(out_dir, withheld_columns(settings.config))
+        carried = {(r, t): (ctl, bat, disp) for r, t, ctl, bat, disp in work.value[i]}
+        files = {r: FrameWriter(lane_dir(out_dir, r), withheld_columns(settings[r].config))
+                 for r in {r for r, _ in carried}}
         for w, window in enumerate(windows):
-            for topic, (ctl, bat, disp) in carried.items():
-                r = topic_group(topic, _read_topic(dataset, topic, window.lo_ms, window.hi_ms),
-                                ctl, bat, disp, settings, window.hi_ms, window.final)
-                files.write(topic, r.frames)
-                out.append((w, topic, pickle.dumps((r.controller, r.batching, r.dispatch,
-                                                    r.seconds))))
-                r.controller.take_outputs()  # the driver takes them from the blob above
-                carried[topic] = (pickle.dumps(r.controller), r.batching,
-                                  disp if r.dispatch is None else r.dispatch)
-        files.close()
+            for topic in sorted({t for _, t in carried}):
+                pdf = _read_topic(dataset, topic, window.lo_ms, window.hi_ms)
+                for r in sorted(r for r, t in carried if t == topic):
+                    ctl, bat, disp = carried[(r, topic)]
+                    res = topic_group(topic, pdf, ctl, bat, disp, settings[r], window.hi_ms,
+                                      window.final)
+                    files[r].write(topic, res.frames)
+                    out.append((w, (r, topic), pickle.dumps(
+                        (res.controller, res.batching, res.dispatch, res.seconds))))
+                    res.controller.take_outputs()  # the driver takes them from the blob above
+                    carried[(r, topic)] = (pickle.dumps(res.controller), res.batching,
+                                           disp if res.dispatch is None else res.dispatch)
+        for f in files.values():
+            f.close()
         return out
 
     try:  # one slice per bin (an RDD keeps them apart; a DataFrame shuffle could coalesce them)
         n = len(work.value)
-        states: list[dict[str, bytes]] = [{} for _ in windows]
-        for w, topic, blob in sc.parallelize(range(n), n).flatMap(run).collect():
-            states[w][topic] = blob
+        states: list[dict[tuple[str, str], bytes]] = [{} for _ in windows]
+        for w, key, blob in sc.parallelize(range(n), n).flatMap(run).collect():
+            states[w][key] = blob
         return states
     finally:
         work.destroy()
@@ -1076,7 +1107,8 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
 
 @dataclass
 class StageStates:
-    """The state blobs of one window of :func:`topic_stage`, unpacked on the driver."""
+    """The state blobs of one lane and one window of :func:`topic_stage`, unpacked on the
+    driver."""
 
     controllers: dict[str, TopicController]
     batching: dict[str, bytes]
@@ -1085,7 +1117,8 @@ class StageStates:
 
     @classmethod
     def of(cls, rows: Mapping[str, bytes]) -> StageStates:
-        """``rows``: topic → its state blob (one window of :func:`topic_stage`'s result)."""
+        """``rows``: topic → its state blob (one lane's part of one window of
+        :func:`topic_stage`'s result, :func:`lane_rows`)."""
         out = cls({}, {}, {}, {})
         for topic, blob in rows.items():
             out.controllers[topic], batching, disp, seconds = pickle.loads(blob)
@@ -1095,3 +1128,8 @@ class StageStates:
             for stage, s in seconds.items():
                 out.seconds[stage] = out.seconds.get(stage, 0.0) + s
         return out
+
+
+def lane_rows(window: Mapping[tuple[str, str], bytes], run_id: str) -> dict[str, bytes]:
+    """One lane's topic → blob of one window of :func:`topic_stage`'s result."""
+    return {t: blob for (r, t), blob in window.items() if r == run_id}
