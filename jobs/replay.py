@@ -8,6 +8,7 @@ before any Spark work starts.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import signal
@@ -214,8 +215,9 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     from pipelines.presets import get_preset
 
     for path in args.input:
-        if not Path(path).exists():
-            raise UsageError(f"input path {path} does not exist")
+        if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
+            raise UsageError(f"input path {path} does not exist"
+                             + (" (no file matches the pattern)" if glob.has_magic(path) else ""))
     if args.conf and not Path(args.conf).is_file():
         raise UsageError(f"config file {args.conf} does not exist")
     try:
@@ -364,8 +366,9 @@ def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
 
 
 def _guess_format(inputs: list[str]) -> str:
-    files = [p for i in inputs for p in ([Path(i)] if Path(i).is_file()
-                                          else sorted(Path(i).rglob("*")))
+    paths = [Path(m) for i in inputs
+             for m in (sorted(glob.glob(i)) if glob.has_magic(i) else [i])]
+    files = [p for i in paths for p in ([i] if i.is_file() else sorted(i.rglob("*")))
              if p.is_file() and not p.name.startswith((".", "_"))]
     for f in files:
         name = f.name.lower().removesuffix(".gz")

@@ -19,6 +19,7 @@ See docs/design.md, "Input contract".
 from __future__ import annotations
 
 import csv
+import glob
 import gzip
 from collections.abc import Sequence
 from fnmatch import fnmatch
@@ -32,19 +33,22 @@ class InputColumnError(ValueError):
 
 
 def input_files(inputs: Sequence[str], file_glob: str | None = None) -> list[Path]:
-    """Local files read from ``inputs`` (files, or folders: their non-hidden files whose name
-    matches ``file_glob``), sorted by path; ``[]`` when an input is not a local path."""
+    """Local files read from ``inputs`` (files, folders: their non-hidden files whose name
+    matches ``file_glob``, or glob patterns: what they match), sorted by path; ``[]`` when an
+    input is not a local path."""
     files: list[Path] = []
     for i in inputs:
         if "://" in i and not i.startswith("file:"):
             return []
-        p = Path(i.removeprefix("file:"))
-        if p.is_file():
-            files.append(p)
-        elif p.is_dir():
-            files += [f for f in p.iterdir()
-                      if f.is_file() and not f.name.startswith((".", "_"))
-                      and (file_glob is None or fnmatch(f.name, file_glob))]
+        local = i.removeprefix("file:")
+        for p in ([Path(m) for m in sorted(glob.glob(local))] if glob.has_magic(local)
+                  else [Path(local)]):
+            if p.is_file():
+                files.append(p)
+            elif p.is_dir():
+                files += [f for f in p.iterdir()
+                          if f.is_file() and not f.name.startswith((".", "_"))
+                          and (file_glob is None or fnmatch(f.name, file_glob))]
     return sorted(dict.fromkeys(f.resolve() for f in files), key=str)
 
 

@@ -99,3 +99,19 @@ def test_run_with_a_mapping_typo_exits_2_naming_the_column(tmp_path, capsys, fmt
                    f"{fmt.upper()} {'header' if fmt == 'csv' else 'schema'} of the input has "
                    "no such column (its columns: topic, lbn, publish_time, payload_size)")
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_glob_input_is_checked_against_the_files_it_matches(tmp_path, capsys):
+    write_log(tmp_path / "in", "csv")
+    code = main(["run", "--input", str(tmp_path / "in" / "*.csv"), "--output",
+                 str(tmp_path / "out"), "--set", "input.columns.key=lbnn"])
+    assert code == 2
+    assert "key is mapped to 'lbnn', but the CSV header" in capsys.readouterr().err
+
+
+def test_a_glob_matching_no_file_is_refused(tmp_path, capsys):
+    code = main(["run", "--input", str(tmp_path / "*.csv"), "--output", str(tmp_path / "out")])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"topic-replay: error: input path {tmp_path / '*.csv'} does not exist (no file matches "
+        "the pattern)")
