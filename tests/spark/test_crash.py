@@ -67,7 +67,8 @@ def reference(logs, tmp_path_factory) -> DeltaStore:
     return DeltaStore(str(out), engine="delta-rs")
 
 
-DELTA_SPARK_FAULT_POINTS = ["after_quarantine:1", "after_state:2", "after_write:messages:final"]
+DELTA_SPARK_FAULT_POINTS = ["after_staging:1", "after_quarantine:1", "after_state:2",
+                            "after_write:messages:final"]
 """The fault points also run under delta-spark (its commits are slower): a micro-batch's
 commits, between the state and the checkpoint, and a half-written finalization — each a restart
 that must skip what Delta's app transactions already hold."""
