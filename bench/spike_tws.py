@@ -317,6 +317,77 @@ def flush_modes(spark: Any, data: Path, keys: int) -> dict[str, Any]:
     return out_all
 
 
+def chain_test(spark: Any, data: Path) -> dict[str, Any]:
+    """Can a TWS operator's output, unioned with the source, feed a second TWS operator in the
+    same query (the control plane → batching hand-over)? Operator 1 (by key) emits one
+    ``layout`` row per input row with ``size > 1900``; the union with the messages is grouped by
+    ``shard`` (key mod 4) into operator 2, which counts rows by kind."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StatefulProcessor
+    from pyspark.sql.types import StructType
+
+    class Control(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.seen = handle.getValueState("seen", "n long")
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                            timerValues: Any) -> Iterator[pd.DataFrame]:
+            for df in rows:
+                big = df[df["size"] > 1900]
+                if len(big):
+                    yield pd.DataFrame({"key": big["key"], "event_time": big["event_time"],
+                                        "size": big["size"], "kind": "layout"})
+
+        def close(self) -> None:
+            pass
+
+    class Count(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.n = handle.getValueState("n", "messages long, layout long")
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                            timerValues: Any) -> Iterator[pd.DataFrame]:
+            m = lay = 0
+            for df in rows:
+                lay += int((df["kind"] == "layout").sum())
+                m += int((df["kind"] == "message").sum())
+            old = self.n.get() if self.n.exists() else (0, 0)
+            self.n.update((old[0] + m, old[1] + lay))
+            yield pd.DataFrame({"shard": [key[0]], "messages": [m], "layout": [lay]})
+
+        def close(self) -> None:
+            pass
+
+    inp, out, ck = data / "chain-in", data / "chain-out", data / "chain-ck"
+    for p in (out, ck):
+        shutil.rmtree(p, ignore_errors=True)
+    write_input(inp, 20_000, 50, 2)
+    schema = StructType.fromDDL("key string, event_time timestamp, size long")
+    src = (spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(inp))
+           .withWatermark("event_time", "0 seconds"))
+    ctl = src.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=Control(), outputStructType="key string, event_time timestamp, "
+        "size long, kind string", outputMode="Append", timeMode="EventTime",
+        eventTimeColumnName="event_time")
+    both = src.withColumn("kind", F.lit("message")).unionByName(ctl)
+    res = both.withColumn("shard", F.abs(F.hash("key")) % 4).groupBy("shard") \
+        .transformWithStateInPandas(statefulProcessor=Count(), outputStructType="shard int, "
+                                    "messages long, layout long", outputMode="Append",
+                                    timeMode="EventTime")
+    try:
+        q = (res.writeStream.format("parquet").option("path", str(out))
+             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+        q.awaitTermination()
+    except Exception as exc:  # noqa: BLE001 - the spike records what Spark says
+        return {"status": "refused", "error": str(exc).splitlines()[0][:400]}
+    got = spark.read.parquet(str(out)).toPandas()
+    src_df = pd.read_parquet(inp)
+    return {"status": "ok", "messages_in": len(src_df),
+            "layout_rows_expected": int((src_df["size"] > 1900).sum()),
+            "messages_out": int(got["messages"].sum()), "layout_out": int(got["layout"].sum()),
+            "batches": len(q.recentProgress)}
+
+
 def child_main(args: argparse.Namespace) -> int:
     """``--child``: run the query on ``--data`` folders (used by the kill test)."""
     spark = session(args.partitions, args.data / "child-spark.log")
@@ -365,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--partitions", type=int, default=2)
     ap.add_argument("--data", type=Path, default=ROOT / "bench" / ".data" / "spike")
-    ap.add_argument("--only", default="fixed,keys,flush,kill")
+    ap.add_argument("--only", default="fixed,keys,flush,chain,kill")
     ap.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", default="kill-out", help=argparse.SUPPRESS)
@@ -398,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         save("per_key", [per_key(spark, args.data, args.rows, k, args.files) for k in keys])
     if "flush" in only:
         save("flush", flush_modes(spark, args.data, 1000))
+    if "chain" in only:
+        save("chain", chain_test(spark, args.data))
     if "kill" in only:
         save("kill", kill_test(spark, args.data, args.partitions, max(keys)))
     spark.stop()
