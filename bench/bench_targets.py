@@ -148,7 +148,9 @@ def format_targets(doc: Mapping[str, Any]) -> str:
     head = (f"{'workload':>15} {'messages':>10} {'producers':>9} {'topics':>6} {'spark s':>8} "
             f"{'in-proc s':>9} {'driver MB':>9} {'workers MB':>10} {'in-proc MB':>10} "
             f"{'other cores':>11}")
-    lines = [f"scale-out targets (issue #16), scale {doc['scale']:g}", head, "-" * len(head)]
+    sets = "".join(f", --set {o}" for o in doc.get("overrides") or [])
+    lines = [f"scale-out targets (issue #16), scale {doc['scale']:g}{sets}", head,
+             "-" * len(head)]
     for name in WORKLOADS:
         r = doc["runs"].get(name)
         if not r:
@@ -164,6 +166,16 @@ def format_targets(doc: Mapping[str, Any]) -> str:
             f"{br._fmt((loc.get('rss_mb') or {}).get('total'), '.0f'):>10} "
             f"{br._fmt(sp.get('other_cpu_cores'), '.2f'):>11}")
     lines.append("")
+    head2 = f"{'workload':>15} " + " ".join(f"{br.STAGE_LABELS[k]:>13}" for k in br.STAGES) + \
+        f" {'other':>8} {'replay wall':>11}   (Spark replay, seconds)"
+    lines += [head2, "-" * len(head2)]
+    for name in WORKLOADS:
+        st = ((doc["runs"].get(name) or {}).get("spark") or {}).get("stages_s") or {}
+        if name in doc["runs"]:
+            lines.append(f"{name:>15} " + " ".join(f"{br._fmt(st.get(k)):>13}"
+                                                   for k in br.STAGES)
+                         + f" {br._fmt(st.get('other')):>8} {br._fmt(st.get('wall')):>11}")
+    lines.append("")
     for t in doc["targets"]:
         mark = {True: "MET   ", False: "MISSED", None: "n/a   "}[t["met"]]
         lines.append(f"  [{mark}] {t['label']}: {br._fmt(t['value'], '.2f', 'x')} "
@@ -172,11 +184,12 @@ def format_targets(doc: Mapping[str, Any]) -> str:
 
 
 def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
-                 log: Callable[[str], None], timeout_s: float | None) -> dict[str, Any]:
+                 log: Callable[[str], None], timeout_s: float | None,
+                 overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Generate ``spec`` into ``<data_dir>/target-<name>`` and replay it with Spark (and the
     in-process engine when ``local``); returns ``{messages, producers, topics, input, spark,
     local}`` (jobs as :func:`bench_replay.run_measured` results, the Spark one with
-    ``stages_s`` and ``counts``)."""
+    ``stages_s`` and ``counts``). ``overrides``: extra ``--set KEY=VALUE`` of both replays."""
     from pipelines.generator import generate
 
     folder = data_dir / f"target-{name}"
@@ -198,8 +211,10 @@ def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
         dest = data_dir / f"target-{name}-{engine}"
         shutil.rmtree(dest, ignore_errors=True)
         log(f"[{name}] {engine} replay ...")
-        job = br.run_measured(br.replay_cmd(cli, folder, dest, run_id,
-                                            None if engine == "spark" else "local"),
+        cmd = br.replay_cmd(cli, folder, dest, run_id, None if engine == "spark" else "local")
+        for item in overrides:
+            cmd += ["--set", item]
+        job = br.run_measured(cmd,
                               logs / f"target-{name}-{engine}.log", timeout_s=timeout_s)
         if job["status"] == "ok":
             try:
@@ -257,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="skip the in-process reference replays")
     parser.add_argument("--profile", action="store_true",
                         help="also profile producers-many and hot-1-topic with py-spy")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="extra replay config override, e.g. "
+                        "output.engine=delta-rs (repeatable)")
     parser.add_argument("--timeout", type=float, default=float(os.environ.get(
         "BENCH_TIMEOUT_S", 0)) or None, help="kill a job after this many seconds")
     args = parser.parse_args(argv)
@@ -288,9 +306,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc: dict[str, Any] = {}
     profiles: dict[str, Any] = {}
     for name in only:
-        runs[name] = run_workload(name, specs[name], args.data, cli, local, say, args.timeout)
+        runs[name] = run_workload(name, specs[name], args.data, cli, local, say, args.timeout,
+                                  args.overrides)
         machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         doc = {"benchmark": "scale-out targets (issue #16)", "scale": scale,
+               "overrides": list(args.overrides),
                "machine": machine, "runs": runs, "targets": evaluate(runs),
                "profiles": profiles}
         br.write_results(path, doc)
