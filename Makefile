@@ -86,14 +86,18 @@ docs: $(STAMP) ## Regenerate docs/tables.md from pipelines/schemas.py (a test ch
 
 BENCH_STAMP := $(VENV)/.bench-installed
 BENCH_SIZES ?= 1000000,10000000
+# Issue #16's scale-out targets (bench/bench_targets.py): 1 = 1 M / 6 M messages; 0 skips them.
+BENCH_TARGETS_SCALE ?= 1
 
 $(BENCH_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: hashing, replay vs floor (BENCH_SIZES=1000000,10000000), a 3x3 sweep vs one replay
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: hashing, replay vs floor (BENCH_SIZES), scale-out targets (BENCH_TARGETS_SCALE=1), a 3x3 sweep vs one replay
 	$(PY) bench/bench_hashing.py
 	BENCH_SIZES=$(BENCH_SIZES) $(PY) bench/bench_replay.py
+	@if [ "$(BENCH_TARGETS_SCALE)" != "0" ]; then \
+	  $(PY) bench/bench_targets.py --targets-scale $(BENCH_TARGETS_SCALE); fi
 	$(PY) bench/bench_sweep.py
 
 clean: ## Remove outputs, checkpoints and caches (keeps .venv)
