@@ -27,6 +27,7 @@ import html
 import itertools
 import json
 import math
+import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -788,13 +789,23 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
             "interactive": counter.interactive, "images": counter.images, "metrics": metrics}
 
 
+SWEEPS_TABLE = "sweeps"
+"""The table of sweep scenarios (one row per scenario; written by ``topic-replay sweep``)."""
+
+
+def sweeps_location(store: DeltaStore) -> str:
+    """``<root>/sweeps``: read by path with delta-rs, so this module does not depend on the
+    table's registration in :mod:`pipelines.schemas` (its writer owns the schema)."""
+    return posixpath.join(store.root, SWEEPS_TABLE)
+
+
 def read_sweeps(store: DeltaStore, sweep_id: str) -> pd.DataFrame:
-    """The ``sweeps`` rows of ``sweep_id`` (one per scenario, in ``run_id`` order as written).
+    """The ``sweeps`` rows of ``sweep_id`` (one per scenario, in the order written).
     Raises :class:`PageError` when there is no ``sweeps`` table or no row of ``sweep_id``."""
     from deltalake import DeltaTable
 
-    location = store.path("sweeps")
-    if not store.exists("sweeps"):
+    location = sweeps_location(store)
+    if not DeltaTable.is_deltatable(location, storage_options=store.storage_options):
         raise PageError(f"{location} is not a Delta table (no sweep was written there)")
     frame = DeltaTable(location, storage_options=store.storage_options).to_pandas()
     rows = frame[frame["sweep_id"] == sweep_id].reset_index(drop=True)
