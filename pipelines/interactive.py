@@ -632,6 +632,7 @@ def sweep_figures(sweeps: pd.DataFrame) -> Figures:
 _PAGE_CSS = _CSS + """
 nav a{margin-right:1em}section.run{border-top:3px solid #888;margin-top:2.5em}
 .plot{margin:.5em 0 1.5em}h3{font-size:1.02em;margin-top:1.4em}
+.wide{overflow-x:auto}table.scenarios td:first-child{white-space:nowrap}
 """
 
 _JUMP_JS = """
@@ -829,8 +830,8 @@ def sweep_table(sweeps: pd.DataFrame) -> str:
         cells += [f"<td>{html.escape(_label(settings.loc[rid, p]))}</td>" for p in params]
         cells += [f"<td>{html.escape(_num(None if pd.isna(r[c]) else r[c]))}</td>" for c in cols]
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return (f"<table class='scenarios'><thead><tr>{head}</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+    return (f"<div class='wide'><table class='scenarios'><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div>")
 
 
 def write_sweep_page(store: DeltaStore, sweep_id: str, path: str | Path) -> dict[str, Any]:

@@ -302,3 +302,37 @@ def test_run_figures_are_segments_dag_decisions_and_rates(tables):
     assert [title for title, _ in run_figures(tables)] == [
         "Segments over time", "Segment DAG", "Auto-scale decisions",
         "Segment load against thresholds"]
+
+
+# ---- the sweep page's input --------------------------------------------------------------------
+
+def test_read_sweeps_returns_the_rows_of_one_sweep(tmp_path):
+    from deltalake import write_deltalake
+
+    from pipelines.delta_io import DeltaStore
+    from pipelines.interactive import read_sweeps, sweeps_location
+
+    store = DeltaStore(str(tmp_path), engine="delta-rs")
+    write_deltalake(sweeps_location(store), pd.concat([GRID_2X2, GRID_2X2.assign(
+        sweep_id="other", run_id=lambda f: "o-" + f["run_id"])]))
+    assert read_sweeps(store, "s")["run_id"].tolist() == GRID_2X2["run_id"].tolist()
+
+
+@pytest.mark.parametrize("write, sweep_id, message", [
+    (False, "s", "{root}/sweeps is not a Delta table (no sweep was written there)"),
+    (True, "nope", "no sweep 'nope' in {root}/sweeps (sweeps there: s)"),
+])
+def test_sweep_page_of_a_missing_sweep_fails_in_one_sentence(tmp_path, write, sweep_id,
+                                                             message):
+    from deltalake import write_deltalake
+
+    from pipelines.delta_io import DeltaStore
+    from pipelines.interactive import sweeps_location, write_sweep_page
+
+    store = DeltaStore(str(tmp_path), engine="delta-rs")
+    if write:
+        write_deltalake(sweeps_location(store), GRID_2X2)
+    with pytest.raises(PageError) as err:
+        write_sweep_page(store, sweep_id, tmp_path / "page.html")
+    assert str(err.value) == message.format(root=tmp_path)
+    assert not (tmp_path / "page.html").exists()
