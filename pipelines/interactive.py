@@ -598,11 +598,14 @@ def fig_pareto(sweeps: pd.DataFrame, x_metric: str, y_metric: str) -> go.Figure:
             customdata=[[run_ids[i], _settings_text(settings, run_ids[i])] for i in idx],
             hovertemplate=hover))
     missing = int((~ok).sum())
-    title = f"Pareto view: {y_metric} against {x_metric} (both lower is better)"
+    note = "both lower is better; the front in red"
     if missing:
-        title += f"; {missing} scenario(s) without a value left out"
-    fig.update_layout(title=title, height=440, xaxis_title=_metric_label(x_metric),
-                      yaxis_title=_metric_label(y_metric), hovermode="closest")
+        note += f"; {missing} scenario(s) without a value left out"
+    fig.update_layout(title=f"{y_metric} against {x_metric}<br><sup>{note}</sup>", height=420,
+                      xaxis_title=_metric_label(x_metric), yaxis_title=_metric_label(y_metric),
+                      hovermode="closest", legend={"orientation": "h", "yanchor": "bottom",
+                                                   "y": 1.0, "x": 1.0, "xanchor": "right"},
+                      margin={"t": 90})
     return fig
 
 
@@ -632,7 +635,8 @@ def sweep_figures(sweeps: pd.DataFrame) -> Figures:
 _PAGE_CSS = _CSS + """
 nav a{margin-right:1em}section.run{border-top:3px solid #888;margin-top:2.5em}
 .plot{margin:.5em 0 1.5em}h3{font-size:1.02em;margin-top:1.4em}
-.wide{overflow-x:auto}table.scenarios td:first-child{white-space:nowrap}
+.wide{overflow-x:auto}.pair{display:grid;grid-template-columns:1fr 1fr;gap:16px}
+.pair>div{min-width:0}table.scenarios td:first-child{white-space:nowrap}
 """
 
 _JUMP_JS = """
@@ -850,10 +854,13 @@ def write_sweep_page(store: DeltaStore, sweep_id: str, path: str | Path) -> dict
             f"over {html.escape(', '.join(params) or 'no varying setting')}. Click a heat-map "
             "cell or a point to open that scenario's report below.</p>",
             "<h2>Scenarios</h2>", sweep_table(sweeps), "<h2>Trade-offs</h2>"]
+    pareto: list[str] = []
     for k, (title, fig) in enumerate(figures):
-        body.append(f"<h3>{html.escape(title)}</h3><div class='plot'>"
-                    + figure_div(fig, f"sweep-fig{k}", clickthrough=True) + "</div>")
+        div = (f"<div class='plot'><h3>{html.escape(title)}</h3>"
+               + figure_div(fig, f"sweep-fig{k}", clickthrough=True) + "</div>")
+        (pareto if title.startswith("Pareto") else body).append(div)
         counter.interactive += 1
+    body.append("<div class='pair'>" + "".join(pareto) + "</div>")  # side by side
     body.append("<h2>Scenarios' reports</h2>")
     settings = dict(zip(sweeps["run_id"].astype(str), sweeps["settings"].astype(str),
                         strict=True))
