@@ -3,8 +3,9 @@
 Opens PAGE (a file written by ``topic-replay report --html`` or the sweep page) from ``file://``
 in Debian's chromium (``/usr/bin/chromium``, driven by playwright; playwright's own browser
 download is not used), waits until every Plotly figure has rendered and saves the top of the page
-(``--width`` × ``--height`` CSS pixels, or ``--full-page``) to PNG. ``--anchor run-X`` scrolls to
-that section first. Used for ``docs/img/*.png``.
+(``--width`` × ``--height`` CSS pixels, or ``--full-page``) to PNG. ``--anchor ID`` scrolls to
+that element first; ``--hover CSS`` then rests the mouse on the first element matching the CSS
+selector (e.g. a Plotly marker) so the shot shows its hover label. Used for ``docs/img/*.png``.
 
 Exit 2 with one sentence when PAGE is missing or chromium is not installed.
 """
@@ -29,10 +30,12 @@ RENDERED_JS = """() => {
 
 
 def screenshot(page_path: Path, png: Path, width: int = 1300, height: int = 1600,
-               full_page: bool = False, anchor: str | None = None) -> None:
+               full_page: bool = False, anchor: str | None = None,
+               hover: str | None = None) -> None:
     """Save a PNG of ``page_path`` rendered by chromium (viewport ``width`` × ``height`` CSS px,
-    device scale 1); ``anchor``: scroll to ``#anchor`` first. Raises ``TimeoutError`` (from
-    playwright) when the figures do not render within 60 s."""
+    device scale 1); ``anchor``: scroll to ``#anchor`` first; ``hover``: a CSS selector whose
+    first element the mouse rests on (Plotly draws its hover label). Raises ``TimeoutError``
+    (from playwright) when the figures or the hover label do not render within 60 s."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
@@ -43,6 +46,12 @@ def screenshot(page_path: Path, png: Path, width: int = 1300, height: int = 1600
             page.wait_for_function(RENDERED_JS, timeout=60_000)
             if anchor:
                 page.evaluate("a => document.getElementById(a).scrollIntoView()", anchor)
+            if hover:
+                box = page.locator(hover).first.bounding_box()
+                if box is None:
+                    raise ValueError(f"--hover {hover}: no visible element matches")
+                page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                page.wait_for_selector(".hoverlayer .hovertext", timeout=60_000)
             png.parent.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(png), full_page=full_page)
         finally:
@@ -57,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--height", type=int, default=1600)
     parser.add_argument("--full-page", action="store_true")
     parser.add_argument("--anchor", default=None, help="scroll to this element id first")
+    parser.add_argument("--hover", default=None, metavar="CSS",
+                        help="rest the mouse on the first element matching this selector")
     args = parser.parse_args(argv)
     if not args.page.is_file():
         print(f"screenshot_page: {args.page} is not a file", file=sys.stderr)
@@ -64,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if not Path(CHROMIUM).exists():
         print(f"screenshot_page: no {CHROMIUM} (apt-get install chromium)", file=sys.stderr)
         return 2
-    screenshot(args.page, args.png, args.width, args.height, args.full_page, args.anchor)
+    screenshot(args.page, args.png, args.width, args.height, args.full_page, args.anchor,
+               args.hover)
     print(f"screenshot_page: {args.png}")
     return 0
 
