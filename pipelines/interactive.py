@@ -23,6 +23,7 @@ matplotlib figures of :mod:`pipelines.report`, embedded as PNG.
 
 from __future__ import annotations
 
+import base64
 import html
 import itertools
 import json
@@ -155,7 +156,7 @@ def _empty(title: str, note: str) -> go.Figure:
     return fig
 
 
-def _segment_hover(g: pd.DataFrame, end: pd.Timestamp | None) -> list[str]:
+def _segment_hover(g: pd.DataFrame) -> list[str]:
     out = []
     for r in g.itertuples():
         sealed = "active" if pd.isna(r.sealed_at) else f"sealed {_iso(r.sealed_at)}"
@@ -201,7 +202,7 @@ def fig_segments(tables: RunTables) -> go.Figure:
                                                       strict=True)],
                 textposition="inside", insidetextanchor="middle",
                 customdata=h["segment_id"].tolist(),
-                hovertext=_segment_hover(h, end), hoverinfo="text"), row=row, col=1)
+                hovertext=_segment_hover(h), hoverinfo="text"), row=row, col=1)
             shown.add(str(created_by))
         fig.update_yaxes(range=[0, 65536], title_text="segment_hash", row=row, col=1,
                          **HASH_TICKS)
@@ -244,7 +245,6 @@ def fig_dag(tables: RunTables) -> go.Figure:
         return _empty(title, "no segments")
     topics = _topics_by_segments(tables)
     why = _creating_decision(tables)
-    end = tables.end_time
     fig = make_subplots(rows=len(topics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[f"topic {t}" for t in topics])
     shown: set[str] = set()
@@ -264,7 +264,7 @@ def fig_dag(tables: RunTables) -> go.Figure:
                                  hoverinfo="skip", showlegend=False), row=row, col=1)
         for created_by, h in g.groupby("created_by", sort=False):
             hover = [f"{t}<br>why: {why.get((topic, int(s)), str(created_by))}"
-                     for t, s in zip(_segment_hover(h, end), h["segment_id"], strict=True)]
+                     for t, s in zip(_segment_hover(h), h["segment_id"], strict=True)]
             fig.add_trace(go.Scatter(
                 x=_iso(h["created_at"]), y=((h["range_start"] + h["range_end"]) / 2).tolist(),
                 mode="markers+text", text=h["segment_id"].astype(str).tolist(),
@@ -620,7 +620,7 @@ def sweep_figures(sweeps: pd.DataFrame) -> Figures:
     params = sweep_parameters(sweeps)
     out: Figures = []
     if len(params) == 1:
-        one = sweeps.assign(settings=[json.dumps({**json.loads(s), "(all)": "all"})
+        one = sweeps.assign(settings=[json.dumps({**json.loads(s or "{}"), "(all)": "all"})
                                       for s in sweeps["settings"]])
         out.append((f"Heat map: {params[0]}", fig_heatmap(one, params[0], "(all)")))
     for x_param, y_param in itertools.combinations(params, 2):
@@ -664,8 +664,6 @@ def figure_div(fig: go.Figure, div_id: str, clickthrough: bool = False) -> str:
 
 
 def _png(fig: ReportFigure) -> str:
-    import base64
-
     data = base64.b64encode(png_bytes(fig.figure)).decode("ascii")
     return (f"<h3>{html.escape(fig.title)}</h3><figure><img src=\"data:image/png;base64,"
             f"{data}\" alt=\"{html.escape(fig.title)}\"><figcaption>"

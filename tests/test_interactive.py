@@ -168,6 +168,7 @@ def test_pareto_figure_leaves_out_scenarios_without_a_value_and_says_so():
     (GRID_2X2, [f"Heat map: {MERGE} × {SPLIT}"]),
     (GRID_2X1X2, [f"Heat map: policy.merge_window_s × {SPLIT}"]),
     (sweeps([("a", {SPLIT: 1}, {}), ("b", {SPLIT: 2}, {})]), [f"Heat map: {SPLIT}"]),
+    (sweeps([("only", {SPLIT: 1}, {})]), []),  # nothing varies: no heat map
 ])
 def test_sweep_figures_are_a_heat_map_per_parameter_pair_then_two_pareto_views(frame, titles):
     got = [title for title, _ in sweep_figures(frame)]
