@@ -139,21 +139,35 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+@pytest.fixture
+def visit(browser) -> Iterator[Any]:
+    """``visit(path)`` opens a page (closed after the test)."""
+    opened: list[Visit] = []
+
+    def open_page(path: Path) -> Visit:
+        opened.append(Visit(browser, path))
+        return opened[-1]
+
+    yield open_page
+    for v in opened:
+        v.page.close()
+
+
 @pytest.mark.parametrize("which", ["sweep", "run"])
-def test_page_loads_without_console_errors_or_requests_beyond_the_file(browser, pages, which):
-    visit = Visit(browser, pages[which])
-    assert visit.errors == []
-    assert visit.requests == [visit.url]
+def test_page_loads_without_console_errors_or_requests_beyond_the_file(visit, pages, which):
+    page = visit(pages[which])
+    assert page.errors == []
+    assert page.requests == [page.url]
 
 
 @pytest.mark.parametrize("which, expected", [
     ("sweep", 3 + 4 * len(scenarios())),  # heat map + 2 Pareto views, 4 figures per scenario
     ("run", 4),
 ])
-def test_page_draws_every_plotly_figure(browser, pages, which, expected):
-    visit = Visit(browser, pages[which])
+def test_page_draws_every_plotly_figure(visit, pages, which, expected):
+    page = visit(pages[which])
     assert pages[f"{which}_figures"] == expected
-    assert visit.plots() == expected
+    assert page.plots() == expected
 
 
 HEATMAP_CELL = """(() => {
@@ -175,14 +189,15 @@ metrics: any of them may be the one clicked)."""
 @pytest.mark.parametrize("div_id, point", [("sweep-fig0", HEATMAP_CELL),
                                            ("sweep-fig1", PARETO_POINT)],
                          ids=["heat-map-cell", "pareto-point"])
-def test_a_click_on_a_sweep_point_jumps_to_its_scenarios_section(browser, pages, div_id, point):
-    visit = Visit(browser, pages["sweep"])
-    candidates = visit.click_at(div_id, point)
-    visit.page.wait_for_function("() => window.location.hash.startsWith('#run-')",
-                                 timeout=10_000)
-    run_id = visit.page.evaluate("window.location.hash").removeprefix("#run-")
-    top = visit.page.evaluate(f"document.getElementById('run-{run_id}')"
-                              ".getBoundingClientRect().top")
+def test_a_click_on_a_sweep_point_jumps_to_its_scenarios_section(visit, pages, div_id, point):
+    page = visit(pages["sweep"])
+    assert page.page.evaluate("window.location.hash") == ""
+    candidates = page.click_at(div_id, point)
+    page.page.wait_for_function("() => window.location.hash.startsWith('#run-')",
+                                timeout=10_000)
+    run_id = page.page.evaluate("window.location.hash").removeprefix("#run-")
+    top = page.page.evaluate(f"document.getElementById('run-{run_id}')"
+                             ".getBoundingClientRect().top")
     assert run_id in candidates
     assert set(candidates) <= set(dict(scenarios()))
     assert abs(top) < 5
