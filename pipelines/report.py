@@ -1,8 +1,10 @@
 """``topic-replay report``: one self-contained HTML file of figures and tables for one or more runs.
 
-Reads the output tables with delta-rs (:class:`pipelines.compare.RunTables`; no Spark), draws
-matplotlib figures (Agg backend) and embeds them as base64 PNG, so the file opens anywhere
-without network access. Figures (each a function returning a ``matplotlib.figure.Figure``):
+Reads the output tables with delta-rs (:class:`pipelines.compare.RunTables`; no Spark) and draws
+matplotlib figures (Agg backend). The HTML page is :func:`pipelines.interactive.write_run_page`:
+Plotly figures of the layout, DAG, decisions and rates, these figures (the others) as embedded
+PNG, everything inlined, so the file opens anywhere without network access; ``--png-dir`` saves
+every figure below as PNG. Figures (each a function returning a ``matplotlib.figure.Figure``):
 
 - :func:`fig_layout` — active segments and entry buckets over time, with auto-scale decisions
   (split / merge / rebucket markers, suppressed evaluations, reasons);
@@ -21,7 +23,6 @@ compare``), side by side when several runs are given.
 
 from __future__ import annotations
 
-import base64
 import html
 import io
 from collections.abc import Sequence
@@ -46,8 +47,6 @@ from pipelines.compare import (  # noqa: E402
     consumer_shares,
     drain_times,
     layout_timeline,
-    metrics_frame,
-    run_metrics,
     withheld_intervals,
 )
 from pipelines.delta_io import DeltaStore  # noqa: E402
@@ -586,8 +585,8 @@ def _table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = ""
     head = "".join(f"<th>{html.escape(str(c))}</th>"
                    for c in [frame.index.name or "", *frame.columns])
     rows = []
-    for label, row in frame.iterrows():
-        cells = [_fmt(v) for v in row]
+    for label, row in zip(frame.index, frame.itertuples(index=False), strict=True):
+        cells = [_fmt(v) for v in row]  # itertuples: each column keeps its dtype (ints stay)
         diff = highlight_diff and len(set(cells)) > 1
         rows.append(f"<tr{' class=diff' if diff else ''}><td>{html.escape(str(label))}</td>"
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
@@ -595,58 +594,17 @@ def _table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = ""
             + "".join(rows) + "</tbody></table>")
 
 
-def render_html(runs: Sequence[RunTables], figures: Sequence[ReportFigure],
-                metrics: dict[str, dict[str, Any]], title: str = "topic-replay report") -> str:
-    """The report as one HTML string: the summary table (``metrics``, one column per run,
-    differing rows highlighted), per-topic tables, then every figure as an embedded base64 PNG
-    (``<img src="data:image/png;base64,…">``). No external resources."""
-    parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}"
-             f"</title><style>{_CSS}</style></head><body>",
-             f"<h1>{html.escape(title)}</h1>"]
-    for r in runs:
-        inputs = ", ".join(map(str, r.runs["inputs"].iloc[-1])) if len(r.runs) else "?"
-        status = r.runs["status"].iloc[-1] if len(r.runs) else "unknown"
-        cfg = r.config
-        parts.append(f"<p class='meta'>run <b>{html.escape(r.run_id)}</b> ({html.escape(status)})"
-                     f" — inputs {html.escape(inputs)}; speed "
-                     f"{html.escape(str(cfg.get('replay', {}).get('speed', '?')))}; batching "
-                     f"{html.escape(str(cfg.get('batching', {}).get('mode', '?')))}</p>")
-    parts.append("<h2>Summary</h2>")
-    parts.append(_table_html(metrics_frame(metrics), highlight_diff=len(runs) > 1,
-                             cls="summary"))
-    for r in runs:
-        parts.append(f"<h2>Topics of {html.escape(r.run_id)}</h2>")
-        tt = topic_table(r)
-        parts.append(_table_html(tt.head(40), cls="topics"))
-        if len(tt) > 40:
-            parts.append(f"<p class='meta'>… and {len(tt) - 40} more topics.</p>")
-    for f in figures:
-        data = base64.b64encode(png_bytes(f.figure)).decode("ascii")
-        parts.append(f"<h2 id='{html.escape(f.key)}'>{html.escape(f.title)}</h2><figure>"
-                     f"<img src=\"data:image/png;base64,{data}\" alt=\"{html.escape(f.title)}\">"
-                     f"<figcaption>{html.escape(f.caption)}</figcaption></figure>")
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
 def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
                  png_dir: str | Path | None = None) -> dict[str, Any]:
-    """Render the report of ``run_ids`` (tables under ``output``) to ``html_path``.
+    """Render the report of ``run_ids`` (tables under ``output``) to ``html_path``: the
+    interactive page of :func:`pipelines.interactive.write_run_page` (Plotly figures of the
+    layout, DAG, decisions and rates; the other figures of this module as PNG).
 
-    ``png_dir``: also save every figure there as ``<key>.png``. Returns ``{"html": path,
-    "figures": n, "metrics": {run_id: run_metrics}}``.
+    ``png_dir``: also save every matplotlib figure of :func:`build_figures` there as
+    ``<key>.png``. Returns ``{"html": path, "figures": n on the page, "interactive": n,
+    "images": n, "metrics": {run_id: run_metrics}}``.
     """
+    from pipelines.interactive import write_run_page
+
     store = DeltaStore(output, engine="delta-rs")
-    runs = [RunTables.load(store, run_id) for run_id in run_ids]
-    metrics = {r.run_id: run_metrics(r) for r in runs}
-    figures = build_figures(runs)
-    title = "topic-replay report: " + ", ".join(run_ids)
-    page = render_html(runs, figures, metrics, title=title)
-    path = Path(html_path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page, encoding="utf-8")
-    if png_dir is not None:
-        Path(png_dir).mkdir(parents=True, exist_ok=True)
-        for f in figures:
-            f.figure.savefig(Path(png_dir) / f"{f.key}.png", dpi=96)
-    return {"html": str(path), "figures": len(figures), "metrics": metrics}
+    return write_run_page(store, run_ids, html_path, png_dir=png_dir)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
 from pipelines.compare import RunTables, drain_times, layout_timeline, run_metrics
@@ -64,18 +65,35 @@ def report(output, tmp_path_factory) -> tuple[str, dict]:
 
 
 @pytest.mark.spark
-def test_report_embeds_every_figure_as_a_base64_png(report):
+def test_report_embeds_the_figures_without_a_plotly_view_as_base64_png(report):
     page, result = report
     images = re.findall(re.escape(IMG) + r'([A-Za-z0-9+/=]+)"', page)
-    assert result["figures"] == 7
-    assert len(images) == 7
+    assert (result["figures"], result["interactive"], result["images"]) == (8, 4, 4)
+    assert len(images) == 4
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+
+
+@pytest.mark.spark
+def test_report_draws_four_plotly_figures_with_plotly_js_inlined_once(report):
+    page, _ = report
+    assert page.count(get_plotlyjs()) == 1
+    assert page.replace(get_plotlyjs(), "").count("Plotly.newPlot(") == 4
 
 
 @pytest.mark.spark
 def test_report_needs_no_network(report):
     page, _ = report
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)
+    ours = page.replace(get_plotlyjs(), "")  # the bundle's own strings name links, not requests
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", ours)
+    assert "cdn." not in ours.lower()  # (base64 has no ".")
+
+
+@pytest.mark.spark
+def test_report_png_dir_holds_every_matplotlib_figure(output, tmp_path):
+    write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
+    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == sorted(
+        f"{k}.png" for k in [f"{f}-{RUN}" for f in ("layout", "rates", "dag", "consumers",
+                                                       "handoffs", "drain")] + ["batching"])
 
 
 @pytest.mark.spark
@@ -137,7 +155,7 @@ def test_topic_table_counts_messages_and_segments_per_topic(tables):
 def test_report_cli_writes_html_and_prints_the_summary(output, tmp_path, capsys):
     html = tmp_path / "r.html"
     assert main(["report", "--output", str(output), "--html", str(html)]) == 0
-    assert html.read_text(encoding="utf-8").count(IMG) == 7
+    assert html.read_text(encoding="utf-8").count(IMG) == 4
     assert "entries per message" in capsys.readouterr().out
 
 
