@@ -669,11 +669,14 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"sweep {args.sweep_id}: {len(rows)} rows in {Path(args.output) / 'sweeps'} "
           f"(flap window {window} s)")
     if args.html:
-        from pipelines.interactive import write_sweep_page
-
         from pipelines.delta_io import DeltaStore
+        from pipelines.interactive import PageError, write_sweep_page
 
-        write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id, args.html)
+        try:
+            write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id,
+                             args.html)
+        except PageError as exc:
+            raise UsageError(str(exc)) from None
         print(f"page: {args.html}")
     return 0
 
