@@ -803,7 +803,9 @@ def sweeps_location(store: DeltaStore) -> str:
 
 
 def read_sweeps(store: DeltaStore, sweep_id: str) -> pd.DataFrame:
-    """The ``sweeps`` rows of ``sweep_id`` (one per scenario, in the order written).
+    """The ``sweeps`` rows of ``sweep_id`` (one per scenario), ordered by their settings
+    (numbers by value, keys as in ``settings``; a key a scenario does not set last), then
+    ``run_id``: a Delta table does not keep the order rows were written in.
     Raises :class:`PageError` when there is no ``sweeps`` table or no row of ``sweep_id``."""
     from deltalake import DeltaTable
 
@@ -815,7 +817,10 @@ def read_sweeps(store: DeltaStore, sweep_id: str) -> pd.DataFrame:
     if rows.empty:
         known = ", ".join(sorted(map(str, frame["sweep_id"].unique()))) or "none"
         raise PageError(f"no sweep {sweep_id!r} in {location} (sweeps there: {known})")
-    return rows
+    settings = sweep_settings(rows)
+    order = sorted(range(len(rows)), key=lambda i: (
+        [_sort_key(v) for v in settings.iloc[i]], str(rows["run_id"].iloc[i])))
+    return rows.iloc[order].reset_index(drop=True)
 
 
 def sweep_table(sweeps: pd.DataFrame) -> str:

@@ -319,6 +319,18 @@ def test_read_sweeps_returns_the_rows_of_one_sweep(tmp_path):
     assert read_sweeps(store, "s")["run_id"].tolist() == GRID_2X2["run_id"].tolist()
 
 
+def test_read_sweeps_orders_the_rows_by_their_settings_values(tmp_path):
+    from deltalake import write_deltalake
+
+    from pipelines.delta_io import DeltaStore
+    from pipelines.interactive import read_sweeps, sweeps_location
+
+    store = DeltaStore(str(tmp_path), engine="delta-rs")
+    write_deltalake(sweeps_location(store), GRID_2X2.iloc[::-1])  # written backwards
+    assert read_sweeps(store, "s")["run_id"].tolist() == [
+        "a500-b4", "a500-b8", "a1000-b4", "a1000-b8"]  # 500 < 1000 as numbers
+
+
 @pytest.mark.parametrize("write, sweep_id, message", [
     (False, "s", "{root}/sweeps is not a Delta table (no sweep was written there)"),
     (True, "nope", "no sweep 'nope' in {root}/sweeps (sweeps there: s)"),
