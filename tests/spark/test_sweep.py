@@ -60,7 +60,12 @@ def alone(spark, logs, tmp_path_factory) -> DeltaStore:
     return DeltaStore(str(out), engine="delta-rs")
 
 
-@pytest.fixture(scope="module", params=ENGINES)
+SWEEP_ENGINES = ["delta-rs", pytest.param("delta-spark", marks=[*ENGINES[1].marks,
+                                                                 pytest.mark.slow])]
+"""delta-rs in the fast suite; delta-spark (a commit per table for all runs) in the slow one."""
+
+
+@pytest.fixture(scope="module", params=SWEEP_ENGINES)
 def swept(request, spark, logs, tmp_path_factory) -> tuple[DeltaStore, str]:
     out = tmp_path_factory.mktemp(f"sweep_{request.param}")
     code, printed = _cli("sweep", *_base(logs, out, request.param), *GRID,
