@@ -11,7 +11,6 @@ missing (``apt-get install chromium``; ``.ci/run`` installs it).
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,13 +18,14 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipelines.compare import RunTables, run_metrics
+from pipelines.compare import Scenario
 from pipelines.config import load_config
 from pipelines.delta_io import DeltaStore
 from pipelines.generator import WorkloadSpec, generate
-from pipelines.interactive import sweeps_location, write_run_page, write_sweep_page
+from pipelines.interactive import write_run_page, write_sweep_page
 from pipelines.local import run_local
 from pipelines.presets import get_preset
+from pipelines.sweep import DEFAULT_FLAP_WINDOW_S, sweep_rows, write_sweep_rows
 
 _spec = importlib.util.spec_from_file_location(
     "screenshot_page", Path(__file__).resolve().parents[1] / "tools" / "screenshot_page.py")
@@ -67,22 +67,14 @@ def scenarios() -> list[tuple[str, dict[str, Any]]]:
 
 
 def sweeps_rows(store: DeltaStore) -> pd.DataFrame:
-    """The ``sweeps`` rows of the grid as the sweep command writes them (flaps and
-    at_max_segments made up here: the pages only show them)."""
-    rows = []
-    for k, (run_id, settings) in enumerate(scenarios()):
-        metrics = run_metrics(RunTables.load(store, run_id))
-        rows.append({"run_id": run_id, "sweep_id": SWEEP, "settings": json.dumps(settings),
-                     **metrics, "flaps": k % 2, "flap_window_s": 300,
-                     "at_max_segments_s": float(10 * k),
-                     "at_max_segments": json.dumps({"orders": float(10 * k)})})
-    return pd.DataFrame(rows)
+    """The ``sweeps`` rows of the grid, made as the sweep command makes them."""
+    grid = [Scenario(run_id, tuple(f"{k}={v}" for k, v in settings.items()), "")
+            for run_id, settings in scenarios()]
+    return sweep_rows(store, SWEEP, grid, DEFAULT_FLAP_WINDOW_S)
 
 
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> dict[str, Any]:
-    from deltalake import write_deltalake
-
     log = tmp_path_factory.mktemp("log")
     generate(WorkloadSpec.model_validate(SPEC), log)
     out = tmp_path_factory.mktemp("out")
@@ -91,7 +83,7 @@ def pages(tmp_path_factory) -> dict[str, Any]:
         cfg = load_config(None, BASE + [f"{k}={v}" for k, v in settings.items()])
         run_local(cfg, spec, [str(log)], str(out), run_id, progress=lambda _: None)
     store = DeltaStore(str(out), engine="delta-rs")
-    write_deltalake(sweeps_location(store), sweeps_rows(store))
+    write_sweep_rows(store, sweeps_rows(store))
     sweep = write_sweep_page(store, SWEEP, out / "sweep.html")
     run = write_run_page(store, [scenarios()[0][0]], out / "run.html")
     return {"sweep": Path(sweep["html"]), "run": Path(run["html"]),
