@@ -45,14 +45,14 @@ from pipelines.report import (
     _CSS,
     CREATED_BY_COLOR,
     ReportFigure,
-    _busiest_topics,
-    _naive,
-    _table_html,
+    busiest_topics,
     fig_batching,
     fig_consumers,
     fig_drain,
     fig_handoffs,
+    naive_utc,
     png_bytes,
+    table_html,
     topic_table,
 )
 
@@ -117,8 +117,8 @@ def _policy(config: dict[str, Any], topic: str) -> dict[str, Any]:
 def _iso(ts: Any) -> Any:
     """UTC timestamps (Series or scalar) as naive ISO strings Plotly reads as dates."""
     if isinstance(ts, pd.Series):
-        return [None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in _naive(ts)]
-    return None if ts is None or pd.isna(ts) else pd.Timestamp(_naive(ts)).isoformat()
+        return [None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in naive_utc(ts)]
+    return None if ts is None or pd.isna(ts) else pd.Timestamp(naive_utc(ts)).isoformat()
 
 
 def _num(v: Any) -> str:
@@ -138,7 +138,7 @@ def _topics_by_segments(tables: RunTables, n: int = MAX_TOPICS) -> list[str]:
     if seg.empty:
         return []
     counts = seg.groupby("topic").size()
-    busy = {t: i for i, t in enumerate(_busiest_topics(tables, n=len(counts)))}
+    busy = {t: i for i, t in enumerate(busiest_topics(tables, n=len(counts)))}
     order = sorted(counts.index, key=lambda t: (-int(counts[t]), busy.get(str(t), 0), str(t)))
     return [str(t) for t in order[:n]]
 
@@ -378,7 +378,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> go.Figure:
     title = f"{tables.run_id}: per-segment msg_rate_in against the split / merge thresholds"
     load = tables.segment_load
     present = set(map(str, load["topic"])) if len(load) else set()
-    topics = [t for t in _busiest_topics(tables, n=10 ** 6) if t in present][:max_topics]
+    topics = [t for t in busiest_topics(tables, n=10 ** 6) if t in present][:max_topics]
     if not topics:
         return _empty(title, "no load samples")
     config = tables.config
@@ -716,10 +716,10 @@ def run_section(tables: RunTables, metrics: dict[str, Any], counter: _Counter | 
     if settings:
         parts.append(f"<p class='meta'>settings {html.escape(settings)}</p>")
     parts.append("<h3>Summary</h3>")
-    parts.append(_table_html(metrics_frame({r.run_id: metrics}), cls="summary"))
+    parts.append(table_html(metrics_frame({r.run_id: metrics}), cls="summary"))
     tt = topic_table(r)
     parts.append("<h3>Topics</h3>")
-    parts.append(_table_html(tt.head(40), cls="topics"))
+    parts.append(table_html(tt.head(40), cls="topics"))
     if len(tt) > 40:
         parts.append(f"<p class='meta'>… and {len(tt) - 40} more topics.</p>")
     for k, (title, fig) in enumerate(run_figures(r)):
@@ -773,7 +773,7 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
                               for r in run_ids) + "</nav>"]
     if len(runs) > 1:  # side by side; each run's section has its own column too
         body += ["<h2>Summary</h2>",
-                 _table_html(metrics_frame(metrics), highlight_diff=True, cls="summary")]
+                 table_html(metrics_frame(metrics), highlight_diff=True, cls="summary")]
     body += [run_section(r, metrics[r.run_id], counter) for r in runs]
     if len(runs) > 1:
         body.append(_png(ReportFigure("batching", "Batching of all runs",

@@ -78,7 +78,7 @@ def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[
     return fig, fig.subplots(*args, **kwargs)
 
 
-def _naive(ts: Any) -> Any:
+def naive_utc(ts: Any) -> Any:
     """UTC timestamps (Series or scalar) as naive UTC datetimes for matplotlib."""
     if isinstance(ts, pd.Series):
         return ts.dt.tz_convert("UTC").dt.tz_localize(None) if ts.dt.tz is not None else ts
@@ -105,10 +105,10 @@ def _run_span(ax: Any, tables: RunTables) -> None:
     end = tables.end_time
     if start is not None and end is not None and pd.notna(start) and end > start:
         pad = (end - start) * 0.02
-        ax.set_xlim(_naive(start - pad), _naive(end + pad))
+        ax.set_xlim(naive_utc(start - pad), naive_utc(end + pad))
 
 
-def _busiest_topics(tables: RunTables, n: int = MAX_TOPICS) -> list[str]:
+def busiest_topics(tables: RunTables, n: int = MAX_TOPICS) -> list[str]:
     """Topics by messages (from ``entries``), busiest first; then any with segments only."""
     by_msgs = (tables.entries.groupby("topic")["num_messages"].sum()
                .sort_values(ascending=False, kind="stable"))
@@ -150,14 +150,14 @@ def fig_layout(tables: RunTables) -> Figure:
     if timeline.empty:
         _empty_note(ax_s, "no segments")
         return fig
-    topics = _busiest_topics(tables)
+    topics = busiest_topics(tables)
     all_topics = sorted(set(timeline["topic"]))
 
     def stepped(g: pd.DataFrame, col: str) -> tuple[Any, Any]:
-        x = list(_naive(g["time"]))
+        x = list(naive_utc(g["time"]))
         y = list(g[col])
         if end is not None:
-            x.append(_naive(end))
+            x.append(naive_utc(end))
             y.append(y[-1])
         return x, y
 
@@ -186,21 +186,21 @@ def fig_layout(tables: RunTables) -> Figure:
                 continue
             ys = [_count_at(timeline, r.topic, r.eval_time) for r in d.itertuples()]
             reasons = ", ".join(f"{r} ×{n}" for r, n in d["reason"].value_counts().items())
-            ax_s.scatter(_naive(d["eval_time"]), ys, marker=marker, s=70, color=color,
+            ax_s.scatter(naive_utc(d["eval_time"]), ys, marker=marker, s=70, color=color,
                          edgecolor="black", zorder=5, label=f"{action} ({reasons})")
             if len(acted) <= 12:  # one label per point (topics acting together share it)
                 labels: dict[tuple[Any, int, str], list[str]] = {}
                 for r, y in zip(d.itertuples(), ys, strict=True):
                     labels.setdefault((r.eval_time, y, r.reason), []).append(str(r.topic))
                 for (when, y, reason), names in labels.items():
-                    ax_s.annotate(f"{', '.join(names)}: {reason}", (_naive(when), y),
+                    ax_s.annotate(f"{', '.join(names)}: {reason}", (naive_utc(when), y),
                                   xytext=(4, 6), textcoords="offset points", fontsize=7,
                                   rotation=20, color=color)
         sup = decisions[decisions["action"] == "none"]
         if len(sup):
             by = ", ".join(f"{r} ×{n}" for r, n in
                            sup["suppressed_by"].fillna("none").value_counts().items())
-            ax_s.scatter(_naive(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
+            ax_s.scatter(naive_utc(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
                          color="0.45", zorder=4, label=f"suppressed ({by})")
     ax_s.set_ylabel("active segments")
     ax_b.set_ylabel("entry buckets")
@@ -223,7 +223,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> Figure:
     topics, one panel per topic, with the topic's split threshold (red) and merge threshold
     (blue) of its resolved policy. Source: ``segment_load``, ``runs.config``."""
     load = tables.segment_load
-    topics = [t for t in _busiest_topics(tables) if t in set(load["topic"])][:max_topics]
+    topics = [t for t in busiest_topics(tables) if t in set(load["topic"])][:max_topics]
     n = max(1, len(topics))
     fig, axes = _subplots(n, 1, figsize=(11, 2.6 * n + 0.6), sharex=True, squeeze=False)
     if not topics:
@@ -235,7 +235,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> Figure:
         segs = sorted(g["segment_id"].unique())
         for sid in segs:
             s = g[g["segment_id"] == sid]
-            ax.plot(_naive(s["sample_time"]), s["msg_rate_in"], lw=1.1, label=f"segment {sid}")
+            ax.plot(naive_utc(s["sample_time"]), s["msg_rate_in"], lw=1.1, label=f"segment {sid}")
         split, merge = _thresholds(config, topic)
         if split is not None:
             ax.axhline(split, color="tab:red", ls="--", lw=1.2, label=f"split > {split:g}")
@@ -273,9 +273,9 @@ def fig_dag(tables: RunTables, max_topics: int = 3) -> Figure:
     end = tables.end_time
     for ax, topic in zip(axes[0], topics, strict=True):
         g = segments[segments["topic"] == topic].set_index("segment_id")
-        x0 = mdates.date2num(_naive(g["created_at"]))
+        x0 = mdates.date2num(naive_utc(g["created_at"]))
         stop = g["sealed_at"].fillna(end) if end is not None else g["sealed_at"]
-        x1 = mdates.date2num(_naive(stop))
+        x1 = mdates.date2num(naive_utc(stop))
         span = max(float(np.nanmax(x1) - np.nanmin(x0)), 1e-9)
         for (sid, row), a, b in zip(g.iterrows(), x0, x1, strict=True):
             ax.add_patch(Rectangle((a, row["range_start"]), max(b - a, span * 0.004),
@@ -319,7 +319,7 @@ def fig_batching(runs: Sequence[RunTables]) -> Figure:
     top = max((int(r.entries["num_messages"].max()) for r in runs if len(r.entries)), default=1)
     bins = np.unique(np.round(np.logspace(0, np.log10(max(top, 2)) + 0.05, 25)).astype(int))
     bins = np.append(bins, bins[-1] + 1)
-    topics = _busiest_topics(runs[0], 8) if runs else []
+    topics = busiest_topics(runs[0], 8) if runs else []
     width = 0.8 / max(1, len(runs))
     drawn = False
     for i, r in enumerate(runs):
@@ -403,7 +403,7 @@ def fig_consumers(tables: RunTables) -> Figure:
     grid = grid.reindex(pd.MultiIndex.from_frame(shares[["subscription", "consumer_name"]]))
     values = grid.to_numpy(dtype=float)
     masked = np.ma.masked_where(~(values > 0), values)
-    times = mdates.date2num(_naive(pd.Series(grid.columns)))
+    times = mdates.date2num(naive_utc(pd.Series(grid.columns)))
     step = float(np.median(np.diff(times))) if len(times) > 1 else 1 / 1440
     mesh = ax_m.pcolormesh(np.append(times, times[-1] + step), np.arange(len(grid) + 1),
                            masked, cmap="viridis", shading="flat")
@@ -429,14 +429,14 @@ def fig_handoffs(tables: RunTables) -> Figure:
         _empty_note(ax_c, "no bucket handoffs")
         return fig
     for topic, g in h.groupby("topic"):
-        ax_t.scatter(_naive(g["withheld_from"]), g["withheld_s"], s=22, alpha=0.8,
+        ax_t.scatter(naive_utc(g["withheld_from"]), g["withheld_s"], s=22, alpha=0.8,
                      label=f"{topic} ({len(g)})")
         g = g.sort_values("withheld_from")
-        ax_c.step(_naive(g["withheld_from"]), g["withheld_s"].cumsum(), where="post",
+        ax_c.step(naive_utc(g["withheld_from"]), g["withheld_s"].cumsum(), where="post",
                   label=topic, marker="o", ms=3)
     still = h[h["open"]]
     if len(still):
-        ax_t.scatter(_naive(still["withheld_from"]), still["withheld_s"], s=70,
+        ax_t.scatter(naive_utc(still["withheld_from"]), still["withheld_s"], s=70,
                      facecolor="none", edgecolor="red", label="still withheld at end")
     ax_t.set_ylabel("withheld (s)")
     ax_t.set_title(f"{len(h)} handoffs, {h['withheld_s'].sum():,.1f} bucket-seconds withheld",
@@ -467,17 +467,17 @@ def fig_drain(tables: RunTables) -> Figure:
     done = d[d["drained"]]
     top = float(done["drain_s"].max()) if len(done) else 0.0
     for topic, g in done.groupby("topic"):
-        ax.scatter(_naive(g["sealed_at"]), g["drain_s"], s=30, label=f"{topic} ({len(g)})")
+        ax.scatter(naive_utc(g["sealed_at"]), g["drain_s"], s=30, label=f"{topic} ({len(g)})")
     if len(done) <= 24:  # label points; segments sealed together share one label
         labels: dict[tuple[Any, float], list[str]] = {}
         for r in done.itertuples():
             labels.setdefault((r.sealed_at, r.drain_s), []).append(f"{r.topic}/{r.segment_id}")
         for (when, y), names in labels.items():
-            ax.annotate(", ".join(names), (_naive(when), y), xytext=(3, 4),
+            ax.annotate(", ".join(names), (naive_utc(when), y), xytext=(3, 4),
                         textcoords="offset points", fontsize=6, rotation=30)
     pending = d[~d["drained"]]
     if len(pending):
-        ax.scatter(_naive(pending["sealed_at"]), np.full(len(pending), top * 1.1 + 1),
+        ax.scatter(naive_utc(pending["sealed_at"]), np.full(len(pending), top * 1.1 + 1),
                    marker="x", color="red", s=50, label="not drained at end")
     ax.set_ylabel("drain time (s)")
     _zero_based(ax, top * 1.1 + 1 if len(pending) else top)
@@ -581,7 +581,9 @@ def _fmt(v: Any) -> str:
     return html.escape(_cell(v.item() if isinstance(v, np.generic) else v))
 
 
-def _table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "") -> str:
+def table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "") -> str:
+    """``frame`` as an HTML table (index as the first column, values formatted for reading);
+    ``highlight_diff``: rows whose cells differ get ``class=diff`` (runs side by side)."""
     head = "".join(f"<th>{html.escape(str(c))}</th>"
                    for c in [frame.index.name or "", *frame.columns])
     rows = []
