@@ -371,7 +371,9 @@ def metrics_frame(metrics: dict[str, dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def _cell(value: Any) -> str:
+def format_cell(value: Any) -> str:
+    """A metric value as printed in the side-by-side table: ``-`` for none, thousands
+    separators for integers, floats to 4 significant digits."""
     if value is None or (isinstance(value, float) and pd.isna(value)):
         return "-"
     if isinstance(value, bool):
@@ -387,7 +389,7 @@ def format_comparison(frame: pd.DataFrame) -> str:
     """The side-by-side frame as an aligned text table (values formatted, ``-`` for none); a
     ``*`` marks rows whose values differ between runs."""
     runs = [str(c) for c in frame.columns]
-    rows = [[str(label), *(_cell(v) for v in frame.loc[label])] for label in frame.index]
+    rows = [[str(label), *(format_cell(v) for v in frame.loc[label])] for label in frame.index]
     differs = [len({r for r in row[1:]}) > 1 for row in rows]
     head = ["metric", *runs]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]

@@ -945,7 +945,7 @@ def _staged_keyless(staging: str, batch_id: int) -> int:
     """Keyless messages (null ``key``) staged by micro-batch ``batch_id``, from the staged
     files' footer statistics (the column is read when a writer left none)."""
     n = 0
-    for pf in stages._staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
+    for pf in stages.staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
         col = pf.schema_arrow.get_field_index("key")
         for i in range(pf.metadata.num_row_groups):
             st = pf.metadata.row_group(i).column(col).statistics

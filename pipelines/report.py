@@ -576,9 +576,9 @@ figure{margin:.5em 0 1.5em}figcaption{font-size:.85em;color:#555}img{max-width:1
 
 
 def _fmt(v: Any) -> str:
-    from pipelines.compare import _cell
+    from pipelines.compare import format_cell
 
-    return html.escape(_cell(v.item() if isinstance(v, np.generic) else v))
+    return html.escape(format_cell(v.item() if isinstance(v, np.generic) else v))
 
 
 def table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "") -> str:

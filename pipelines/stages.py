@@ -840,7 +840,7 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,
     return counts
 
 
-def _staged_files(folder: str) -> Iterator[Any]:
+def staged_files(folder: str) -> Iterator[Any]:
     """Open pyarrow ``ParquetFile``s of the staged files under ``folder`` (recursively, path
     order; hidden and temporary files skipped), one at a time."""
     import pyarrow.fs as pafs
@@ -883,7 +883,7 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
     ``event_ms`` statistics; the topic's name from one value of its ``topic`` column), so no
     data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
     out: dict[str, tuple[int, int, int]] = {}
-    for pf in _staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
+    for pf in staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
         topic = None  # one topic per file (its folder): read one value of it
         for i, lo, hi in _event_ms_ranges(pf):
             if topic is None:
@@ -901,13 +901,13 @@ def staged_histogram(staging: str, bins: int) -> tuple[int, int, np.ndarray] | N
     range comes from the footers' statistics, the counts from one row group's ``event_ms``
     at a time, read on this thread: memory does not grow with the messages (a dataset scan's
     read-ahead left the driver 95 MB larger at 10 M messages)."""
-    ranges = [(lo, hi) for pf in _staged_files(staging) for _, lo, hi in _event_ms_ranges(pf)]
+    ranges = [(lo, hi) for pf in staged_files(staging) for _, lo, hi in _event_ms_ranges(pf)]
     if not ranges:
         return None
     lo = min(r[0] for r in ranges)
     width = (max(r[1] for r in ranges) - lo) // bins + 1
     counts = np.zeros(bins, dtype=np.int64)
-    for pf in _staged_files(staging):
+    for pf in staged_files(staging):
         for i, _, _ in _event_ms_ranges(pf):
             values = pf.read_row_group(i, columns=["event_ms"], use_threads=False).column(0)
             counts += np.bincount((values.to_numpy() - lo) // width, minlength=bins)
