@@ -28,7 +28,6 @@ import html
 import itertools
 import json
 import math
-import posixpath
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -797,9 +796,9 @@ SWEEPS_TABLE = "sweeps"
 
 
 def sweeps_location(store: DeltaStore) -> str:
-    """``<root>/sweeps``: read by path with delta-rs, so this module does not depend on the
-    table's registration in :mod:`pipelines.schemas` (its writer owns the schema)."""
-    return posixpath.join(store.root, SWEEPS_TABLE)
+    """Where ``store``'s ``sweeps`` table is (``<root>/sweeps``; read with delta-rs as it is,
+    whatever columns a sweep wrote)."""
+    return store.path(SWEEPS_TABLE)
 
 
 def read_sweeps(store: DeltaStore, sweep_id: str) -> pd.DataFrame:

@@ -786,9 +786,9 @@ keeps its read error): the executors write them as Parquet under
         small = {lane.run_id: self._advance_lane(lane, by_lane[lane.run_id], windows,
                                                  folders[lane.run_id]) for lane in lanes}
         for table in ("segment_load", "autoscale_decisions"):
-            self._append_rows(table, {r: f[table] for r, f in small.items()}, version)
-        self._replace_rows("segments", {r: f["segments"] for r, f in small.items()
-                                        if f["segments"] is not None}, version)
+            self._write_rows(table, {r: f[table] for r, f in small.items()}, version)
+        self._write_rows("segments", {r: f["segments"] for r, f in small.items()
+                                      if f["segments"] is not None}, version, replace=True)
         for kind, table in stages.STAGE_KINDS.items():
             self._append_files(table, {r: f / kind for r, f in folders.items()}, version)
         shutil.rmtree(out_dir, ignore_errors=True)
@@ -825,13 +825,14 @@ keeps its read error): the executors write them as Parquet under
         under the sweep's app transaction; delta-rs commits (milliseconds) stay per run."""
         return len(self.runs) > 1 and self.store.engine == "delta-spark"
 
-    def _append_rows(self, table: str, frames: Mapping[str, pd.DataFrame],
-                         version: int) -> None:
-        """Append each run's driver-side rows (``frames``: run_id → rows) to ``table``: one
-        commit per run, or one for all (:attr:`_one_commit`)."""
+    def _write_rows(self, table: str, frames: Mapping[str, pd.DataFrame], version: int,
+                    replace: bool = False) -> None:
+        """Append each run's driver-side rows (``frames``: run_id → rows) to ``table``, or
+        replace each run's rows (``replace``: snapshot tables): one commit per run, or one for
+        all (:attr:`_one_commit`)."""
         if not self._one_commit:
             for r, data in frames.items():
-                self.write(table, data, version, run_id=r)
+                self.write(table, data, version, replace=replace, run_id=r)
             return
         frames = {r: d for r, d in frames.items() if not d.empty}
         if table not in self.config.output.tables or not frames:
@@ -839,27 +840,13 @@ keeps its read error): the executors write them as Parquet under
         keep = [c for c in arrow_schema(table).names if c != "run_id"]
         data = pd.concat([d[[c for c in keep if c in d.columns]].assign(run_id=r)
                           for r, d in frames.items()], ignore_index=True)
+        app_id = table_app_id(self.run_id, table)
         with self._timed("delta_write"):
-            self.store.append(table, data, app_id=table_app_id(self.run_id, table),
-                              version=version)
-        _after_write(table, version)
-
-    def _replace_rows(self, table: str, frames: Mapping[str, pd.DataFrame],
-                      version: int) -> None:
-        """Replace each run's rows of a snapshot table (``frames``: run_id → its rows): one
-        commit per run, or one for all (:attr:`_one_commit`)."""
-        if not self._one_commit:
-            for r, data in frames.items():
-                self.write(table, data, version, replace=True, run_id=r)
-            return
-        if table not in self.config.output.tables or not frames:
-            return
-        keep = [c for c in arrow_schema(table).names if c != "run_id"]
-        data = pd.concat([d[[c for c in keep if c in d.columns]].assign(run_id=r)
-                          for r, d in frames.items()], ignore_index=True)
-        with self._timed("delta_write"):
-            self.store.replace_run(table, data, list(frames),
-                                   app_id=table_app_id(self.run_id, table), version=version)
+            if replace:
+                self.store.replace_run(table, data, list(frames), app_id=app_id,
+                                       version=version)
+            else:
+                self.store.append(table, data, app_id=app_id, version=version)
         _after_write(table, version)
 
     def _append_files(self, table: str, parts: Mapping[str, Path], version: int) -> None:
@@ -912,7 +899,7 @@ keeps its read error): the executors write them as Parquet under
                 counts["missing_fields"] = dict(self.state.missing_fields)
             rows[r.run_id] = pd.DataFrame([runs_row(r.config, self.inputs, counts,
                                                     self.store.engine, self.started, timings)])
-        self._replace_rows("runs", rows, version)
+        self._write_rows("runs", rows, version, replace=True)
 
     def summary(self) -> dict[str, Any]:
         """The summary of the replay's first (for a plain replay: only) run."""

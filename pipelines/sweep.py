@@ -253,11 +253,12 @@ def sweep_rows(store: DeltaStore, sweep_id: str, scenarios: Sequence[Scenario],
                                    flap_window_s) for s in scenarios])
 
 
-def write_sweep_rows(store: DeltaStore, rows: pd.DataFrame) -> None:
-    """Write each scenario's ``sweeps`` row, replacing the run's earlier row (idempotent)."""
-    for _, row in rows.iterrows():
-        store.replace_run("sweeps", pd.DataFrame([row]), str(row["run_id"]),
-                          app_id=table_app_id(str(row["run_id"]), "sweeps"), version=1)
+def write_sweep_rows(store: DeltaStore, sweep_id: str, rows: pd.DataFrame) -> None:
+    """Write a sweep's ``sweeps`` rows in ONE commit that replaces its runs' earlier rows
+    (idempotent: app transaction of the sweep's ``sweeps`` write)."""
+    if len(rows):
+        store.replace_run("sweeps", rows, list(rows["run_id"]),
+                          app_id=table_app_id(f"sweep.{sweep_id}", "sweeps"), version=1)
 
 
 def run_sweep(spark: Any, sweep_id: str, base: PreparedScenario,
@@ -281,5 +282,5 @@ def run_sweep(spark: Any, sweep_id: str, base: PreparedScenario,
         return pd.DataFrame()
     store = DeltaStore(output, engine="delta-rs")
     rows = sweep_rows(store, sweep_id, [p.scenario for p in prepared], flap_window_s)
-    write_sweep_rows(DeltaStore(output, engine=replay.store.engine, spark=spark), rows)
+    write_sweep_rows(DeltaStore(output, engine=replay.store.engine, spark=spark), sweep_id, rows)
     return rows

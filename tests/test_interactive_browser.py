@@ -83,7 +83,7 @@ def pages(tmp_path_factory) -> dict[str, Any]:
         cfg = load_config(None, BASE + [f"{k}={v}" for k, v in settings.items()])
         run_local(cfg, spec, [str(log)], str(out), run_id, progress=lambda _: None)
     store = DeltaStore(str(out), engine="delta-rs")
-    write_sweep_rows(store, sweeps_rows(store))
+    write_sweep_rows(store, SWEEP, sweeps_rows(store))
     sweep = write_sweep_page(store, SWEEP, out / "sweep.html")
     run = write_run_page(store, [scenarios()[0][0]], out / "run.html")
     return {"sweep": Path(sweep["html"]), "run": Path(run["html"]),
