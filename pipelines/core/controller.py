@@ -323,17 +323,21 @@ class TopicController:
 
     def _round_robin(self, producers: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Keyless routing: per producer ``index = counter++ % n`` over active segments sorted by
-        range start (reference §1.3)."""
+        range start (reference §1.3). Vectorized over producers: each message's counter is its
+        producer's counter plus its rank among that producer's messages of the slice (cost
+        follows messages, not producers)."""
         assert self.layout is not None
         _, ids = self.layout.routing_table()
-        n = len(ids)
-        out = np.empty(len(producers), dtype=np.int64)
-        names, inverse = np.unique(producers.astype(str), return_inverse=True)
-        for k, name in enumerate(names):
-            pos = np.nonzero(inverse == k)[0]
-            start = self._rr_counters.get(str(name), 0)
-            out[pos] = ids[(start + np.arange(len(pos))) % n]
-            self._rr_counters[str(name)] = start + len(pos)
+        names, inverse, counts = np.unique(producers.astype(str), return_inverse=True,
+                                           return_counts=True)
+        start = np.fromiter((self._rr_counters.get(str(name), 0) for name in names),
+                            dtype=np.int64, count=len(names))
+        order = np.argsort(inverse, kind="stable")
+        rank = np.empty(len(producers), dtype=np.int64)
+        rank[order] = np.arange(len(producers), dtype=np.int64) - np.repeat(
+            np.cumsum(counts) - counts, counts)
+        out = np.asarray(ids, dtype=np.int64)[(start[inverse] + rank) % len(ids)]
+        self._rr_counters.update(zip(names.tolist(), (start + counts).tolist(), strict=True))
         return out
 
     # ---- event loop ---------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pipelines.core.controller import (
     ConsumerSpec,
@@ -57,6 +59,30 @@ def test_keyless_messages_round_robin_per_producer_over_segments_by_range():
     routed = run(c, ev, none, none, producers=["a", "b", "a", "a", "b", "a", "a"])
     assert routed.segment_id.tolist() == [0, 0, 1, 2, 1, 0, 1]
     assert routed.bucket_index.tolist() == [0] * 7  # keyless → hash_b 0 → bucket 0
+
+
+@given(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=40),
+       st.integers(1, 39))
+@settings(max_examples=50, deadline=None)
+def test_keyless_round_robin_counts_each_producers_messages_across_chunks(producers, cut):
+    """Each producer's n-th keyless message goes to segment ``n % segments`` (by range), however
+    the messages interleave and wherever a chunk boundary falls."""
+    c = TopicController("t", ControllerSettings(initial_segments=3))
+    n = len(producers)
+    cut = min(cut, n)
+    ev = np.arange(n, dtype=np.int64)
+    none = np.full(n, -1, dtype=np.int64)
+    first = run(c, ev[:cut], none[:cut], none[:cut], producers=producers[:cut], horizon=cut)
+    got = first.segment_id.tolist()
+    if cut < n:
+        got += run(c, ev[cut:], none[cut:], none[cut:], producers=producers[cut:]
+                   ).segment_id.tolist()
+    seen: dict[str, int] = {}
+    expected = []
+    for p in producers:
+        expected.append(seen.get(p, 0) % 3)
+        seen[p] = seen.get(p, 0) + 1
+    assert got == expected
 
 
 def test_bucket_index_is_bucket_of_hash_b_under_segment_splits():
