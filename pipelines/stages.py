@@ -11,7 +11,8 @@
   each running whole topics (:func:`topic_bins`) through the windows in order: a task reads its
   topics' staged messages itself (:func:`read_staged`; the staging is partitioned by topic, so
   no shuffle), writes their output rows as Parquet files by table
-  (:class:`FrameWriter`) and returns one state blob per topic and window; the driver collects
+  (:class:`FrameWriter`) and returns one state blob per topic and window (``mapInPandas``
+  over ``spark.range``: DataFrame APIs only); the driver collects
   only those (bounded by topics × windows, never by messages) and commits the files per table
   and job.
 
@@ -1056,26 +1057,25 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     JVM; once per window and topic for all its lanes) and writes their output rows as Parquet
     under ``lane_dir(out_dir, run_id)``, a file per topic and table for all the windows
     (:class:`FrameWriter`). The lanes' state blobs are the replay's before the first window.
-    Returns, per window, ``(run_id, topic)`` → ``pickle((controller, batching blob,
-    dispatcher, seconds))`` (:class:`StageStates`; the controller with that window's decisions
-    and samples not yet taken), bounded by lanes × topics × windows, never by messages."""
+    Only DataFrame APIs (``spark.range(...).mapInPandas``), no SparkContext: Spark Connect
+    sessions have none. Returns, per window, ``(run_id, topic)`` → ``pickle((controller,
+    batching blob, dispatcher, seconds))`` (:class:`StageStates`; the controller with that
+    window's decisions and samples not yet taken), bounded by lanes × topics × windows, never
+    by messages."""
     from pipelines.privacy import withheld_columns
 
     if not topics or not windows or not lanes:
         return [{} for _ in windows]
-    sc = spark.sparkContext
     by_id = {lane.run_id: lane for lane in lanes}
     weights = {(lane.run_id, t): n for lane in lanes for t, n in topics.items()}
-    # The state blobs go out as a broadcast (MBs for a topic with thousands of producers: too
-    # big for a task); each task takes its bin's.
-    work = sc.broadcast([[(r, t, by_id[r].controllers.get(t), by_id[r].batchers.get(t),
-                           by_id[r].dispatchers.get(t)) for r, t in b]
-                         for b in topic_bins(weights, 4 * sc.defaultParallelism)])
+    work = [[(r, t, by_id[r].controllers.get(t), by_id[r].batchers.get(t),
+              by_id[r].dispatchers.get(t)) for r, t in b]
+            for b in topic_bins(weights, 4 * task_slots(spark))]
     settings = {lane.run_id: lane.settings for lane in lanes}
 
-    def run(i: int) -> list[tuple[int, tuple[str, str], bytes]]:
+    def run(i: int) -> list[tuple[int, str, str, bytes]]:
         out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
-        carried = {(r, t): (ctl, bat, disp) for r, t, ctl, bat, disp in work.value[i]}
+        carried = {(r, t): (ctl, bat, disp) for r, t, ctl, bat, disp in work[i]}
         files = {r: FrameWriter(lane_dir(out_dir, r), withheld_columns(settings[r].config))
                  for r in {r for r, _ in carried}}
         for w, window in enumerate(windows):
@@ -1086,7 +1086,7 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
                     res = topic_group(topic, pdf, ctl, bat, disp, settings[r], window.hi_ms,
                                       window.final)
                     files[r].write(topic, res.frames)
-                    out.append((w, (r, topic), pickle.dumps(
+                    out.append((w, r, topic, pickle.dumps(
                         (res.controller, res.batching, res.dispatch, res.seconds))))
                     res.controller.take_outputs()  # the driver takes them from the blob above
                     carried[(r, topic)] = (pickle.dumps(res.controller), res.batching,
@@ -1095,14 +1095,32 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
             f.close()
         return out
 
-    try:  # one slice per bin (an RDD keeps them apart; a DataFrame shuffle could coalesce them)
-        n = len(work.value)
-        states: list[dict[tuple[str, str], bytes]] = [{} for _ in windows]
-        for w, key, blob in sc.parallelize(range(n), n).flatMap(run).collect():
-            states[w][key] = blob
-        return states
-    finally:
-        work.destroy()
+    def tasks(batches: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        for b in batches:
+            for i in b["id"].tolist():
+                yield pd.DataFrame(run(int(i)), columns=["window", "run_id", "topic", "state"])
+
+    # One task per bin: ``spark.range`` with a partition per row (a shuffle could put two bins
+    # in one task). DataFrame API only, no SparkContext (Spark Connect has none); the bins'
+    # state blobs travel in the function's closure, which Spark broadcasts when it is large.
+    n = len(work)
+    states: list[dict[tuple[str, str], bytes]] = [{} for _ in windows]
+    for row in (spark.range(0, n, 1, n)
+                .mapInPandas(tasks, "window int, run_id string, topic string, state binary")
+                .collect()):
+        states[row["window"]][(row["run_id"], row["topic"])] = bytes(row["state"])
+    return states
+
+
+def task_slots(spark: Any) -> int:
+    """Tasks the session runs at once: the classic session's default parallelism (cores of
+    ``local[N]`` or of the cluster's executors); under Spark Connect, which has no
+    SparkContext, ``spark.default.parallelism`` when set, else ``spark.sql.shuffle.partitions``."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # pyspark.errors: no SparkContext under Spark Connect
+        conf = spark.conf.get("spark.default.parallelism", None)
+        return max(1, int(conf or spark.conf.get("spark.sql.shuffle.partitions")))
 
 
 @dataclass
