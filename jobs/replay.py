@@ -97,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
                                 "without Spark, for inputs that fit in memory")
         r.add_argument("--master", default=None, help="Spark master (default: local[*])")
         r.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
-                       help="Spark Connect server (also SPARK_REMOTE); not supported yet: "
-                            "refused with exit 2")
+                       help="run on a Spark Connect server (also SPARK_REMOTE; not with "
+                            "--master); Delta writes with delta-rs (docs/cluster.md)")
         r.add_argument("--shuffle-partitions", type=int, default=8,
                        help="spark.sql.shuffle.partitions (default 8)")
         r.add_argument("--verbose", action="store_true",
@@ -137,6 +137,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("--limit", type=int, default=100,
                    help="rows printed at most (default 100; 0 = all)")
     q.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    q.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                   help="query through a Spark Connect server (also SPARK_REMOTE; not with "
+                        "--master)")
     m = sub.add_parser("maintain", help="compact small files (OPTIMIZE) and delete removed "
                                         "ones (VACUUM) in an output's tables")
     m.add_argument("--output", required=True, metavar="DIR")
@@ -189,19 +192,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_remote(args: argparse.Namespace) -> None:
-    """Refuse Spark Connect (``--remote`` or ``SPARK_REMOTE``) before any Spark work:
-    ``UsageError`` when it is combined with ``--master``, or at all (not supported yet).
-    ``run --engine local`` uses no Spark, so ``SPARK_REMOTE`` does not concern it."""
+    """Spark Connect (``--remote`` or ``SPARK_REMOTE``) checks before any Spark work:
+    ``UsageError`` when it is combined with ``--master`` (Spark Connect's server has its
+    own), or ``--remote`` with ``run --engine local`` (which uses no Spark; ``SPARK_REMOTE``
+    does not concern it)."""
     remote = getattr(args, "remote", None)
     env = os.environ.get("SPARK_REMOTE") or None
-    if remote is None and (env is None or getattr(args, "engine", "spark") == "local"):
+    local = getattr(args, "engine", "spark") == "local"
+    if remote is None and (env is None or local):
         return
     where = f"--remote {remote}" if remote is not None else f"SPARK_REMOTE={env}"
     if getattr(args, "master", None) is not None:
         raise UsageError(f"--master {args.master} cannot be combined with {where} (Spark "
                          f"Connect chooses its own master); give only one of them")
-    raise UsageError(f"Spark Connect ({where}) is not supported yet; unset it and use "
-                     f"--master (default local[*])")
+    if local:
+        raise UsageError(f"--engine local runs without Spark; drop {where} or use --engine "
+                         "spark")
 
 
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
@@ -307,7 +313,8 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     owned = SparkSession.getActiveSession() is None  # else a caller's (tests): leave it running
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
-                          spark_log=_spark_log(args, cfg.console.spark_log))
+                          spark_log=_spark_log(args, cfg.console.spark_log),
+                          remote=args.remote)
     # again: pyspark's SparkContext installs its own SIGINT handler (cancel every job and
     # raise KeyboardInterrupt), which would abort the micro-batch in progress
     signal.signal(signal.SIGTERM, _stop)
@@ -450,25 +457,28 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if result.success else 1
 
 
-def _quiet_session(master: str | None) -> Any:
-    """A SparkSession for a short command: no progress bar, only errors logged."""
-    from pipelines.spark_session import build_session
+def _quiet_session(master: str | None, remote: str | None = None) -> Any:
+    """A SparkSession for a short command: no progress bar, only errors logged (a Spark
+    Connect session, ``remote`` or ``SPARK_REMOTE``, logs on its server)."""
+    from pipelines.spark_session import build_session, is_connect
 
     spark = build_session(app_name="topic-replay-sql", master=master, shuffle_partitions=2,
                           extra_conf={"spark.ui.showConsoleProgress": "false",
-                                      "spark.ui.enabled": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+                                      "spark.ui.enabled": "false"}, remote=remote)
+    if not is_connect(spark):
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
 def _sql(args: argparse.Namespace) -> int:
+    _check_remote(args)
     _require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
     from pipelines.delta_io import DeltaStore
     from pipelines.sql import QueryError, format_rows, register_tables, run_query
 
-    store = DeltaStore(args.output, spark=_quiet_session(args.master))
+    store = DeltaStore(args.output, spark=_quiet_session(args.master, args.remote))
     if not register_tables(store):
         raise UsageError(f"{args.output} holds no output table")
     try:
@@ -576,7 +586,8 @@ def _compare(args: argparse.Namespace) -> int:
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
                           spark_log=_spark_log(args, any(p.config.console.spark_log
-                                                         for p in prepared)))
+                                                         for p in prepared)),
+                          remote=args.remote)
     table = replay_scenarios(spark, prepared, args.input, args.output,
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))
@@ -655,7 +666,8 @@ def _sweep(args: argparse.Namespace) -> int:
           + ", ".join(p.scenario.name for p in prepared))
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
-                          spark_log=_spark_log(args, cfg.console.spark_log))
+                          spark_log=_spark_log(args, cfg.console.spark_log),
+                          remote=args.remote)
     base = PreparedScenario(base.scenario, cfg, resolve_input_spec(spec, spark, args.input))
     progress = ReplayProgress()
     with progress:

@@ -63,6 +63,7 @@ from pipelines.presets import InputSpec
 from pipelines.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.progress import BatchProgress
 from pipelines.schemas import arrow_schema
+from pipelines.spark_session import is_connect
 from pipelines.validation import latest_validation
 
 STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
@@ -386,7 +387,12 @@ class Replay:
                               self.config.replay.max_files_per_trigger,
                               path_glob_filter=self.input_spec.file_glob,
                               max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
-        writer = (raw.writeStream.foreachBatch(self._process_batch)
+        batch_fn: Callable[[DataFrame, int], None] = self._process_batch
+        if is_connect(self.spark):
+            batch_fn = RemoteBatch.of(self)
+            self.progress("micro-batches run on the Spark Connect server; their progress lines "
+                          "are in its log")
+        writer = (raw.writeStream.foreachBatch(batch_fn)
                   .option("checkpointLocation", self.checkpoint))
         if stream:
             self.query = writer.trigger(processingTime=f"{trigger_seconds} seconds").start()
@@ -428,9 +434,17 @@ class Replay:
             if not self.stopped:
                 raise
         if not self.stopped:
+            self._reload_remote_state()
             return True
         self.stop_query()
+        self._reload_remote_state()
         return False
+
+    def _reload_remote_state(self) -> None:
+        """Under Spark Connect the micro-batches ran in the server's Python process
+        (:class:`RemoteBatch`), which saved the state after each: read it back."""
+        if is_connect(self.spark):
+            self.state = self._load_state()
 
     def stop_query(self) -> None:
         """Stop the query once no micro-batch is in progress (one that starts now refuses to
@@ -909,6 +923,37 @@ keeps its read error): the executors write them as Parquet under
         if emu_ms is None:
             return "-"
         return str(pd.Timestamp(int(emu_ms * self.config.replay.speed), unit="ms", tz="UTC"))
+
+
+@dataclass(frozen=True)
+class RemoteBatch:
+    """A replay's ``foreachBatch`` function under Spark Connect.
+
+    Spark Connect runs the function in a Python process of the server, pickled: it cannot hold
+    the client's session or replay (neither pickles). It holds the replay's arguments instead
+    and runs each micro-batch with a replay of its own on ``df.sparkSession``, which starts
+    from the state the previous micro-batch saved (``_work/<run_id>/state/``), as a restart
+    does; the client reads the state back when the query ends
+    (:meth:`Replay.await_query`). The micro-batches' progress lines go to the server's log."""
+
+    config: ReplayConfig
+    input_spec: InputSpec
+    inputs: tuple[str, ...]
+    output: str
+    run_id: str
+    streaming: bool
+    runs: tuple[RunSpec, ...]  # a sweep's scenarios; () for one run
+
+    @classmethod
+    def of(cls, replay: Replay) -> RemoteBatch:
+        sweep = len(replay.runs) > 1 or replay.runs[0].run_id != replay.run_id
+        return cls(replay.config, replay.input_spec, tuple(replay.inputs), replay.output,
+                   replay.run_id, replay.streaming, tuple(replay.runs) if sweep else ())
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        replay = Replay(df.sparkSession, self.config, self.input_spec, self.inputs, self.output,
+                        self.run_id, streaming=self.streaming, runs=self.runs)
+        replay._run_batch(df, batch_id)
 
 
 def _nothing_quarantined(parsed: Observation, staged: int) -> bool:

