@@ -156,9 +156,11 @@ def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Spark settings for ``s3a://`` from the ``AWS_*`` variables of ``env`` (default: the
     process environment): the endpoint (``fs.s3a.endpoint``; path-style access unless
     ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, SSL off for ``http://``) and the region
-    (``fs.s3a.endpoint.region``); ``{}`` when neither is set. Credentials are not copied:
-    S3A's default provider chain reads ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``
-    itself (on a cluster, the executors' environment or instance roles)."""
+    (``fs.s3a.endpoint.region``), and those variables for the executors' Python workers
+    (``spark.executorEnv.*``: they open staging and window files with pyarrow); ``{}`` when
+    none is set. Credentials are not copied (settings show in Spark's UI): S3A's default
+    provider chain and pyarrow read ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` from the
+    environment themselves (on a cluster: the executors' environment, or instance roles)."""
     env = os.environ if env is None else env
     conf: dict[str, str] = {}
     endpoint = s3_endpoint(env)
@@ -170,6 +172,11 @@ def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     region = s3_region(env)
     if region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = region
+    # the executors' Python workers open the work folder's files with pyarrow: the same store
+    for name in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_DEFAULT_REGION",
+                 "AWS_VIRTUAL_HOSTED_STYLE_REQUEST"):
+        if env.get(name):
+            conf[f"spark.executorEnv.{name}"] = env[name]
     return conf
 
 
