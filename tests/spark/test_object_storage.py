@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,7 +23,6 @@ from pipelines.replay import Replay
 from pipelines.schemas import table_names
 from pipelines.spark_session import s3a_jars
 from tests.conftest import ENGINES
-from tests.spark.conftest import LOOPBACK, free_port
 
 # slow: about 1 min per replay on an idle 2-core machine (moto answers every request in Python)
 pytestmark = [pytest.mark.spark, pytest.mark.slow,
@@ -48,35 +42,6 @@ SPEC = {
 }
 SETS = ["policy.split_msg_rate_in=10", "policy.merge_msg_rate_in=2",
         "replay.max_files_per_trigger=3"]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory) -> Iterator[str]:
-    """``http://127.0.0.1:<port>`` of a moto S3 server in its own process (stopped by pid).
-    Its own process: delta-rs holds the GIL while it waits for a reply, so a server thread in
-    this process would never answer it."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    server = Path(sys.executable).with_name("moto_server")
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(server), "-H", LOOPBACK, "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
-    endpoint = f"http://{LOOPBACK}:{port}"
-    try:
-        for _ in range(300):
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"moto_server exited: {log.read_text()}") from None
-                time.sleep(0.1)
-        else:
-            raise RuntimeError(f"moto_server did not answer: {log.read_text()}")
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 def s3_environment(endpoint: str) -> dict[str, str]:
