@@ -7,12 +7,12 @@ STAMP := $(VENV)/.installed
 OUT ?= out/sample
 
 .DEFAULT_GOAL := help
-.PHONY: help setup delta-jars run test test-slow test-dags airflow-demo lint docs bench clean
+.PHONY: help setup delta-jars s3a-jars run test test-slow test-dags airflow-demo lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: $(STAMP) delta-jars ## Create .venv, install the project (editable, dev extras), fetch the Delta jars; idempotent
+setup: $(STAMP) delta-jars s3a-jars ## Create .venv, install the project (editable, dev extras), fetch the Delta and s3a jars; idempotent
 
 # The Delta Lake jars matching the pinned delta-spark (its pom's runtime dependencies: delta-spark
 # and delta-storage; Scala and Spark come with pyspark), copied from Maven Central by `mvn` into
@@ -33,6 +33,27 @@ $(DELTA_JARS)/.fetched: pyproject.toml
 	  { echo "delta-jars: could not fetch $$a from Maven; the replay will write with delta-rs"; \
 	    rm -rf $(DELTA_JARS); exit 0; }; \
 	done && touch $@
+
+# The jars Spark needs to read and write s3a:// (hadoop-aws matching pyspark's Hadoop and the AWS
+# SDK modules it uses, not the SDK's 641 MB bundle: tools/s3a-jars/pom.xml), copied by `mvn`
+# into the git-ignored $(S3A_JARS), about 10 MB. pipelines/spark_session.py puts them on
+# spark.jars; without them an s3a:// output is refused with one sentence (docs/storage.md).
+HADOOP_VERSION := $(shell grep -o '<hadoop\.version>[0-9.]*' tools/s3a-jars/pom.xml | cut -d'>' -f2)
+S3A_JARS := .jars/s3a-$(HADOOP_VERSION)
+# pyspark ships these (other versions on spark.jars would only shadow or clash)
+S3A_SHIPPED := io.netty,commons-codec,commons-logging,org.slf4j,org.apache.httpcomponents
+
+s3a-jars: $(S3A_JARS)/.fetched ## Fetch hadoop-aws and the AWS SDK's S3 modules into .jars/ (needs mvn; skipped with a note otherwise)
+
+$(S3A_JARS)/.fetched: tools/s3a-jars/pom.xml
+	@if ! command -v mvn >/dev/null; then \
+	  echo "s3a-jars: no mvn on PATH; s3a:// outputs need the jars (docs/storage.md)"; exit 0; fi; \
+	mkdir -p $(S3A_JARS) && \
+	{ mvn -q -B -Dstyle.color=never -f tools/s3a-jars/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DexcludeGroupIds=$(S3A_SHIPPED) \
+	    -DoutputDirectory=$(CURDIR)/$(S3A_JARS) && touch $@; } || \
+	{ echo "s3a-jars: could not fetch hadoop-aws from Maven; s3a:// outputs are unavailable"; \
+	  rm -rf $(S3A_JARS); exit 0; }
 
 # Quiet: one line of ours, then only what pip reports as a problem.
 $(STAMP): pyproject.toml

@@ -283,6 +283,8 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
         check_output(args.output, run_id, cfg, spec.preset)
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
+    except OSError as exc:  # an object store that cannot be reached or read
+        raise UsageError(f"output {args.output} cannot be read: {exc}") from None
     if getattr(args, "engine", "spark") == "local":
         return _replay_local(args, cfg, spec, run_id)
 
@@ -321,7 +323,13 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         spec = resolve_input_spec(spec, spark, args.input)
-        replay = Replay(spark, cfg, spec, args.input, args.output, run_id, progress=progress)
+        from pipelines.storage import StorageError
+
+        try:  # an s3a:// output without hadoop-aws on the classpath
+            replay = Replay(spark, cfg, spec, args.input, args.output, run_id,
+                            progress=progress)
+        except StorageError as exc:
+            raise UsageError(str(exc)) from None
         if stop.is_set():
             replay.request_stop()
         if not stream:
@@ -344,9 +352,17 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
 
 def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
     """Where Spark's own log goes: ``None`` (the console) with ``--verbose`` or
-    ``console.spark_log: true`` (``shown``), else ``<output>/_work/spark.log``."""
+    ``console.spark_log: true`` (``shown``), else ``<output>/_work/spark.log`` (for an
+    object-store output, which log4j cannot write to: ``topic-replay-spark.log`` in the
+    temporary folder)."""
     if args.verbose or shown:
         return None
+    from pipelines.storage import is_remote
+
+    if is_remote(args.output):
+        import tempfile
+
+        return str(Path(tempfile.gettempdir()) / "topic-replay-spark.log")
     return str(Path(args.output) / "_work" / "spark.log")
 
 
@@ -396,8 +412,14 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _require_output(output: str) -> None:
-    """``UsageError`` when the output directory does not exist."""
-    if not Path(output).is_dir():
+    """``UsageError`` when the output directory (or object-store prefix) does not exist."""
+    from pipelines.storage import StorageError, is_dir
+
+    try:
+        found = is_dir(output)
+    except (StorageError, OSError) as exc:  # an unsupported scheme, an unreachable store
+        raise UsageError(f"output {output} cannot be read: {exc}") from None
+    if not found:
         raise UsageError(f"output directory {output} does not exist")
 
 
@@ -569,7 +591,9 @@ def _compare(args: argparse.Namespace) -> int:
         check_output_path(args.output)
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
-    if Path(args.output).is_dir():  # a run of the same name must be this very scenario
+    from pipelines.storage import is_dir
+
+    if is_dir(args.output):  # a run of the same name must be this very scenario
         from pipelines.delta_io import DeltaStore
 
         store = DeltaStore(args.output, engine="delta-rs")
@@ -648,7 +672,9 @@ def _sweep(args: argparse.Namespace) -> int:
     from pipelines.replay import OutputConflictError, check_output
 
     work_id = f"sweep.{args.sweep_id}"
-    fresh = not (Path(args.output) / "_work" / work_id / "run.json").is_file()
+    from pipelines.storage import is_file, join
+
+    fresh = not is_file(join(args.output, "_work", work_id, "run.json"))
     try:  # before Spark starts: the sweep's work folder and every scenario's run
         check_output(args.output, work_id, cfg, spec.preset,
                      {p.scenario.name: p.config for p in prepared})
@@ -678,7 +704,7 @@ def _sweep(args: argparse.Namespace) -> int:
         return 0
     metrics = {r["run_id"]: dict(r) for _, r in rows.iterrows()}
     print(format_comparison(metrics_frame(metrics)))
-    print(f"sweep {args.sweep_id}: {len(rows)} rows in {Path(args.output) / 'sweeps'} "
+    print(f"sweep {args.sweep_id}: {len(rows)} rows in {join(args.output, 'sweeps')} "
           f"(flap window {window} s)")
     if args.html:
         from pipelines.delta_io import DeltaStore

@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from pipelines.schemas import arrow_schema, spark_schema, table_names
+from pipelines.storage import arrow_filesystem, delta_storage_options
 
 PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
@@ -174,11 +175,6 @@ def use_system_arrow_pool() -> None:
         pa.set_memory_pool(pa.system_memory_pool())
 
 
-def fs_uri(path: str) -> str:
-    """``path`` as a URI pyarrow's filesystems take (local paths made absolute)."""
-    return path if "://" in path else posixpath.abspath(path)
-
-
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9._-]+")
 """Partition values that need no escaping in a folder name or an add-action path."""
 
@@ -215,7 +211,8 @@ class DeltaStore:
     ``engine``: ``"auto"`` (delta-spark when its classes are on ``spark``'s classpath, else
     delta-rs), ``"delta-spark"`` or ``"delta-rs"`` to force one. ``spark`` defaults to the active
     session (needed for delta-spark and :meth:`read_spark`). ``storage_options`` are passed to
-    delta-rs (object-store credentials etc.).
+    delta-rs (object-store credentials etc.; default: those of the ``AWS_*`` variables for an
+    ``s3a://`` root, :func:`pipelines.storage.delta_storage_options`).
     """
 
     def __init__(
@@ -236,6 +233,8 @@ class DeltaStore:
                 spark = None
         self.root = str(root).rstrip("/")
         self.spark = spark
+        if storage_options is None:  # an object store's settings from the environment
+            storage_options = delta_storage_options(self.root)
         self.storage_options = dict(storage_options) if storage_options else None
         available = False
         if spark is not None:
@@ -377,11 +376,9 @@ class DeltaStore:
         into ONE commit (:meth:`_append_rs_parquet`); the staging folder is removed after."""
         import uuid
 
-        import pyarrow.fs as pafs
-
         staging = posixpath.join(self.root, "_tmp_writes", f"{table}-{uuid.uuid4().hex}")
         data.write.mode("overwrite").parquet(staging)
-        fs, base = pafs.FileSystem.from_uri(fs_uri(staging))
+        fs, base = arrow_filesystem(staging)
         try:
             self._append_rs_parquet(table, staging, app_id, version, {})
         finally:
@@ -397,10 +394,9 @@ class DeltaStore:
         files are streamed one Arrow record batch at a time (only ``table``'s columns,
         ``constants`` added, each batch cast by :func:`conform_arrow`) into new files."""
         import pyarrow.dataset as ds
-        import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
-        fs, base = pafs.FileSystem.from_uri(fs_uri(path))
+        fs, base = arrow_filesystem(path)
         dataset = ds.dataset(base, filesystem=fs, format="parquet")
         schema = arrow_schema(table)
         if dataset.count_rows() == 0:
@@ -446,12 +442,11 @@ class DeltaStore:
         import hashlib
         import time
 
-        import pyarrow.fs as pafs
         from deltalake import Schema
         from deltalake.transaction import AddAction, create_table_with_add_actions
 
         part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
-        table_fs, table_base = pafs.FileSystem.from_uri(fs_uri(self.path(table)))
+        table_fs, table_base = arrow_filesystem(self.path(table))
         actions = []
         for f, meta in sorted(footers.items()):
             tag = hashlib.sha1(f"{app_id}:{version}:{posixpath.basename(f)}".encode()).hexdigest()

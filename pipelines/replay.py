@@ -30,24 +30,21 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines import stages
+from pipelines import stages, storage
 from pipelines.config import ReplayConfig, run_identity
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import (
@@ -112,16 +109,15 @@ def _config_diff(a: Any, b: Any, path: str = "") -> list[str]:
 
 
 def check_output_path(output: str) -> None:
-    """Raise :class:`OutputConflictError` when ``output`` is a URI (``s3://…``, ``hdfs://…``,
-    ``file:…``) rather than a filesystem path: the replay keeps its work folder under the output
-    (``_work``: manifest, state, staging, checkpoint) with file operations, and executors write
-    staging and window files there, so on a cluster the output is a shared mount at the same
-    path on the driver and every executor (docs/cluster.md)."""
-    if "://" in output or output.startswith("file:"):
-        raise OutputConflictError(
-            f"output {output} is a URI, but the replay keeps its work folder under the output "
-            f"with file operations: give a filesystem path (on a cluster, a shared mount at "
-            f"the same path on the driver and every executor, see docs/cluster.md)")
+    """Raise :class:`OutputConflictError` when ``output`` is neither a filesystem path nor an
+    object-store URL the replay supports (``s3a://``, ``s3://``, ``gs://``, ``abfs(s)://``:
+    :func:`pipelines.storage.check_location`, docs/storage.md). The work folder (``_work``:
+    manifest, state, staging, checkpoint) lives under the output too, so executors reach it:
+    on a cluster the output is an object store or a shared mount (docs/cluster.md)."""
+    try:
+        storage.check_location(output)
+    except storage.StorageError as exc:
+        raise OutputConflictError(str(exc)) from None
 
 
 def check_output(output: str, run_id: str, config: ReplayConfig,
@@ -136,7 +132,7 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     manifest; ``new``: the run must not exist at all — a sweep's scenario starting afresh).
     Reads only Delta logs and small files (delta-rs),
     so it runs before Spark starts. A fresh output or a restart of the same run passes.
-    An output given as a URI is refused too (:func:`check_output_path`).
+    An output URL of an unsupported scheme is refused too (:func:`check_output_path`).
     """
     check_output_path(output)
     store = DeltaStore(output, engine="delta-rs", spark=None)
@@ -144,9 +140,9 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     want: dict[str, Any] = {"config": run_identity(config.to_dict()), "preset": preset}
     if lanes:
         want["lanes"] = {k: run_identity(v.to_dict()) for k, v in lanes.items()}
-    manifest = Path(output) / "_work" / run_id / MANIFEST
-    if manifest.is_file():
-        have = json.loads(manifest.read_text(encoding="utf-8"))
+    manifest = storage.join(output, "_work", run_id, MANIFEST)
+    if storage.is_file(manifest):
+        have = json.loads(storage.read_bytes(manifest).decode("utf-8"))
         have["config"] = run_identity(have.get("config", {}))
         if "lanes" in have:
             have["lanes"] = {k: run_identity(v) for k, v in have["lanes"].items()}
@@ -167,7 +163,8 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     if problems:
         raise OutputConflictError(
             f"output {output} cannot take run {run_id}: {'; '.join(problems)}; use another "
-            f"--run-id or --output (or delete the run's rows and {manifest.parent})")
+            f"--run-id or --output (or delete the run's rows and "
+            f"{storage.join(output, '_work', run_id)})")
 
 FINALIZE_WINDOWS_PER_JOB = 16
 """End-of-input windows run per Spark job and committed together
@@ -269,43 +266,46 @@ class Replay:
         lanes = {r.run_id: r.config for r in self.runs} if sweep else None
         check_output(self.output, self.run_id, self.config, self.input_spec.preset, lanes)
         if sweep:  # each scenario's run must be new or this sweep's own
-            fresh = not (Path(self.output) / "_work" / self.run_id / MANIFEST).is_file()
+            fresh = not storage.is_file(storage.join(self.output, "_work", self.run_id,
+                                                     MANIFEST))
             for r in self.runs:
                 check_output(self.output, r.run_id, r.config, self.input_spec.preset,
                              new=fresh)
         # Absolute: executors resolve the staging and window folders themselves, and on a
-        # cluster their working folder is not the driver's.
-        self.output = os.path.abspath(self.output)
+        # cluster their working folder is not the driver's (a URL stays as it is).
+        self.output = storage.absolute(self.output)
+        if storage.scheme(self.output) in storage.S3_SCHEMES:
+            from pipelines.spark_session import require_s3a
+
+            require_s3a(self.spark, self.output)
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
         self.pseudonymize = pseudonymizer(self.config)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
-        manifest = self.work_dir / MANIFEST
-        if not manifest.is_file():
-            manifest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = manifest.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"config": self.config.to_dict(),
-                                       "preset": self.input_spec.preset,
-                                       **({"lanes": {k: v.to_dict() for k, v in lanes.items()}}
-                                          if lanes else {})}, sort_keys=True))
-            tmp.replace(manifest)
+        manifest = storage.join(self.work_dir, MANIFEST)
+        if not storage.is_file(manifest):
+            storage.write_bytes(manifest, json.dumps(
+                {"config": self.config.to_dict(), "preset": self.input_spec.preset,
+                 **({"lanes": {k: v.to_dict() for k, v in lanes.items()}} if lanes else {})},
+                sort_keys=True).encode("utf-8"))
         self.state = self._load_state()
 
     # ---- paths --------------------------------------------------------------------------------
     @property
-    def work_dir(self) -> Path:
-        return Path(self.output) / "_work" / self.run_id
+    def work_dir(self) -> str:
+        """``<output>/_work/<run_id>`` (a path or a URL, as the output)."""
+        return storage.join(self.output, "_work", self.run_id)
 
     @property
     def checkpoint(self) -> str:
-        return str(self.work_dir / "checkpoint")
+        return storage.join(self.work_dir, "checkpoint")
 
     @property
     def staging(self) -> str:
-        return str(self.work_dir / "staging")
+        return storage.join(self.work_dir, "staging")
 
     # ---- state ------------------------------------------------------------------------------
-    def _state_file(self, batch_id: int) -> Path:
-        return self.work_dir / "state" / f"{batch_id:020d}.pkl"
+    def _state_file(self, batch_id: int) -> str:
+        return storage.join(self.work_dir, "state", f"{batch_id:020d}.pkl")
 
     def _load_state(self) -> ReplayState:
         """Latest committed state (the checkpoint decides which batches re-run)."""
@@ -313,22 +313,19 @@ class Replay:
 
     def _state_before(self, batch_id: int) -> ReplayState:
         """State committed by the last batch before ``batch_id`` (a re-run starts from it)."""
-        files = [f for f in sorted((self.work_dir / "state").glob("*.pkl"))
-                 if int(f.stem) < batch_id]
+        folder = storage.join(self.work_dir, "state")
+        files = [f for f in storage.list_files(folder, ".pkl")
+                 if int(f.removesuffix(".pkl")) < batch_id]
         if not files:
             return ReplayState()
-        with files[-1].open("rb") as fh:
-            state: ReplayState = pickle.load(fh)
+        state: ReplayState = pickle.loads(storage.read_bytes(storage.join(folder, files[-1])))
         return state
 
     def _save_state(self) -> int:
         """Write the state of the current batch; returns its size in bytes."""
-        path = self._state_file(self.state.batch_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
         blob = pickle.dumps(self.state)
-        tmp.write_bytes(blob)
-        tmp.replace(path)  # atomic: a state file is whole or absent
+        # atomic: a state file is whole or absent
+        storage.write_bytes(self._state_file(self.state.batch_id), blob)
         return len(blob)
 
     # ---- stage timings (wall clock; only in the ``runs`` table's ``timings``) -----------------
@@ -605,27 +602,25 @@ class Replay:
 keeps its read error): the executors write them as Parquet under
         ``_work/<run_id>/quarantine/<batch_id>``, the driver commits those files (never holding
         the rows) and removes them. Returns ``(records, late records)``."""
-        path = self.work_dir / "quarantine" / str(batch_id)
+        path = storage.join(self.work_dir, "quarantine", str(batch_id))
         if not self.config.output.quarantine_raw:  # only a digest of each record's text
             raw = F.col("raw_record")
             q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
                              .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
         q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
-            str(path))
+            path)
         n = _staged_rows(path)  # counted first: committing may move the files
-        late = (ds.dataset(str(path), format="parquet").count_rows(
-            filter=pc.field("reason") == LATE) if n else 0)
+        late = storage.count_rows(path, pc.field("reason") == LATE) if n else 0
         if n and self._one_commit:
             self._append_files("quarantine", {r.run_id: path for r in self.runs}, batch_id)
         elif n:
             for r in self.runs[:-1]:  # delta-rs may move the files into the table: a copy each
-                copy = path.with_name(f"{batch_id}.{r.run_id}")
-                shutil.rmtree(copy, ignore_errors=True)
-                shutil.copytree(path, copy)
+                copy = f"{path}.{r.run_id}"
+                storage.copy_dir(path, copy)
                 self.write_staged("quarantine", copy, batch_id, r.run_id)
-                shutil.rmtree(copy, ignore_errors=True)
+                storage.delete_dir(copy)
             self.write_staged("quarantine", path, batch_id, self.runs[-1].run_id)
-        shutil.rmtree(path, ignore_errors=True)
+        storage.delete_dir(path)
         return n, late
 
     def _stage(self, staged: DataFrame, batch_id: int) -> None:
@@ -775,8 +770,8 @@ keeps its read error): the executors write them as Parquet under
                              stages.StageSettings.from_config(r.config, self.state.first_event_ms),
                              lane.controllers, lane.batchers, lane.dispatchers)
                  for r in self.runs for lane in [self.state.lane(r.run_id)]]
-        out_dir = self.work_dir / "windows" / str(version)
-        shutil.rmtree(out_dir, ignore_errors=True)  # files of a run that crashed here
+        out_dir = storage.join(self.work_dir, "windows", str(version))
+        storage.delete_dir(out_dir)  # files of a run that crashed here
         windows, lo = [], self.state.horizon_ms
         for w, hi in enumerate(bounds):
             windows.append(stages.StageWindow(lo, hi, final and w == len(bounds) - 1))
@@ -785,7 +780,7 @@ keeps its read error): the executors write them as Parquet under
         self._tick()
         # every topic with a controller has staged messages: state.staged lists them all
         results = stages.topic_stage(self.spark, self.staging, self.state.staged, windows,
-                                     str(out_dir), lanes)
+                                     out_dir, lanes)
         seconds: dict[str, float] = {}
         by_lane = {}
         for lane in lanes:
@@ -795,8 +790,7 @@ keeps its read error): the executors write them as Parquet under
                 for stage, s in states.seconds.items():
                     seconds[stage] = seconds.get(stage, 0.0) + s
         self._attribute(time.perf_counter() - t0, seconds)
-        folders = {lane.run_id: Path(stages.lane_dir(str(out_dir), lane.run_id))
-                   for lane in lanes}
+        folders = {lane.run_id: stages.lane_dir(out_dir, lane.run_id) for lane in lanes}
         small = {lane.run_id: self._advance_lane(lane, by_lane[lane.run_id], windows,
                                                  folders[lane.run_id]) for lane in lanes}
         for table in ("segment_load", "autoscale_decisions"):
@@ -804,13 +798,14 @@ keeps its read error): the executors write them as Parquet under
         self._write_rows("segments", {r: f["segments"] for r, f in small.items()
                                       if f["segments"] is not None}, version, replace=True)
         for kind, table in stages.STAGE_KINDS.items():
-            self._append_files(table, {r: f / kind for r, f in folders.items()}, version)
-        shutil.rmtree(out_dir, ignore_errors=True)
+            self._append_files(table, {r: storage.join(f, kind) for r, f in folders.items()},
+                               version)
+        storage.delete_dir(out_dir)
         self.state.horizon_ms = windows[-1].hi_ms
 
     def _advance_lane(self, lane: stages.Lane, results: Sequence[stages.StageStates],
                       windows: Sequence[stages.StageWindow],
-                      out_dir: Path) -> dict[str, pd.DataFrame | None]:
+                      out_dir: str) -> dict[str, pd.DataFrame | None]:
         """Advance one run's state past consecutive windows (their state blobs ``results``,
         their files under ``out_dir``) and return its control-plane rows of them:
         ``segment_load``, ``autoscale_decisions`` and ``segments`` (the DAG's snapshot, or
@@ -827,8 +822,8 @@ keeps its read error): the executors write them as Parquet under
             if window.final or self.streaming:  # a snapshot of the DAG: replace the run's rows
                 segments = ctl.segments
         # counted before the commit: committing may move the files into the tables
-        state.add("entries", _staged_rows(out_dir / "entry"))
-        state.add("dispatched", _staged_rows(out_dir / "dispatch"))
+        state.add("entries", _staged_rows(storage.join(out_dir, "entry")))
+        state.add("dispatched", _staged_rows(storage.join(out_dir, "dispatch")))
         return {"segment_load": _concat(samples), "autoscale_decisions": _concat(decisions),
                 "segments": segments}
 
@@ -863,18 +858,18 @@ keeps its read error): the executors write them as Parquet under
                 self.store.append(table, data, app_id=app_id, version=version)
         _after_write(table, version)
 
-    def _append_files(self, table: str, parts: Mapping[str, Path], version: int) -> None:
+    def _append_files(self, table: str, parts: Mapping[str, str], version: int) -> None:
         """Append each run's Parquet files (``parts``: run_id → folder; missing folders
         skipped) to ``table``: one commit per run, or one for all (:attr:`_one_commit`)."""
         if not self._one_commit:
             for r, path in parts.items():
                 self.write_staged(table, path, version, r)
             return
-        parts = {r: p for r, p in parts.items() if p.is_dir()}
+        parts = {r: p for r, p in parts.items() if storage.is_dir(p)}
         if table not in self.config.output.tables or not parts:
             return
         with self._timed("delta_write"):
-            self.store.append_parquet_runs(table, {r: str(p) for r, p in parts.items()},
+            self.store.append_parquet_runs(table, dict(parts),
                                            app_id=table_app_id(self.run_id, table),
                                            version=version)
         _after_write(table, version)
@@ -891,14 +886,14 @@ keeps its read error): the executors write them as Parquet under
         if self._clock:
             self._clock[-1][1] += wall_s
 
-    def write_staged(self, table: str, path: Path, version: int, run_id: str) -> None:
+    def write_staged(self, table: str, path: str, version: int, run_id: str) -> None:
         """Idempotent append of the Parquet files under ``path`` (one kind of the topic stage's
         output, or a batch's quarantine) to ``table`` for run ``run_id``; nothing when the
         folder is missing."""
-        if table not in self.config.output.tables or not path.is_dir():
+        if table not in self.config.output.tables or not storage.is_dir(path):
             return
         with self._timed("delta_write"):
-            self.store.append_parquet(table, str(path), app_id=table_app_id(run_id, table),
+            self.store.append_parquet(table, path, app_id=table_app_id(run_id, table),
                                       version=version, constants={"run_id": run_id})
         _after_write(table, version)
 
@@ -988,9 +983,9 @@ def _staged_keyless(staging: str, batch_id: int) -> int:
     return n
 
 
-def _staged_rows(path: Path) -> int:
+def _staged_rows(path: str) -> int:
     """Rows of a window's staged output of one kind (0 when the kind had none)."""
-    return ds.dataset(str(path), format="parquet").count_rows() if path.is_dir() else 0
+    return storage.count_rows(path)
 
 
 def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any], engine: str,

@@ -37,7 +37,11 @@ Where the jars come from: ``make setup`` copies ``delta-spark_2.13`` and ``delta
 pinned ``delta-spark`` version from Maven Central into ``<repo>/.jars/delta-<version>/``
 (:func:`delta_jars`; ``TOPIC_REPLAY_DELTA_JARS`` names another folder). When this process starts
 the driver JVM itself, ``build_session`` adds them to ``spark.jars``; under ``spark-submit`` the
-JVM already exists and the jars must come from ``--jars`` / ``--packages``.
+JVM already exists and the jars must come from ``--jars`` / ``--packages``. The same goes for
+the ``s3a://`` jars (hadoop-aws and the AWS SDK's S3 modules, :func:`s3a_jars`, in
+``.jars/s3a-<Hadoop version>/``); with them, the ``AWS_*`` variables' endpoint and region
+become ``spark.hadoop.fs.s3a.*`` settings (:func:`pipelines.storage.spark_s3a_conf`;
+docs/storage.md).
 """
 
 from __future__ import annotations
@@ -214,6 +218,52 @@ def delta_jars() -> list[str]:
             return []
         folder = str(Path(__file__).resolve().parents[1] / ".jars" / f"delta-{v}")
     return sorted(str(p) for p in Path(folder).glob("*.jar"))
+
+
+S3A_JARS_ENV = "TOPIC_REPLAY_S3A_JARS"
+"""Environment variable naming a folder of s3a jars to use instead of ``.jars/s3a-<v>``."""
+
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def pyspark_hadoop_version() -> str | None:
+    """The Hadoop version pyspark bundles (``hadoop-client-api-<v>.jar`` in its ``jars``
+    folder), e.g. ``"3.4.2"``; ``None`` when not found."""
+    import pyspark
+
+    for jar in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"):
+        return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    return None
+
+
+def s3a_jars() -> list[str]:
+    """The s3a jars ``make setup`` fetched (hadoop-aws and the AWS SDK's S3 modules, absolute
+    paths, sorted; ``[]`` when none): ``$TOPIC_REPLAY_S3A_JARS``, else
+    ``<repo>/.jars/s3a-<v>`` where ``<v>`` is pyspark's Hadoop version (so hadoop-aws always
+    matches the Hadoop classes it runs with; docs/storage.md)."""
+    folder = os.environ.get(S3A_JARS_ENV)
+    if not folder:
+        v = pyspark_hadoop_version()
+        if v is None:  # pragma: no cover - pyspark always bundles Hadoop
+            return []
+        folder = str(Path(__file__).resolve().parents[1] / ".jars" / f"s3a-{v}")
+    return sorted(str(p) for p in Path(folder).glob("*.jar"))
+
+
+def require_s3a(spark: SparkSession, location: str) -> None:
+    """Raise :class:`pipelines.storage.StorageError` (one sentence) when ``spark``'s driver
+    cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
+    ``s3://`` URL) needs."""
+    from pipelines.storage import StorageError
+
+    jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
+    if jvm is not None and _jvm_class_loadable(jvm, S3A_CLASS):
+        return
+    raise StorageError(f"output {location} needs Spark's S3A filesystem (hadoop-aws), which "
+                       f"this session cannot load; run `make s3a-jars` (Maven Central) or give "
+                       f"spark-submit --packages org.apache.hadoop:hadoop-aws:"
+                       f"{pyspark_hadoop_version() or '<Spark Hadoop version>'} "
+                       f"(docs/storage.md)")
 
 
 def _jvm_started() -> bool:
@@ -397,7 +447,12 @@ def build_session(
 
     for k, v in local_worker_conf(settings.get("spark.master")).items():
         settings.setdefault(k, v)
-    jars = delta_jars()
+    jars = [*delta_jars(), *s3a_jars()]
+    if s3a_jars():  # endpoint and region of s3a:// from the AWS_* variables (docs/storage.md)
+        from pipelines.storage import spark_s3a_conf
+
+        for k, v in spark_s3a_conf().items():
+            settings.setdefault(k, v)
     if jars and not _jvm_started():
         have = [j for j in settings.get("spark.jars", "").split(",") if j]
         settings["spark.jars"] = ",".join([*have, *(j for j in jars if j not in have)])

@@ -694,10 +694,10 @@ class FrameWriter:
         """Append a topic's window of output frames (``_kind`` → pandas frame or pyarrow
         table; empty ones skipped)."""
         import pyarrow as pa
-        import pyarrow.fs as pafs
         import pyarrow.parquet as pq
 
-        from pipelines.delta_io import conform_arrow, fs_uri
+        from pipelines.delta_io import conform_arrow
+        from pipelines.storage import arrow_filesystem
 
         for kind, df in frames.items():
             if not len(df):
@@ -712,7 +712,7 @@ class FrameWriter:
                                   else df[[c for c in taken if c in df.columns]],
                                   columns=columns)
             if (topic, kind) not in self.files:
-                fs, path = pafs.FileSystem.from_uri(fs_uri(staged_file(self.out_dir, kind, topic)))
+                fs, path = arrow_filesystem(staged_file(self.out_dir, kind, topic))
                 folder, name = path.rsplit("/", 1)
                 fs.create_dir(folder, recursive=True)
                 tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
@@ -785,13 +785,12 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,
     raw value is staged). Returns topic → messages written. pyarrow's C++ writer, on the
     Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
     import pyarrow as pa
-    import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from pipelines.delta_io import fs_uri
+    from pipelines.storage import arrow_filesystem
     from pipelines.udfs import key_hashes_arrow
 
-    fs, root = pafs.FileSystem.from_uri(fs_uri(folder))
+    fs, root = arrow_filesystem(folder)
     size = STAGING_ROW_GROUP_ROWS
     pending: dict[str, list[Any]] = {}
     counts: dict[str, int] = {}
@@ -847,9 +846,9 @@ def staged_files(folder: str) -> Iterator[Any]:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
 
-    from pipelines.delta_io import fs_uri
+    from pipelines.storage import arrow_filesystem
 
-    fs, path = pafs.FileSystem.from_uri(fs_uri(folder))
+    fs, path = arrow_filesystem(folder)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     for info in sorted(infos, key=lambda i: i.path):
         name = info.base_name
@@ -919,11 +918,10 @@ def _staged_dataset(staging: str) -> Any:
     """The staging folder as a pyarrow dataset (its files listed once)."""
     import pyarrow as pa
     import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
 
-    from pipelines.delta_io import fs_uri
+    from pipelines.storage import arrow_filesystem
 
-    fs, path = pafs.FileSystem.from_uri(fs_uri(staging))
+    fs, path = arrow_filesystem(staging)
     partitioning = ds.partitioning(
         pa.schema([("batch_id", pa.int64()), (STAGING_TOPIC_COLUMN, pa.string())]),
         flavor="hive")
@@ -988,10 +986,10 @@ def stage_batch(accepted: Any, staging: str, batch_id: int,
     import pyarrow as pa
     import pyarrow.fs as pafs
 
-    from pipelines.delta_io import fs_uri
+    from pipelines.storage import arrow_filesystem
 
     folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
-    fs, path = pafs.FileSystem.from_uri(fs_uri(folder))
+    fs, path = arrow_filesystem(folder)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
     fs.create_dir(path, recursive=True)

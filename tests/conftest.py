@@ -4,12 +4,19 @@
 2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter, the Delta
 jars of ``make setup`` when present (all via ``pipelines.spark_session.build_session``). Tests
 that use it should be marked ``spark``.
+
+``s3_endpoint``: an S3-compatible server (moto's server mode) on 127.0.0.1, per module.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +70,46 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+MOTO_HOST = "127.0.0.1"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint(tmp_path_factory) -> Iterator[str]:
+    """``http://127.0.0.1:<port>`` of a moto S3 server in its own process (stopped by pid).
+    Its own process: delta-rs holds the GIL while it waits for a reply, so a server thread in
+    this process would never answer it."""
+    server = Path(sys.executable).with_name("moto_server")
+    if not server.exists():
+        pytest.skip("no moto_server (the dev extras install moto[server])")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([str(server), "-H", MOTO_HOST, "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    endpoint = f"http://{MOTO_HOST}:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"moto_server exited: {log.read_text()}") from None
+                time.sleep(0.1)
+        else:
+            raise RuntimeError(f"moto_server did not answer: {log.read_text()}")
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS's choice)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((MOTO_HOST, 0))
+        return int(s.getsockname()[1])

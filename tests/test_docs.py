@@ -38,7 +38,7 @@ def test_code_cites_docs_design_not_an_outside_design_file():
 
 
 @pytest.mark.parametrize("doc", ["architecture", "design", "tables", "guarantees",
-                                 "performance", "whatif"])
+                                 "performance", "whatif", "storage"])
 def test_docs_linked_from_the_readme_exist(doc):
     assert f"docs/{doc}.md" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert (ROOT / "docs" / f"{doc}.md").is_file()

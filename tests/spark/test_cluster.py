@@ -103,14 +103,17 @@ def test_replay_output_given_relative_is_made_absolute(spark, tmp_path, monkeypa
                                      str(tmp_path / "out" / "_work" / "rel" / "staging"))
 
 
-@pytest.mark.parametrize("output", ["s3://bucket/replay", "hdfs://nn:8020/replay",
-                                    "abfss://c@a.dfs.core.windows.net/r", "file:///tmp/replay",
-                                    "file:/tmp/replay"])
-def test_output_uri_is_refused(output):
-    with pytest.raises(OutputConflictError, match="is a URI"):
+@pytest.mark.parametrize("output, problem", [
+    ("hdfs://nn:8020/replay", "scheme hdfs:// , which is not supported"),
+    ("file:///tmp/replay", "is a file: URL"),
+    ("file:/tmp/replay", "is a file: URL")])
+def test_output_url_of_an_unsupported_scheme_is_refused(output, problem):
+    with pytest.raises(OutputConflictError, match=problem.replace(" ,", ",")):
         check_output_path(output)
 
 
-@pytest.mark.parametrize("output", ["out/sample", "/mnt/shared/replay", "./x:y"])
-def test_output_path_is_accepted(output):
+@pytest.mark.parametrize("output", ["out/sample", "/mnt/shared/replay", "./x:y",
+                                    "s3a://bucket/replay", "s3://bucket/replay",
+                                    "gs://bucket/replay", "abfss://c@a.dfs.core.windows.net/r"])
+def test_output_path_or_object_store_url_is_accepted(output):
     check_output_path(output)
