@@ -51,11 +51,14 @@ class ConnectServer:
         from tests.spark.conftest import StandaloneCluster
 
         env = StandaloneCluster(self.root).env()  # 127.0.0.1, this interpreter, empty conf
+        for daemon_only in ("SPARK_DAEMON_MEMORY", "SPARK_DAEMON_JAVA_OPTS"):
+            env.pop(daemon_only)  # the server is a driver: it takes --driver-memory
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 ["bash", str(Path(self.spark_home) / "bin" / "spark-class"),
                  "org.apache.spark.deploy.SparkSubmit", "--class", SERVER_CLASS,
-                 "--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
+                 "--master", "local[2]", "--driver-memory", "1g",
+                 "--conf", f"spark.pyspark.python={sys.executable}",
                  "--conf", f"spark.connect.grpc.binding.address={LOOPBACK}",
                  "--conf", f"spark.connect.grpc.binding.port={self.port}",
                  "--conf", "spark.sql.session.timeZone=UTC", "--conf", "spark.ui.enabled=false",
