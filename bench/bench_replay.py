@@ -35,6 +35,7 @@ does only that and adds the profile to the day's results file.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -584,7 +585,7 @@ def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
         if loc["status"] == "ok":
             try:
                 loc["counts"] = read_counts(out, run_id)
-            except Exception as exc:  # noqa: BLE001 - the table shape is the other engine's
+            except Exception as exc:
                 loc["counts"] = {"error": str(exc)[:200]}
         result["local"] = loc
         log(f"[{label(size)}]   {loc['status']} in {loc['wall_s']} s")
@@ -678,9 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("psutil") is None:
         print("bench: error: psutil is missing; install the bench extra: "
               ".venv/bin/pip install -e '.[bench]'", file=sys.stderr)
         return 2

@@ -330,7 +330,7 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
         "topics": summary["topics"],
         "segments_max": int(total["active_segments"].max()) if len(total) else 0,
         "segments_final": int(total["active_segments"].iloc[-1]) if len(total) else 0,
-        "segments_created": int(len(tables.segments)),
+        "segments_created": len(tables.segments),
         "buckets_max": int(total["buckets"].max()) if len(total) else 0,
         "buckets_final": int(total["buckets"].iloc[-1]) if len(total) else 0,
         "splits": summary["splits"],
@@ -347,7 +347,7 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
         "consumers": len(consumers),
         "max_consumer_share": round(float(shares["share"].max()), 4) if len(shares) else None,
         "idle_consumers": sum(1 for c in consumers if c not in delivered),
-        "handoffs": int(len(withheld)),
+        "handoffs": len(withheld),
         "withheld_bucket_s": round(float(withheld["withheld_s"].sum()), 3),
         "sealed_segments": int(tables.segments["sealed_at"].notna().sum()),
         "drain_max_s": (round(float(per_segment["drain_s"].max()), 3)

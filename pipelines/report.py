@@ -34,22 +34,22 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.ticker as mticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import matplotlib.dates as mdates
+import matplotlib.ticker as mticker
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-from pipelines.compare import (  # noqa: E402
+from pipelines.compare import (
     RunTables,
     consumer_shares,
     drain_times,
     layout_timeline,
     withheld_intervals,
 )
-from pipelines.delta_io import DeltaStore  # noqa: E402
+from pipelines.delta_io import DeltaStore
 
 MAX_TOPICS = 6
 """Most topics drawn individually in per-topic figures (the busiest; the rest are summed)."""

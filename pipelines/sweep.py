@@ -221,7 +221,7 @@ def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], i
     timeline = layout_timeline(segments)
     out: dict[str, float] = {}
     for topic, g in timeline.groupby("topic", sort=True):
-        times = list(g["time"]) + [end if end is not None else g["time"].iloc[-1]]
+        times = [*list(g["time"]), end if end is not None else g["time"].iloc[-1]]
         at_max = g["active_segments"].to_numpy() >= max_segments(str(topic))
         seconds = sum((times[i + 1] - times[i]).total_seconds()
                       for i in range(len(g)) if at_max[i] and times[i + 1] > times[i])

@@ -433,7 +433,7 @@ def latest_validation(store: Any, run_id: str) -> dict[str, Any] | None:
     last = done[done["validation_id"] == done["validation_id"].max()]
     failed = last[~last["success"]]
     return {"validation_id": int(last["validation_id"].iloc[0]),
-            "expectations": int(len(last)),
+            "expectations": len(last),
             "failed": [describe(r) for r in failed.to_dict("records")]}
 
 

@@ -505,7 +505,7 @@ def test_omb_zero_producer_rate_is_rejected(tmp_path: Path) -> None:
 
 
 def test_omb_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="producerRat\\b"):
+    with pytest.raises(ValidationError, match=r"producerRat\b"):
         load_omb_workload(write_omb(tmp_path, OMB_YAML + "producerRat: 5\n"))
 
 

@@ -90,7 +90,7 @@ def test_sweep_parameters_are_the_settings_that_vary():
 def test_a_scenario_without_a_key_counts_as_its_own_value():
     frame = sweeps([("base", {}, {}), ("low", {SPLIT: 500}, {})])
     assert sweep_parameters(frame) == [SPLIT]
-    xs, ys, z, run_ids, _ = heatmap_grid(frame.assign(settings=[
+    xs, _ys, _z, run_ids, _ = heatmap_grid(frame.assign(settings=[
         json.dumps({"(all)": "all"}), json.dumps({SPLIT: 500, "(all)": "all"})]),
         SPLIT, "(all)", "flaps")
     assert xs == ["500", "(unset)"]
@@ -172,8 +172,8 @@ def test_pareto_figure_leaves_out_scenarios_without_a_value_and_says_so():
 ])
 def test_sweep_figures_are_a_heat_map_per_parameter_pair_then_two_pareto_views(frame, titles):
     got = [title for title, _ in sweep_figures(frame)]
-    assert got == titles + ["Pareto: withheld_bucket_s vs entries_per_message",
-                            "Pareto: drain_max_s vs entries_per_message"]
+    assert got == [*titles, "Pareto: withheld_bucket_s vs entries_per_message",
+                   "Pareto: drain_max_s vs entries_per_message"]
 
 
 @pytest.mark.parametrize("frame, message", [

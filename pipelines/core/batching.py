@@ -709,5 +709,17 @@ def _empty_entries() -> dict[str, np.ndarray]:
     return out
 
 
-__all__ = ["BatchingConfig", "BatchingMode", "BatchResult", "CLOSE_REASONS", "ContainerState",
-           "ENTRY_COLUMNS", "MAX_HASH", "Messages", "NO_TASK", "Reroute", "batch", "reroutes"]
+__all__ = [
+    "CLOSE_REASONS",
+    "ENTRY_COLUMNS",
+    "MAX_HASH",
+    "NO_TASK",
+    "BatchResult",
+    "BatchingConfig",
+    "BatchingMode",
+    "ContainerState",
+    "Messages",
+    "Reroute",
+    "batch",
+    "reroutes",
+]

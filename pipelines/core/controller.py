@@ -136,7 +136,7 @@ class SubscriptionSpec:
 class ControllerSettings:
     """Topic-level settings of the controller (times in event-time ms)."""
 
-    policy: AutoScaleConfig = AutoScaleConfig()
+    policy: AutoScaleConfig = field(default_factory=AutoScaleConfig)
     initial_segments: int = 1
     bucket_budget: int = 4
     auto_scale_interval_ms: int = 60_000

@@ -384,8 +384,20 @@ class DispatchStats:
 
 
 class _Entry:
-    __slots__ = ("seq", "publish", "segment_id", "bucket", "n", "nbytes", "producer", "entry_id",
-                 "consumer", "dispatch_time", "ack_time", "deliveries")
+    __slots__ = (
+        "ack_time",
+        "bucket",
+        "consumer",
+        "deliveries",
+        "dispatch_time",
+        "entry_id",
+        "n",
+        "nbytes",
+        "producer",
+        "publish",
+        "segment_id",
+        "seq",
+    )
 
     def __init__(self, seq: int, publish: int, segment_id: int, bucket: int, n: int, nbytes: int,
                  producer: str, entry_id: int) -> None:
@@ -408,8 +420,14 @@ _OpenHandoff = tuple[str, str, int, int, int]
 
 
 class _Bucket:
-    __slots__ = ("pending", "pending_msgs", "holder", "unacked_entries", "unacked_msgs",
-                 "open_handoff")
+    __slots__ = (
+        "holder",
+        "open_handoff",
+        "pending",
+        "pending_msgs",
+        "unacked_entries",
+        "unacked_msgs",
+    )
 
     def __init__(self) -> None:
         self.pending: deque[_Entry] = deque()
@@ -424,8 +442,22 @@ class _Bucket:
 
 
 class _Consumer:
-    __slots__ = ("spec", "name", "connected", "free_at", "period_start", "period_msgs", "gen",
-                 "unacked", "ready", "win_msgs", "win_bytes", "win_busy", "cap_num", "cap_den")
+    __slots__ = (
+        "cap_den",
+        "cap_num",
+        "connected",
+        "free_at",
+        "gen",
+        "name",
+        "period_msgs",
+        "period_start",
+        "ready",
+        "spec",
+        "unacked",
+        "win_busy",
+        "win_bytes",
+        "win_msgs",
+    )
 
     def __init__(self, spec: ConsumerSpec) -> None:
         self.spec = spec
@@ -867,7 +899,7 @@ class SubscriptionDispatcher:
         first = True
         while True:
             while heap and heap[0][0] == t:
-                _, phase, _, obj, num = heapq.heappop(heap)
+                _, _phase, _, obj, num = heapq.heappop(heap)
                 if isinstance(obj, _Entry):
                     self._ack(obj, num, t)
                 else:

@@ -36,8 +36,8 @@ except ImportError:  # pragma: no cover - pyarrow is a project dependency
     _HAVE_ARROW = False
 
 __all__ = [
-    "ConsistentHashRing",
     "NONE_KEY",
+    "ConsistentHashRing",
     "bucket_hash",
     "bucket_hash_array",
     "classic_hash",

@@ -71,7 +71,7 @@ def test_load_split_applies_to_messages_from_evaluation_time_on():
     ev, sh, hb = traffic(100, 0, 130_000)
     routed = run(c, ev, sh, hb)
     decisions, _ = c.take_outputs()
-    assert [(d["eval_time_ms"], d["action"], d["reason"]) for d in decisions][0] == (
+    assert next((d["eval_time_ms"], d["action"], d["reason"]) for d in decisions) == (
         60_000, "split", "msgRateIn")
     assert set(routed.segment_id[ev < 60_000].tolist()) == {0}
     assert set(routed.segment_id[(ev >= 60_000) & (ev < 120_000)].tolist()) == {1, 2}
@@ -120,8 +120,7 @@ def test_load_samples_written_only_on_material_change():
 
 
 def test_msg_rate_out_counts_connected_subscriptions():
-    subs = stream_sub(0) + (SubscriptionSpec("q", SubscriptionType.QUEUE,
-                                             (ConsumerSpec("q1", 0),)),)
+    subs = (*stream_sub(0), SubscriptionSpec("q", SubscriptionType.QUEUE, (ConsumerSpec("q1", 0),)))
     c = TopicController("t", ControllerSettings(policy=AutoScaleConfig(enabled=False)), subs)
     ev, sh, hb = traffic(10, 0, 70_000)
     run(c, ev, sh, hb)
