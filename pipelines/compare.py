@@ -435,7 +435,7 @@ def check_reuse(store: DeltaStore, prepared: PreparedScenario, inputs: Sequence[
         what = "config" if not same_config else "inputs"
         raise ScenarioError(f"run {prepared.scenario.name} already exists in {store.root} with "
                             f"other {what}; pick another scenario name or output directory")
-    return row["status"] == "finished"
+    return bool(row["status"] == "finished")
 
 
 def _prefixed(name: str) -> Callable[[object], None]:

@@ -239,7 +239,8 @@ class DiurnalRate(_RateBase):
 
     def base_rate(self, t: FloatArray) -> FloatArray:
         angle = 2.0 * np.pi * (t - self.phase_s) / self.period_s
-        return self.mean * (1.0 + self.amplitude * np.cos(angle))
+        rate: FloatArray = self.mean * (1.0 + self.amplitude * np.cos(angle))
+        return rate
 
 
 RateSpec = Annotated[ConstantRate | StepsRate | DiurnalRate, Field(discriminator="kind")]

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
@@ -469,8 +470,8 @@ def _label(v: Any) -> str:
 
 
 def heatmap_grid(sweeps: pd.DataFrame, x_param: str, y_param: str,
-                 metric: str) -> tuple[list[str], list[str], np.ndarray, list[list[Any]],
-                                       np.ndarray]:
+                 metric: str) -> tuple[list[str], list[str], npt.NDArray[np.float64],
+                                       list[list[Any]], npt.NDArray[np.int_]]:
     """One metric over a pair of parameters.
 
     Returns ``(x_labels, y_labels, z, run_ids, counts)``: labels are the parameters' values
@@ -551,7 +552,7 @@ def fig_heatmap(sweeps: pd.DataFrame, x_param: str, y_param: str,
     return fig
 
 
-def pareto_front(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
+def pareto_front(x: Sequence[float], y: Sequence[float]) -> npt.NDArray[np.bool_]:
     """Boolean mask of the Pareto-optimal points when both ``x`` and ``y`` are minimized: a point
     is on the front when no other point is ≤ in both and < in one. Points with a NaN in either
     are never on the front; equal points are all on it. Shape: ``(len(x),)``."""

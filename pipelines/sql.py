@@ -99,7 +99,7 @@ def format_rows(rows: pd.DataFrame, fmt: str) -> str:
         text = rows.to_string(index=False, na_rep="NULL", max_colwidth=60)
         return f"{text}\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
     if fmt == "csv":
-        return rows.to_csv(index=False).rstrip("\n")
+        return str(rows.to_csv(index=False)).rstrip("\n")
     if fmt == "json":
         return "\n".join(json.dumps({c: _cell(v) for c, v in zip(rows.columns, r, strict=True)},
                                     default=str)

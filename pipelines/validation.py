@@ -140,7 +140,7 @@ def suites() -> dict[str, list[Any]]:
     def at_least(minimum: int, *cols: str) -> list[Any]:
         return [gxe.ExpectColumnValuesToBeBetween(column=c, min_value=minimum) for c in cols]
 
-    def in_set(col: str, values: Sequence[str]) -> Any:
+    def in_set(col: str, values: Sequence[str | bool]) -> Any:
         return gxe.ExpectColumnValuesToBeInSet(column=col, value_set=sorted(set(values)))
 
     def a_ge_b(a: str, b: str, strict: bool = False) -> Any:

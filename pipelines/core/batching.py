@@ -71,6 +71,8 @@ from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 
 I64 = npt.NDArray[np.int64]
+Column = npt.NDArray[np.generic]
+"""One column of the entries table (int32, int64 or object, by column; ENTRY_COLUMNS)."""
 
 
 class BatchingMode(StrEnum):
@@ -261,7 +263,7 @@ class BatchResult:
     time_ms: I64
     resent: I64
     epoch: I64
-    entries: dict[str, np.ndarray]
+    entries: dict[str, Column]
     state: ContainerState
     entries_per_producer: I64
 
@@ -629,10 +631,11 @@ class _ContainerSearch:
         rank = self.rank[at]
         v = np.clip(value - self.lo, 0, self.width - 1)
         pos = np.searchsorted(self.flat, rank * self.width + v, side="left").astype(np.int64)
-        return np.minimum(np.maximum(pos, at), self.ends_of[at])
+        out: I64 = np.minimum(np.maximum(pos, at), self.ends_of[at])
+        return out
 
 
-def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
+def _entries(run: _Run, entry_of: I64) -> dict[str, Column]:
     """The sent batches' inner batches as entries, by producer and send order; fills
     ``entry_of`` (message → entry row)."""
     m = run.m
@@ -674,7 +677,7 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
                                   | (group[1:] != group[:-1])])
     e_batch = batch_of[starts]
     seqs = run.seq[msg]
-    cols: dict[str, np.ndarray] = {
+    cols: dict[str, Column] = {
         "producer": m.producer[msg[starts]],
         "segment_id": m.segment_id[msg[starts]],
         "bucket_index": np.minimum.reduceat(m.bucket_index[msg], starts).astype(np.int32),
@@ -701,8 +704,8 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
     return cols
 
 
-def _empty_entries() -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {c: _i64() for c in ENTRY_COLUMNS}
+def _empty_entries() -> dict[str, Column]:
+    out: dict[str, Column] = {c: _i64() for c in ENTRY_COLUMNS}
     for c in ("bucket_index", "entry_hash_min", "entry_hash_max"):
         out[c] = np.zeros(0, dtype=np.int32)
     out["close_reason"] = np.zeros(0, dtype=object)
