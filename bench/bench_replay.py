@@ -52,8 +52,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyspark
+from deltalake import DeltaTable
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from pipelines.generator import generate, load_spec  # noqa: E402 - on sys.path from above
 
 TOTAL_RATE = 2780.0
 """msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""
@@ -336,7 +341,7 @@ class TreeSampler(threading.Thread):
 
     def __init__(self, pid: int, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
-        import psutil
+        import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
         self.psutil = psutil
         self.root = psutil.Process(pid)
@@ -428,7 +433,7 @@ def run_measured(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = 
 
 def _kill_tree(pid: int) -> None:
     """Kill the job ``pid`` and its descendants (processes this benchmark started)."""
-    import psutil
+    import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
     try:
         root = psutil.Process(pid)
@@ -445,7 +450,6 @@ def _kill_tree(pid: int) -> None:
 def generate_input(size: int, folder: Path) -> dict[str, Any]:
     """Generate ``size`` (about: Poisson arrivals) messages of ``bench/workload.yaml`` into
     ``folder``; returns ``{messages, files, bytes, duration_s, generate_s}``."""
-    from pipelines.generator import generate, load_spec
 
     spec = load_spec(ROOT / "bench" / "workload.yaml")
     duration = max(1, round(size / TOTAL_RATE))
@@ -461,7 +465,6 @@ def read_stage_timings(output: Path, run_id: str) -> dict[str, float | None]:
     """Per-stage seconds of a finished Spark replay from its ``runs`` table (``timings`` JSON:
     ``wall_s`` and ``<stage>_s``); ``other`` = wall minus the stages (query start, listing,
     state files). Missing stages are ``None``."""
-    from deltalake import DeltaTable
 
     runs = DeltaTable(str(output / "runs")).to_pandas()
     runs = runs[runs["run_id"] == run_id]
@@ -477,7 +480,6 @@ def read_stage_timings(output: Path, run_id: str) -> dict[str, float | None]:
 
 def read_counts(output: Path, run_id: str) -> dict[str, int]:
     """``counts`` JSON of the run's ``runs`` row (accepted, quarantined, entries, …)."""
-    from deltalake import DeltaTable
 
     runs = DeltaTable(str(output / "runs")).to_pandas()
     runs = runs[runs["run_id"] == run_id]
@@ -566,7 +568,7 @@ def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
     if save is not None:
         save(result)
 
-    import psutil
+    import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
     need = local_memory_estimate_mb(size, done)
     avail = psutil.virtual_memory().available / MB
@@ -622,8 +624,7 @@ def write_results(path: Path, doc: Mapping[str, Any]) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    import psutil
-    import pyspark
+    import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
     return {
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

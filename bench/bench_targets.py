@@ -41,6 +41,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_replay as br  # noqa: E402 - found through the sys.path entry above
 
+from pipelines.generator import generate, load_spec  # noqa: E402 - as above
+
 MANY_MESSAGES = 1_000_000
 MANY_PRODUCERS = 100_000
 FEW_PRODUCERS = 50
@@ -190,7 +192,6 @@ def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
     in-process engine when ``local``); returns ``{messages, producers, topics, input, spark,
     local}`` (jobs as :func:`bench_replay.run_measured` results, the Spark one with
     ``stages_s`` and ``counts``). ``overrides``: extra ``--set KEY=VALUE`` of both replays."""
-    from pipelines.generator import generate
 
     folder = data_dir / f"target-{name}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -288,7 +289,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"bench-targets: error: {exc}", file=sys.stderr)
         return 2
-    from pipelines.generator import load_spec
 
     cli = Path(sys.executable).parent / "topic-replay"
     local = not args.no_local and br.local_engine_available(cli)

@@ -61,9 +61,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import StructType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from pipelines.spark_session import build_session  # noqa: E402 - on sys.path from above
 
 MAX_MESSAGES = 100
 DELAY_MS = 100
@@ -115,7 +120,6 @@ def _write(path: Path, key: list[str], t_ms: np.ndarray, size: np.ndarray) -> No
 
 
 def _processor_class() -> Any:
-    from pyspark.sql.streaming import StatefulProcessor
 
     class OpenBatchProcessor(StatefulProcessor):
         """Per key: close batches at MAX_MESSAGES or first + DELAY_MS; the open batch in a
@@ -202,7 +206,6 @@ def _processor_class() -> Any:
 
 
 def session(partitions: int, log: Path) -> Any:
-    from pipelines.spark_session import build_session
 
     return build_session("spike-tws", "local[2]", partitions, {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
@@ -215,7 +218,6 @@ def run_query(spark: Any, inp: Path, out: Path, ckpt: Path, name: str) -> dict[s
     """Run the spike query once with ``availableNow`` to its end; returns wall seconds (from
     building the query to its end), per-batch ``triggerExecution`` ms, rows and the last
     progress's state operator metrics."""
-    from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL("key string, event_time timestamp, size long")
     t0 = time.perf_counter()
@@ -327,9 +329,6 @@ def chain_test(spark: Any, data: Path) -> dict[str, Any]:
     same query (the control plane → batching hand-over)? Operator 1 (by key) emits one
     ``layout`` row per input row with ``size > 1900``; the union with the messages is grouped by
     ``shard`` (key mod 4) into operator 2, which counts rows by kind."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming import StatefulProcessor
-    from pyspark.sql.types import StructType
 
     class Control(StatefulProcessor):
         def init(self, handle: Any) -> None:

@@ -53,7 +53,7 @@ def _markdown(text: str) -> str:
 def render() -> str:
     """The whole of docs/tables.md."""
     sys.path.insert(0, str(ROOT))
-    from pipelines import schemas
+    from pipelines import schemas  # noqa: PLC0415 - importable once ROOT is on sys.path
 
     docs = _docstrings()
     names = {id(getattr(schemas, n)): n for n in docs if hasattr(schemas, n)}

@@ -26,6 +26,8 @@ import yaml
 from pipelines.config import run_identity
 from pipelines.core.dispatch import reader_subscription
 from pipelines.delta_io import DeltaStore
+from pipelines.ingest import resolve_input_spec
+from pipelines.replay import Replay, run_summary
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A scenario name (= its run_id and a folder name under ``DIR/_work``)."""
@@ -306,8 +308,6 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
     delivered no message; withheld bucket-seconds sum :func:`withheld_intervals`; drain times
     come from :func:`drain_times`. Missing data gives ``None`` (0 for counts).
     """
-    from pipelines.replay import run_summary
-
     summary = run_summary(tables.store, tables.run_id)
     config = tables.config
     total = _total_timeline(layout_timeline(tables.segments))
@@ -454,9 +454,6 @@ def replay_scenarios(spark: Any, prepared: Sequence[PreparedScenario], inputs: S
     not replayed again (:func:`check_reuse`). Everything is written under ``output`` (tables and
     each run's ``_work`` folder); nothing else is touched.
     """
-    from pipelines.ingest import resolve_input_spec
-    from pipelines.replay import Replay
-
     store = DeltaStore(output, engine="delta-rs")
     for p in prepared:
         name = p.scenario.name

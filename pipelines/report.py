@@ -32,6 +32,9 @@ from typing import Any
 
 import matplotlib
 
+from pipelines.compare import format_cell
+from pipelines.config import parse_config
+
 matplotlib.use("Agg")
 
 import matplotlib.dates as mdates
@@ -126,8 +129,6 @@ def _empty_note(ax: Any, text: str) -> None:
 def _thresholds(config: dict[str, Any], topic: str) -> tuple[float | None, float | None]:
     """(split_msg_rate_in, merge_msg_rate_in) in force for ``topic`` (overrides resolved)."""
     try:
-        from pipelines.config import parse_config
-
         policy = parse_config(config).policy_for(topic)
         return float(policy.split_msg_rate_in), float(policy.merge_msg_rate_in)
     except Exception:  # a config written by another version: broker level as stored
@@ -576,8 +577,6 @@ figure{margin:.5em 0 1.5em}figcaption{font-size:.85em;color:#555}img{max-width:1
 
 
 def _fmt(v: Any) -> str:
-    from pipelines.compare import format_cell
-
     return html.escape(format_cell(v.item() if isinstance(v, np.generic) else v))
 
 
@@ -606,7 +605,8 @@ def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
     ``<key>.png``. Returns ``{"html": path, "figures": n on the page, "interactive": n,
     "images": n, "metrics": {run_id: run_metrics}}``.
     """
-    from pipelines.interactive import write_run_page
+    # pipelines.interactive imports this module (its static figures): import it on use
+    from pipelines.interactive import write_run_page  # noqa: PLC0415
 
     store = DeltaStore(output, engine="delta-rs")
     return write_run_page(store, run_ids, html_path, png_dir=png_dir)

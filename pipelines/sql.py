@@ -16,9 +16,11 @@ Usage examples are in docs/delta.md.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pandas as pd
+from pyspark.errors import PySparkException
 
 from pipelines.delta_io import DeltaStore
 from pipelines.schemas import table_names
@@ -59,9 +61,6 @@ def run_query(spark: Any, query: str, limit: int | None) -> tuple[pd.DataFrame, 
     Returns ``(rows, truncated)``: ``truncated`` is True when the result had more rows than
     ``limit``. Raises :class:`QueryError` with Spark's message when Spark rejects the query.
     """
-    import logging
-
-    from pyspark.errors import PySparkException
 
     # pyspark logs a failed query's context as an ERROR line of JSON; the message suffices
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)

@@ -34,7 +34,9 @@ from pipelines.compare import (
     layout_timeline,
     run_metrics,
 )
+from pipelines.config import parse_config
 from pipelines.delta_io import DeltaStore, table_app_id
+from pipelines.replay import Replay, RunSpec
 
 INGEST_KEYS: tuple[str, ...] = ("input", "output", "console", "replay.speed",
                                 "replay.allowed_lateness_s", "replay.max_files_per_trigger",
@@ -232,8 +234,6 @@ def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], i
 def sweep_row(tables: RunTables, sweep_id: str, settings: Mapping[str, Any],
               flap_window_s: int) -> dict[str, Any]:
     """One ``sweeps`` row (columns of ``pipelines.schemas.SWEEPS``) of one scenario's run."""
-    from pipelines.config import parse_config
-
     config = parse_config(tables.config)
     at_max = time_at_max_segments(tables.segments,
                                   lambda t: config.policy_for(t).max_segments,
@@ -272,8 +272,6 @@ def run_sweep(spark: Any, sweep_id: str, base: PreparedScenario,
     The replay's work folder is ``_work/sweep.<sweep_id>`` (a restart of the same sweep
     resumes there). Raises ``pipelines.replay.OutputConflictError`` as ``topic-replay run``
     does, for the sweep or any of its runs."""
-    from pipelines.replay import Replay, RunSpec
-
     replay = Replay(spark, base.config, base.input_spec, list(inputs), output,
                     f"sweep.{sweep_id}", progress=progress,
                     runs=[RunSpec(p.scenario.name, p.config) for p in prepared])

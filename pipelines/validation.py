@@ -116,7 +116,8 @@ SUPPRESSED_BY_REGEX = rf"^{_SUPPRESSED_ITEM}(?:, {_SUPPRESSED_ITEM})*$"
 def _gx() -> Any:
     """Import Great Expectations with its usage analytics off (no network from a run)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
+    # GE takes seconds to import (and must see the variable above): only validating pays it
+    import great_expectations as gx  # noqa: PLC0415
 
     return gx
 
@@ -132,7 +133,7 @@ def suites() -> dict[str, list[Any]]:
     :func:`prepare`.
     """
     _gx()
-    import great_expectations.expectations as gxe
+    import great_expectations.expectations as gxe  # noqa: PLC0415 - after _gx(), see there
 
     def not_null(*cols: str) -> list[Any]:
         return [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in cols]
@@ -319,7 +320,9 @@ def _observed(result: Mapping[str, Any]) -> Any:
 def ephemeral_context() -> Any:
     """A Great Expectations ephemeral (in-memory) data context with progress bars off."""
     gx = _gx()
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.data_context.types.base import (  # noqa: PLC0415 - see _gx()
+        ProgressBarsConfig,
+    )
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)

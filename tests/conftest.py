@@ -34,7 +34,8 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
     """``output.engine: auto`` writes with delta-rs in tests that do not name an engine (fast
     commits; the engine-parametrized end-to-end, crash, SQL and DeltaStore tests run both)."""
     try:
-        import pipelines.delta_io as delta_io
+        # the Airflow venv (make test-dags) loads this conftest without the project's packages
+        import pipelines.delta_io as delta_io  # noqa: PLC0415
     except ImportError:  # the Airflow venv
         yield
         return
@@ -47,7 +48,7 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from pipelines.spark_session import build_session
+    from pipelines.spark_session import build_session  # noqa: PLC0415 - see above
 
     session = build_session(
         app_name="topic-replay-tests",

@@ -11,6 +11,7 @@ from pipelines.core.controller import (
     TopicController,
     segment_rows,
 )
+from pipelines.core.layout import SegmentLayout
 from pipelines.core.policy import AutoScaleConfig
 
 POLICY = AutoScaleConfig(split_msg_rate_in=50, merge_msg_rate_in=5,
@@ -188,8 +189,6 @@ def test_advance_rejects_messages_before_last_horizon():
     [(lambda c: c.split(0), "split"), (lambda c: c.rebucket(0, 8), "rebucket")],
 )
 def test_segment_rows_classify_how_each_segment_was_created(mutate, created_by):
-    from pipelines.core.layout import SegmentLayout
-
     rows = segment_rows(mutate(SegmentLayout.initial(1)))
     assert rows[0]["created_by"] == "initial"
     assert rows[-1]["created_by"] == created_by
