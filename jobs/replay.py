@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from pipelines.compare import PreparedScenario, Scenario
     from pipelines.config import ReplayConfig
 
@@ -454,7 +456,7 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if result.success else 1
 
 
-def _quiet_session(master: str | None) -> Any:
+def _quiet_session(master: str | None) -> SparkSession:
     """A SparkSession for a short command: no progress bar, only errors logged."""
     from pipelines.spark_session import build_session  # noqa: PLC0415
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from pyspark.sql import SparkSession
 
 from pipelines.config import run_identity
 from pipelines.core.dispatch import reader_subscription
@@ -442,8 +443,8 @@ def _prefixed(name: str) -> Callable[[object], None]:
     return lambda event: print(f"[{name}] {event}", flush=True)
 
 
-def replay_scenarios(spark: Any, prepared: Sequence[PreparedScenario], inputs: Sequence[str],
-                     output: str, say: Callable[[str], None] = print,
+def replay_scenarios(spark: SparkSession, prepared: Sequence[PreparedScenario],
+                     inputs: Sequence[str], output: str, say: Callable[[str], None] = print,
                      progress_for: Callable[[str], Any] = _prefixed) -> pd.DataFrame:
     """Replay ``inputs`` once per scenario (run_id = scenario name) into ``output`` and return
     :func:`comparison_table` over the scenarios, in the given order.

@@ -41,6 +41,7 @@ import matplotlib.dates as mdates
 import matplotlib.ticker as mticker
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -178,31 +179,8 @@ def fig_layout(tables: RunTables) -> Figure:
         for ax, col in ((ax_s, "active_segments"), (ax_b, "buckets")):
             ax.step(*stepped(total, col), where="post", color="black", lw=2.2, alpha=0.6,
                     label=label)
-    decisions = tables.decisions
-    if len(decisions):
-        acted = decisions[decisions["action"] != "none"]
-        for action, (marker, color) in ACTION_STYLE.items():
-            d = acted[acted["action"] == action]
-            if d.empty:
-                continue
-            ys = [_count_at(timeline, r.topic, r.eval_time) for r in d.itertuples()]
-            reasons = ", ".join(f"{r} ×{n}" for r, n in d["reason"].value_counts().items())
-            ax_s.scatter(naive_utc(d["eval_time"]), ys, marker=marker, s=70, color=color,
-                         edgecolor="black", zorder=5, label=f"{action} ({reasons})")
-            if len(acted) <= 12:  # one label per point (topics acting together share it)
-                labels: dict[tuple[Any, int, str], list[str]] = {}
-                for r, y in zip(d.itertuples(), ys, strict=True):
-                    labels.setdefault((r.eval_time, y, r.reason), []).append(str(r.topic))
-                for (when, y, reason), names in labels.items():
-                    ax_s.annotate(f"{', '.join(names)}: {reason}", (naive_utc(when), y),
-                                  xytext=(4, 6), textcoords="offset points", fontsize=7,
-                                  rotation=20, color=color)
-        sup = decisions[decisions["action"] == "none"]
-        if len(sup):
-            by = ", ".join(f"{r} ×{n}" for r, n in
-                           sup["suppressed_by"].fillna("none").value_counts().items())
-            ax_s.scatter(naive_utc(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
-                         color="0.45", zorder=4, label=f"suppressed ({by})")
+    if len(tables.decisions):
+        _draw_decisions(ax_s, tables.decisions, timeline)
     ax_s.set_ylabel("active segments")
     ax_b.set_ylabel("entry buckets")
     ax_s.set_ylim(bottom=-0.3)
@@ -212,6 +190,40 @@ def fig_layout(tables: RunTables) -> Figure:
     _time_axis(ax_b)
     fig.tight_layout()
     return fig
+
+
+def _draw_decisions(ax: Axes, decisions: pd.DataFrame, timeline: pd.DataFrame) -> None:
+    """:func:`fig_layout`'s decision markers on ``ax``: one series per action at the topic's
+    segment count (each point labelled when there are few), suppressed evaluations at 0."""
+    acted = decisions[decisions["action"] != "none"]
+    for action, (marker, color) in ACTION_STYLE.items():
+        d = acted[acted["action"] == action]
+        if d.empty:
+            continue
+        ys = [_count_at(timeline, r.topic, r.eval_time) for r in d.itertuples()]
+        reasons = ", ".join(f"{r} ×{n}" for r, n in d["reason"].value_counts().items())
+        ax.scatter(naive_utc(d["eval_time"]), ys, marker=marker, s=70, color=color,
+                   edgecolor="black", zorder=5, label=f"{action} ({reasons})")
+        if len(acted) <= 12:
+            _label_decisions(ax, d, ys, color)
+    sup = decisions[decisions["action"] == "none"]
+    if len(sup):
+        by = ", ".join(f"{r} ×{n}" for r, n in
+                       sup["suppressed_by"].fillna("none").value_counts().items())
+        ax.scatter(naive_utc(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
+                   color="0.45", zorder=4, label=f"suppressed ({by})")
+
+
+def _label_decisions(ax: Axes, d: pd.DataFrame, ys: Sequence[int], color: str) -> None:
+    """One label per decision point ``(eval_time, ys[i])``: its topics (topics acting together
+    share it) and reason."""
+    labels: dict[tuple[Any, int, str], list[str]] = {}
+    for r, y in zip(d.itertuples(), ys, strict=True):
+        labels.setdefault((r.eval_time, y, r.reason), []).append(str(r.topic))
+    for (when, y, reason), names in labels.items():
+        ax.annotate(f"{', '.join(names)}: {reason}", (naive_utc(when), y),
+                    xytext=(4, 6), textcoords="offset points", fontsize=7,
+                    rotation=20, color=color)
 
 
 def _count_at(timeline: pd.DataFrame, topic: str, when: Any) -> int:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 import pandas as pd
 from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from pipelines.delta_io import DeltaStore
 from pipelines.schemas import table_names
@@ -55,7 +56,7 @@ def register_tables(store: DeltaStore) -> list[str]:
     return names
 
 
-def run_query(spark: Any, query: str, limit: int | None) -> tuple[pd.DataFrame, bool]:
+def run_query(spark: SparkSession, query: str, limit: int | None) -> tuple[pd.DataFrame, bool]:
     """Run ``query`` and bring at most ``limit`` rows (None or 0: all) to the driver.
 
     Returns ``(rows, truncated)``: ``truncated`` is True when the result had more rows than
@@ -67,9 +68,10 @@ def run_query(spark: Any, query: str, limit: int | None) -> tuple[pd.DataFrame, 
     try:
         df = spark.sql(query)
         if limit:
-            rows = df.limit(int(limit) + 1).toPandas()
+            # toPandas() is a pandas DataFrame (pyspark types it as a protocol)
+            rows = cast(pd.DataFrame, df.limit(int(limit) + 1).toPandas())
             return rows.head(int(limit)), len(rows) > int(limit)
-        return df.toPandas(), False
+        return cast(pd.DataFrame, df.toPandas()), False
     except PySparkException as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise QueryError(message) from None

@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from pyspark.sql import SparkSession
 
 from pipelines.compare import (
     NAME_PATTERN,
@@ -261,7 +262,7 @@ def write_sweep_rows(store: DeltaStore, sweep_id: str, rows: pd.DataFrame) -> No
                           app_id=table_app_id(f"sweep.{sweep_id}", "sweeps"), version=1)
 
 
-def run_sweep(spark: Any, sweep_id: str, base: PreparedScenario,
+def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
               prepared: Sequence[PreparedScenario], inputs: Sequence[str], output: str,
               flap_window_s: int = DEFAULT_FLAP_WINDOW_S,
               progress: Callable[[Any], None] = print) -> pd.DataFrame:
