@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 
     from pipelines.compare import PreparedScenario, Scenario
     from pipelines.config import ReplayConfig
+    from pipelines.delta_io import DeltaStore
+    from pipelines.presets import InputSpec
+    from pipelines.replay import Replay
 
 if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -211,7 +214,7 @@ def _check_remote(args: argparse.Namespace) -> None:
 
 
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
-                     what: str = "") -> tuple[Any, Any]:
+                     what: str = "") -> tuple[ReplayConfig, InputSpec]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
     ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
     CSV header or Parquet schema (``pipelines.input_check``); ``UsageError`` (prefixed by
@@ -249,7 +252,8 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     return cfg, spec
 
 
-def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) -> int:
+def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
+                  run_id: str) -> int:
     """``run --engine local``: the in-process reference replay (no Spark)."""
     from pipelines.local import check_spec, resolve_local_spec, run_local  # noqa: PLC0415
     from pipelines.replay import format_summary  # noqa: PLC0415
@@ -302,7 +306,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
         if replay is not None:
             replay.request_stop()
 
-    replay: Any = None
+    replay: Replay | None = None
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
@@ -349,10 +353,10 @@ def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
     return str(Path(args.output) / "_work" / "spark.log")
 
 
-def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
+def _input_spec(spec: InputSpec, cfg: ReplayConfig, inputs: list[str]) -> InputSpec:
     """Apply the config's input section (format, columns, defaults) and speed to a preset."""
     changes: dict[str, Any] = {"speed": cfg.replay.speed}
-    fmt = cfg.input.format
+    fmt: str = cfg.input.format
     if fmt == "auto" and spec.preset == "contract":
         fmt = _guess_format(inputs)
     if fmt != "auto":
@@ -410,7 +414,7 @@ def _require_tables(tables: Sequence[str] | None) -> None:
                          f"{', '.join(table_names())}")
 
 
-def _finished_run(output: str, run_id: str | None) -> tuple[Any, str]:
+def _finished_run(output: str, run_id: str | None) -> tuple[DeltaStore, str]:
     """The output's store and ``run_id`` (default: the last finished run); ``UsageError`` when
     the output, or the run in it, does not exist."""
     _require_output(output)
