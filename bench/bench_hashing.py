@@ -29,7 +29,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipelines.core.hashing import hash32_array  # noqa: E402
+from pipelines.core.hashing import hash32_array
 
 
 def make_vocabulary(rng: np.random.Generator, size: int) -> list[str]:

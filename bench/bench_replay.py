@@ -35,6 +35,7 @@ does only that and adds the profile to the day's results file.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -51,8 +52,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pyspark
+from deltalake import DeltaTable
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from pipelines.generator import generate, load_spec  # noqa: E402 - on sys.path from above
 
 TOTAL_RATE = 2780.0
 """msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""
@@ -106,7 +112,8 @@ def label(n: int) -> str:
     return str(n)
 
 
-def _ratio(a: float | None, b: float | None) -> float | None:
+def ratio_of(a: float | None, b: float | None) -> float | None:
+    """``a / b`` rounded to 3 decimals; ``None`` when either is missing or ``b`` is 0."""
     if a is None or b is None or b == 0:
         return None
     return round(a / b, 3)
@@ -119,18 +126,19 @@ def size_ratios(size: Mapping[str, Any]) -> dict[str, float | None]:
     replay wall s / in-process wall s (≤ 1: Spark at least as fast); ``throughput_msg_s`` =
     messages / Spark replay wall s. ``None`` when a side is missing or failed.
     """
-    floor = _wall(size.get("floor"))
-    spark = _wall(size.get("spark"))
-    local = _wall(size.get("local"))
+    floor = ok_wall_s(size.get("floor"))
+    spark = ok_wall_s(size.get("spark"))
+    local = ok_wall_s(size.get("local"))
     msgs = size.get("messages")
     return {
-        "replay_over_floor": _ratio(spark, floor),
-        "spark_over_local": _ratio(spark, local),
+        "replay_over_floor": ratio_of(spark, floor),
+        "spark_over_local": ratio_of(spark, local),
         "throughput_msg_s": round(msgs / spark, 1) if msgs and spark else None,
     }
 
 
-def _wall(job: Mapping[str, Any] | None) -> float | None:
+def ok_wall_s(job: Mapping[str, Any] | None) -> float | None:
+    """A measured job's wall time (s) when it finished ``ok``, else ``None``."""
     if not job or job.get("status") != "ok":
         return None
     wall = job.get("wall_s")
@@ -140,15 +148,15 @@ def _wall(job: Mapping[str, Any] | None) -> float | None:
 def scale_ratios(sizes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Largest size over smallest: ``throughput_ratio`` (msg/s) and ``driver_rss_ratio`` (peak
     RSS of driver JVM + Python driver of the Spark replay); ``None`` with fewer than 2 sizes."""
-    ok = [s for s in sizes if _wall(s.get("spark")) is not None]
+    ok = [s for s in sizes if ok_wall_s(s.get("spark")) is not None]
     if len(ok) < 2:
         return {"from": None, "to": None, "throughput_ratio": None, "driver_rss_ratio": None}
     lo, hi = min(ok, key=lambda s: s["messages"]), max(ok, key=lambda s: s["messages"])
     return {
         "from": lo["size"], "to": hi["size"],
-        "throughput_ratio": _ratio(size_ratios(hi)["throughput_msg_s"],
+        "throughput_ratio": ratio_of(size_ratios(hi)["throughput_msg_s"],
                                    size_ratios(lo)["throughput_msg_s"]),
-        "driver_rss_ratio": _ratio(hi["spark"]["rss_mb"]["driver"],
+        "driver_rss_ratio": ratio_of(hi["spark"]["rss_mb"]["driver"],
                                    lo["spark"]["rss_mb"]["driver"]),
     }
 
@@ -159,11 +167,11 @@ def evaluate_targets(sizes: Sequence[Mapping[str, Any]],
     is ``None`` when the value could not be measured. Replay / floor is judged at the largest
     size whose Spark replay finished; Spark / in-process at the largest size where both
     finished (the in-process replay is skipped where it does not fit in memory)."""
-    ok = [s for s in sizes if _wall(s.get("spark")) is not None]
+    ok = [s for s in sizes if ok_wall_s(s.get("spark")) is not None]
     top = max(ok, key=lambda s: s["messages"]) if ok else None
     r = size_ratios(top) if top else {}
     at = label(top["size"]) if top else None
-    both = [s for s in ok if _wall(s.get("local")) is not None]
+    both = [s for s in ok if ok_wall_s(s.get("local")) is not None]
     top_both = max(both, key=lambda s: s["messages"]) if both else None
     r_both = size_ratios(top_both) if top_both else {}
     at_both = label(top_both["size"]) if top_both else None
@@ -204,7 +212,8 @@ def results_document(sizes: Sequence[Mapping[str, Any]], machine: Mapping[str, A
     }
 
 
-def _fmt(v: Any, spec: str = ".1f", suffix: str = "") -> str:
+def fmt_value(v: Any, spec: str = ".1f", suffix: str = "") -> str:
+    """``v`` formatted by ``spec`` plus ``suffix``; ``"n/a"`` for ``None``."""
     if v is None:
         return "n/a"
     return f"{v:{spec}}{suffix}"
@@ -220,34 +229,35 @@ def format_report(doc: Mapping[str, Any]) -> str:
     for s in doc["sizes"]:
         sp, r = s.get("spark") or {}, s["ratios"]
         loc = s.get("local") or {}
-        loc_txt = (_fmt(loc.get("wall_s")) if loc.get("status") == "ok"
+        loc_txt = (fmt_value(loc.get("wall_s")) if loc.get("status") == "ok"
                    else str(loc.get("status", "n/a"))[:10])
         lines.append(
-            f"{label(s['size']):>6} {s['messages']:>11,} {_fmt(_wall(s.get('floor'))):>8} "
-            f"{_fmt(_wall(sp)):>8} {loc_txt:>10} {_fmt(r['replay_over_floor'], '.2f', 'x'):>12} "
-            f"{_fmt(r['spark_over_local'], '.2f', 'x'):>13} "
-            f"{_fmt(r['throughput_msg_s'], ',.0f'):>9} "
-            f"{_fmt((sp.get('rss_mb') or {}).get('driver'), '.0f'):>10} "
-            f"{_fmt((sp.get('rss_mb') or {}).get('workers'), '.0f'):>10} "
-            f"{_fmt(sp.get('other_cpu_cores'), '.2f'):>11}")
+            f"{label(s['size']):>6} {s['messages']:>11,} "
+            f"{fmt_value(ok_wall_s(s.get('floor'))):>8} {fmt_value(ok_wall_s(sp)):>8} "
+            f"{loc_txt:>10} {fmt_value(r['replay_over_floor'], '.2f', 'x'):>12} "
+            f"{fmt_value(r['spark_over_local'], '.2f', 'x'):>13} "
+            f"{fmt_value(r['throughput_msg_s'], ',.0f'):>9} "
+            f"{fmt_value((sp.get('rss_mb') or {}).get('driver'), '.0f'):>10} "
+            f"{fmt_value((sp.get('rss_mb') or {}).get('workers'), '.0f'):>10} "
+            f"{fmt_value(sp.get('other_cpu_cores'), '.2f'):>11}")
     lines.append("")
     head2 = f"{'size':>6} " + " ".join(f"{STAGE_LABELS[k]:>13}" for k in STAGES) + \
         f" {'other':>8} {'replay wall':>11}   (Spark replay, seconds)"
     lines += [head2, "-" * len(head2)]
     for s in doc["sizes"]:
         st = (s.get("spark") or {}).get("stages_s") or {}
-        lines.append(f"{label(s['size']):>6} " + " ".join(f"{_fmt(st.get(k)):>13}"
+        lines.append(f"{label(s['size']):>6} " + " ".join(f"{fmt_value(st.get(k)):>13}"
                                                            for k in STAGES)
-                     + f" {_fmt(st.get('other')):>8} {_fmt(st.get('wall')):>11}")
+                     + f" {fmt_value(st.get('other')):>8} {fmt_value(st.get('wall')):>11}")
     sc = doc["scale"]
     lines.append("")
     if sc.get("to"):
         lines.append(f"scale {label(sc['to'])} / {label(sc['from'])}: throughput "
-                     f"{_fmt(sc['throughput_ratio'], '.2f', 'x')}, driver RSS "
-                     f"{_fmt(sc['driver_rss_ratio'], '.2f', 'x')}")
+                     f"{fmt_value(sc['throughput_ratio'], '.2f', 'x')}, driver RSS "
+                     f"{fmt_value(sc['driver_rss_ratio'], '.2f', 'x')}")
     for t in doc["targets"]:
         mark = {True: "MET   ", False: "MISSED", None: "n/a   "}[t["met"]]
-        lines.append(f"  [{mark}] {t['target']}: {_fmt(t['value'], '.2f')} "
+        lines.append(f"  [{mark}] {t['target']}: {fmt_value(t['value'], '.2f')} "
                      f"(limit {t['op']} {t['limit']:g}; at {t['measured_at'] or 'n/a'})")
     return "\n".join(lines)
 
@@ -335,7 +345,7 @@ class TreeSampler(threading.Thread):
 
     def __init__(self, pid: int, interval: float = 0.5) -> None:
         super().__init__(daemon=True)
-        import psutil
+        import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
         self.psutil = psutil
         self.root = psutil.Process(pid)
@@ -427,7 +437,7 @@ def run_measured(cmd: Sequence[str], log: Path, env: Mapping[str, str] | None = 
 
 def _kill_tree(pid: int) -> None:
     """Kill the job ``pid`` and its descendants (processes this benchmark started)."""
-    import psutil
+    import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
     try:
         root = psutil.Process(pid)
@@ -444,7 +454,6 @@ def _kill_tree(pid: int) -> None:
 def generate_input(size: int, folder: Path) -> dict[str, Any]:
     """Generate ``size`` (about: Poisson arrivals) messages of ``bench/workload.yaml`` into
     ``folder``; returns ``{messages, files, bytes, duration_s, generate_s}``."""
-    from pipelines.generator import generate, load_spec
 
     spec = load_spec(ROOT / "bench" / "workload.yaml")
     duration = max(1, round(size / TOTAL_RATE))
@@ -460,7 +469,6 @@ def read_stage_timings(output: Path, run_id: str) -> dict[str, float | None]:
     """Per-stage seconds of a finished Spark replay from its ``runs`` table (``timings`` JSON:
     ``wall_s`` and ``<stage>_s``); ``other`` = wall minus the stages (query start, listing,
     state files). Missing stages are ``None``."""
-    from deltalake import DeltaTable
 
     runs = DeltaTable(str(output / "runs")).to_pandas()
     runs = runs[runs["run_id"] == run_id]
@@ -476,7 +484,6 @@ def read_stage_timings(output: Path, run_id: str) -> dict[str, float | None]:
 
 def read_counts(output: Path, run_id: str) -> dict[str, int]:
     """``counts`` JSON of the run's ``runs`` row (accepted, quarantined, entries, …)."""
-    from deltalake import DeltaTable
 
     runs = DeltaTable(str(output / "runs")).to_pandas()
     runs = runs[runs["run_id"] == run_id]
@@ -505,8 +512,8 @@ def median_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The run of median wall time among ``runs`` (:func:`run_measured` results; the first
     failed one if any failed), with every run's wall seconds as ``wall_s_runs``. The floor job
     is short, so a machine's hiccup moves it by a large share: its median is the anchor."""
-    failed = [r for r in runs if _wall(r) is None]
-    ok = sorted((r for r in runs if _wall(r) is not None), key=lambda r: r["wall_s"])
+    failed = [r for r in runs if ok_wall_s(r) is None]
+    ok = sorted((r for r in runs if ok_wall_s(r) is not None), key=lambda r: r["wall_s"])
     pick = failed[0] if failed else ok[(len(ok) - 1) // 2]
     return {**pick, "wall_s_runs": [r.get("wall_s") for r in runs]}
 
@@ -514,20 +521,37 @@ def median_run(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def local_memory_estimate_mb(size: int, done: Sequence[Mapping[str, Any]]) -> float | None:
     """Peak RSS (MB) the in-process replay of ``size`` messages would need, extrapolated
     linearly from the largest smaller size it finished (``None`` when there is none)."""
-    ok = [s for s in done if s["size"] < size and _wall(s.get("local")) is not None]
+    ok = [s for s in done if s["size"] < size and ok_wall_s(s.get("local")) is not None]
     if not ok:
         return None
     ref = max(ok, key=lambda s: s["size"])
     return round(ref["local"]["rss_mb"]["total"] * size / ref["size"], 1)
 
 
-def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
-               log: Any = print, done: Sequence[Mapping[str, Any]] = (),
-               save: Any = None, timeout_s: float | None = None,
-               no_local: str = "n/a (engine local not available)") -> dict[str, Any]:
+@dataclass
+class BenchSetup:
+    """What the measurements of every size share: the work folder (inputs, outputs, logs), the
+    ``topic-replay`` CLI, whether the in-process engine runs (else its status is ``no_local``),
+    the Python of the floor job, the progress logger, ``save`` (called with the partial result
+    after the Spark replay) and each command's timeout."""
+
+    data_dir: Path
+    cli: Path
+    local: bool
+    py: str
+    log: Any = print
+    save: Any = None
+    timeout_s: float | None = None
+    no_local: str = "n/a (engine local not available)"
+
+
+def bench_size(size: int, setup: BenchSetup,
+               done: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """All measurements of one size (floor, Spark replay, in-process replay). The in-process
     replay is skipped when its extrapolated peak RSS exceeds :data:`LOCAL_MEMORY_SHARE` of the
-    available memory; without ``local`` its status is ``no_local``."""
+    available memory (estimated from the sizes ``done``)."""
+    data_dir, cli, py = setup.data_dir, setup.cli, setup.py
+    log, save, timeout_s = setup.log, setup.save, setup.timeout_s
     folder = data_dir / f"input-{label(size)}"
     log(f"[{label(size)}] generating input into {folder} ...")
     inp = generate_input(size, folder)
@@ -565,30 +589,38 @@ def bench_size(size: int, data_dir: Path, cli: Path, local: bool, py: str,
     if save is not None:
         save(result)
 
-    import psutil
+    result["local"] = _local_replay(size, setup, folder, run_id, done)
+    return result
 
+
+def _local_replay(size: int, setup: BenchSetup, folder: Path, run_id: str,
+                  done: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The in-process replay's measurement of ``folder`` (or why it was skipped)."""
+    import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
+
+    log = setup.log
     need = local_memory_estimate_mb(size, done)
     avail = psutil.virtual_memory().available / MB
-    if not local:
-        result["local"] = {"status": no_local}
-    elif need is not None and need > LOCAL_MEMORY_SHARE * avail:
-        result["local"] = {"status": f"skipped (does not fit: needs ~{need / 1024:.1f} GB, "
-                                     f"{avail / 1024:.1f} GB available)"}
-        log(f"[{label(size)}] in-process replay {result['local']['status']}")
-    else:
-        out = data_dir / f"local-{label(size)}"
-        shutil.rmtree(out, ignore_errors=True)
-        log(f"[{label(size)}] in-process replay ...")
-        loc = run_measured(replay_cmd(cli, folder, out, run_id, "local"),
-                           logs / f"{label(size)}-local.log", timeout_s=timeout_s)
-        if loc["status"] == "ok":
-            try:
-                loc["counts"] = read_counts(out, run_id)
-            except Exception as exc:  # noqa: BLE001 - the table shape is the other engine's
-                loc["counts"] = {"error": str(exc)[:200]}
-        result["local"] = loc
-        log(f"[{label(size)}]   {loc['status']} in {loc['wall_s']} s")
-    return result
+    if not setup.local:
+        return {"status": setup.no_local}
+    if need is not None and need > LOCAL_MEMORY_SHARE * avail:
+        loc: dict[str, Any] = {"status": f"skipped (does not fit: needs ~{need / 1024:.1f} GB, "
+                                         f"{avail / 1024:.1f} GB available)"}
+        log(f"[{label(size)}] in-process replay {loc['status']}")
+        return loc
+    out = setup.data_dir / f"local-{label(size)}"
+    shutil.rmtree(out, ignore_errors=True)
+    log(f"[{label(size)}] in-process replay ...")
+    loc = run_measured(replay_cmd(setup.cli, folder, out, run_id, "local"),
+                       setup.data_dir / "logs" / f"{label(size)}-local.log",
+                       timeout_s=setup.timeout_s)
+    if loc["status"] == "ok":
+        try:
+            loc["counts"] = read_counts(out, run_id)
+        except Exception as exc:  # the table shape is the other engine's
+            loc["counts"] = {"error": str(exc)[:200]}
+    log(f"[{label(size)}]   {loc['status']} in {loc['wall_s']} s")
+    return loc
 
 
 def profile_replay(size: int, data_dir: Path, cli: Path, log: Any = print) -> dict[str, Any]:
@@ -621,8 +653,7 @@ def write_results(path: Path, doc: Mapping[str, Any]) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    import psutil
-    import pyspark
+    import psutil  # noqa: PLC0415 - optional (the bench extra); main() checks it first
 
     return {
         "date_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -678,9 +709,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("psutil") is None:
         print("bench: error: psutil is missing; install the bench extra: "
               ".venv/bin/pip install -e '.[bench]'", file=sys.stderr)
         return 2
@@ -705,9 +734,9 @@ def main(argv: list[str] | None = None) -> int:
         machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         write_results(path, results_document([*results, partial], machine))
 
+    setup = BenchSetup(args.data, cli, local, sys.executable, say, save, args.timeout, no_local)
     for s in sizes:
-        res = bench_size(s, args.data, cli, local, sys.executable, say, results, save,
-                         args.timeout, no_local)
+        res = bench_size(s, setup, results)
         save(res)
         results.append(res)
     profile = profile_replay(min(sizes), args.data, cli, say) if args.profile else None
@@ -722,7 +751,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, share in profile["self"][:10]:
             print(f"  {share * 100:5.1f}%  {name}")
     print(f"\nresults: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    failed = [s for s in results if _wall(s.get("spark")) is None]
+    failed = [s for s in results if ok_wall_s(s.get("spark")) is None]
     return 1 if failed else 0
 
 

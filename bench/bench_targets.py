@@ -39,7 +39,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import bench_replay as br  # noqa: E402  (bench/ is not a package)
+import bench_replay as br  # noqa: E402 - found through the sys.path entry above
+
+from pipelines.generator import generate, load_spec  # noqa: E402 - as above
 
 MANY_MESSAGES = 1_000_000
 MANY_PRODUCERS = 100_000
@@ -124,8 +126,8 @@ def measures(run: Mapping[str, Any]) -> dict[str, float | None]:
     """``{spark_wall, local_wall, spark_driver}`` of one workload's result (seconds, MB);
     ``None`` for a side that is missing or failed."""
     spark = run.get("spark") or {}
-    ok = br._wall(spark) is not None
-    return {"spark_wall": br._wall(spark), "local_wall": br._wall(run.get("local")),
+    ok = br.ok_wall_s(spark) is not None
+    return {"spark_wall": br.ok_wall_s(spark), "local_wall": br.ok_wall_s(run.get("local")),
             "spark_driver": (spark.get("rss_mb") or {}).get("driver") if ok else None}
 
 
@@ -137,7 +139,7 @@ def evaluate(runs: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     for key, text, slow, ref, what in PAIRS:
         a = measures(runs.get(slow) or {})[what]
         b = measures(runs.get(ref) or {})[what]
-        value = br._ratio(a, b)
+        value = br.ratio_of(a, b)
         out.append({"target": key, "label": text, "value": value, "limit": LIMITS[key],
                     "met": None if value is None else value <= LIMITS[key]})
     return out
@@ -156,15 +158,15 @@ def format_targets(doc: Mapping[str, Any]) -> str:
         if not r:
             continue
         sp, loc = r.get("spark") or {}, r.get("local") or {}
-        loc_txt = (br._fmt(loc.get("wall_s")) if loc.get("status") == "ok"
+        loc_txt = (br.fmt_value(loc.get("wall_s")) if loc.get("status") == "ok"
                    else str(loc.get("status", "n/a"))[:9])
         lines.append(
             f"{name:>15} {r['messages']:>10,} {r['producers']:>9,} {r['topics']:>6} "
-            f"{br._fmt(br._wall(sp)):>8} {loc_txt:>9} "
-            f"{br._fmt((sp.get('rss_mb') or {}).get('driver'), '.0f'):>9} "
-            f"{br._fmt((sp.get('rss_mb') or {}).get('workers'), '.0f'):>10} "
-            f"{br._fmt((loc.get('rss_mb') or {}).get('total'), '.0f'):>10} "
-            f"{br._fmt(sp.get('other_cpu_cores'), '.2f'):>11}")
+            f"{br.fmt_value(br.ok_wall_s(sp)):>8} {loc_txt:>9} "
+            f"{br.fmt_value((sp.get('rss_mb') or {}).get('driver'), '.0f'):>9} "
+            f"{br.fmt_value((sp.get('rss_mb') or {}).get('workers'), '.0f'):>10} "
+            f"{br.fmt_value((loc.get('rss_mb') or {}).get('total'), '.0f'):>10} "
+            f"{br.fmt_value(sp.get('other_cpu_cores'), '.2f'):>11}")
     lines.append("")
     head2 = f"{'workload':>15} " + " ".join(f"{br.STAGE_LABELS[k]:>13}" for k in br.STAGES) + \
         f" {'other':>8} {'replay wall':>11}   (Spark replay, seconds)"
@@ -172,13 +174,14 @@ def format_targets(doc: Mapping[str, Any]) -> str:
     for name in WORKLOADS:
         st = ((doc["runs"].get(name) or {}).get("spark") or {}).get("stages_s") or {}
         if name in doc["runs"]:
-            lines.append(f"{name:>15} " + " ".join(f"{br._fmt(st.get(k)):>13}"
+            lines.append(f"{name:>15} " + " ".join(f"{br.fmt_value(st.get(k)):>13}"
                                                    for k in br.STAGES)
-                         + f" {br._fmt(st.get('other')):>8} {br._fmt(st.get('wall')):>11}")
+                         + f" {br.fmt_value(st.get('other')):>8}"
+                         + f" {br.fmt_value(st.get('wall')):>11}")
     lines.append("")
     for t in doc["targets"]:
         mark = {True: "MET   ", False: "MISSED", None: "n/a   "}[t["met"]]
-        lines.append(f"  [{mark}] {t['label']}: {br._fmt(t['value'], '.2f', 'x')} "
+        lines.append(f"  [{mark}] {t['label']}: {br.fmt_value(t['value'], '.2f', 'x')} "
                      f"(limit <= {t['limit']:g}x)")
     return "\n".join(lines)
 
@@ -190,7 +193,6 @@ def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
     in-process engine when ``local``); returns ``{messages, producers, topics, input, spark,
     local}`` (jobs as :func:`bench_replay.run_measured` results, the Spark one with
     ``stages_s`` and ``counts``). ``overrides``: extra ``--set KEY=VALUE`` of both replays."""
-    from pipelines.generator import generate
 
     folder = data_dir / f"target-{name}"
     shutil.rmtree(folder, ignore_errors=True)
@@ -221,7 +223,7 @@ def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
                 job["counts"] = br.read_counts(dest, run_id)
                 if engine == "spark":
                     job["stages_s"] = br.read_stage_timings(dest, run_id)
-            except Exception as exc:  # noqa: BLE001 - recorded, the run itself finished
+            except Exception as exc:
                 job["counts"] = {"error": str(exc)[:200]}
             accepted = job["counts"].get("accepted")
             if accepted is not None and accepted != res.messages:
@@ -257,7 +259,21 @@ def profile_workload(name: str, data_dir: Path, cli: Path,
             **br.summarize_pyspy_raw(raw.read_text(errors="replace"))}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _print_profile(name: str, prof: Mapping[str, Any]) -> None:
+    """A workload's py-spy profile: the top functions by own time, then this project's by total
+    time (or why there is none)."""
+    if prof.get("status") != "ok":
+        print(f"\nprofile of {name}: {prof.get('status')}")
+        return
+    print(f"\nprofile of {name} (py-spy, {prof['samples']} samples), top by own time:")
+    for fn, share in prof["self"][:10]:
+        print(f"  {share * 100:5.1f}%  {fn}")
+    print("  this project's functions, by total time:")
+    for fn, share in prof["project_total"][:8]:
+        print(f"  {share * 100:5.1f}%  {fn}")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets-scale", default=os.environ.get("BENCH_TARGETS_SCALE", "1"),
                         help="size factor of the workloads (1 = the issue's 1 M / 6 M "
@@ -277,7 +293,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "output.engine=delta-rs (repeatable)")
     parser.add_argument("--timeout", type=float, default=float(os.environ.get(
         "BENCH_TIMEOUT_S", 0)) or None, help="kill a job after this many seconds")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         scale = parse_scale(str(args.targets_scale))
         only = [w.strip() for w in args.only.split(",") if w.strip()] or list(WORKLOADS)
@@ -288,7 +308,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"bench-targets: error: {exc}", file=sys.stderr)
         return 2
-    from pipelines.generator import load_spec
 
     cli = Path(sys.executable).parent / "topic-replay"
     local = not args.no_local and br.local_engine_available(cli)
@@ -322,17 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(format_targets(doc))
     for name, prof in profiles.items():
-        if prof.get("status") != "ok":
-            print(f"\nprofile of {name}: {prof.get('status')}")
-            continue
-        print(f"\nprofile of {name} (py-spy, {prof['samples']} samples), top by own time:")
-        for fn, share in prof["self"][:10]:
-            print(f"  {share * 100:5.1f}%  {fn}")
-        print("  this project's functions, by total time:")
-        for fn, share in prof["project_total"][:8]:
-            print(f"  {share * 100:5.1f}%  {fn}")
+        _print_profile(name, prof)
     print(f"\nresults: {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
-    return 0 if all(br._wall(r.get("spark")) is not None for r in runs.values()) else 1
+    return 0 if all(br.ok_wall_s(r.get("spark")) is not None for r in runs.values()) else 1
 
 
 if __name__ == "__main__":

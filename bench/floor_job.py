@@ -20,9 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql import functions as F
 
-from pipelines.spark_session import build_session  # noqa: E402
+from pipelines.spark_session import build_session
 
 
 def main(argv: list[str] | None = None) -> int:

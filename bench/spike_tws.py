@@ -61,9 +61,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StatefulProcessor
+from pyspark.sql.types import StructType
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from pipelines.spark_session import build_session  # noqa: E402 - on sys.path from above
 
 MAX_MESSAGES = 100
 DELAY_MS = 100
@@ -114,8 +119,28 @@ def _write(path: Path, key: list[str], t_ms: np.ndarray, size: np.ndarray) -> No
 # ----------------------------------------------------------------------------- processor
 
 
-def _processor_class() -> Any:
-    from pyspark.sql.streaming import StatefulProcessor
+def _closed_batches(k: Any, t: np.ndarray, s: np.ndarray,
+                    flush: bool) -> tuple[list[tuple[Any, ...]], int]:
+    """The batches of key ``k`` closed among its messages (times ``t`` ms ascending, sizes
+    ``s``): rows (key, n, bytes, first_ms, last_ms, reason), and the first message of the batch
+    left open (``len(t)`` when none; ``flush`` closes the last one)."""
+    out = []
+    i = 0
+    cs = np.concatenate([[0], np.cumsum(s)])
+    while i < len(t):
+        by_time = int(np.searchsorted(t, t[i] + DELAY_MS, side="left"))
+        j = min(i + MAX_MESSAGES, by_time)
+        full = j - i == MAX_MESSAGES
+        if j == len(t) and not full and not flush:
+            break  # still open: its deadline is after the last message seen
+        out.append((k, j - i, int(cs[j] - cs[i]), int(t[i]), int(t[j - 1]),
+                    "max_messages" if full else ("flush" if j == len(t) and by_time
+                                                 == len(t) and flush else "delay")))
+        i = j
+    return out, i
+
+
+def _processor_class() -> Any:  # noqa: C901 - one class, shipped to workers by value
 
     class OpenBatchProcessor(StatefulProcessor):
         """Per key: close batches at MAX_MESSAGES or first + DELAY_MS; the open batch in a
@@ -164,19 +189,7 @@ def _processor_class() -> Any:
             s = np.concatenate([s_old, s_new[keep]])
             order = np.argsort(t, kind="stable")
             t, s = t[order], s[order]
-            out = []
-            i = 0
-            cs = np.concatenate([[0], np.cumsum(s)])
-            while i < len(t):
-                by_time = int(np.searchsorted(t, t[i] + DELAY_MS, side="left"))
-                j = min(i + MAX_MESSAGES, by_time)
-                full = j - i == MAX_MESSAGES
-                if j == len(t) and not full and not flush:
-                    break  # still open: its deadline is after the last message seen
-                out.append((k, j - i, int(cs[j] - cs[i]), int(t[i]), int(t[j - 1]),
-                            "max_messages" if full else ("flush" if j == len(t) and by_time
-                                                         == len(t) and flush else "delay")))
-                i = j
+            out, i = _closed_batches(k, t, s, flush)
             self._save(t[i:], s[i:])
             if out:
                 yield pd.DataFrame(out, columns=["key", "n", "bytes", "first_ms", "last_ms",
@@ -202,7 +215,6 @@ def _processor_class() -> Any:
 
 
 def session(partitions: int, log: Path) -> Any:
-    from pipelines.spark_session import build_session
 
     return build_session("spike-tws", "local[2]", partitions, {
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
@@ -215,7 +227,6 @@ def run_query(spark: Any, inp: Path, out: Path, ckpt: Path, name: str) -> dict[s
     """Run the spike query once with ``availableNow`` to its end; returns wall seconds (from
     building the query to its end), per-batch ``triggerExecution`` ms, rows and the last
     progress's state operator metrics."""
-    from pyspark.sql.types import StructType
 
     schema = StructType.fromDDL("key string, event_time timestamp, size long")
     t0 = time.perf_counter()
@@ -322,14 +333,10 @@ def flush_modes(spark: Any, data: Path, keys: int) -> dict[str, Any]:
     return out_all
 
 
-def chain_test(spark: Any, data: Path) -> dict[str, Any]:
-    """Can a TWS operator's output, unioned with the source, feed a second TWS operator in the
-    same query (the control plane → batching hand-over)? Operator 1 (by key) emits one
-    ``layout`` row per input row with ``size > 1900``; the union with the messages is grouped by
-    ``shard`` (key mod 4) into operator 2, which counts rows by kind."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.streaming import StatefulProcessor
-    from pyspark.sql.types import StructType
+def _chain_processors() -> tuple[Any, Any]:
+    """:func:`chain_test`'s two operators (classes defined here: shipped to the workers by
+    value): ``Control`` emits a ``layout`` row per message above 1900 bytes, ``Count`` counts
+    rows by kind per shard."""
 
     class Control(StatefulProcessor):
         def init(self, handle: Any) -> None:
@@ -363,6 +370,16 @@ def chain_test(spark: Any, data: Path) -> dict[str, Any]:
         def close(self) -> None:
             pass
 
+    return Control, Count
+
+
+def chain_test(spark: Any, data: Path) -> dict[str, Any]:
+    """Can a TWS operator's output, unioned with the source, feed a second TWS operator in the
+    same query (the control plane → batching hand-over)? Operator 1 (by key) emits one
+    ``layout`` row per input row with ``size > 1900``; the union with the messages is grouped by
+    ``shard`` (key mod 4) into operator 2, which counts rows by kind."""
+
+    Control, Count = _chain_processors()
     inp, out, ck = data / "chain-in", data / "chain-out", data / "chain-ck"
     for p in (out, ck):
         shutil.rmtree(p, ignore_errors=True)
@@ -383,7 +400,7 @@ def chain_test(spark: Any, data: Path) -> dict[str, Any]:
         q = (res.writeStream.format("parquet").option("path", str(out))
              .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
         q.awaitTermination()
-    except Exception as exc:  # noqa: BLE001 - the spike records what Spark says
+    except Exception as exc:
         return {"status": "refused", "error": str(exc).splitlines()[0][:400]}
     got = spark.read.parquet(str(out)).toPandas()
     src_df = pd.read_parquet(inp)

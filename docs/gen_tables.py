@@ -9,6 +9,7 @@ file is current, so it cannot drift from the schemas.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -35,7 +36,7 @@ def _docstrings() -> dict[str, str]:
     """Module-level ``NAME = ...`` → the string literal right after it (its docstring)."""
     body = ast.parse(SCHEMAS.read_text(encoding="utf-8")).body
     out = {}
-    for stmt, nxt in zip(body, body[1:], strict=False):
+    for stmt, nxt in itertools.pairwise(body):
         if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
                 and isinstance(stmt.targets[0], ast.Name) and isinstance(nxt, ast.Expr)
                 and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
@@ -52,7 +53,7 @@ def _markdown(text: str) -> str:
 def render() -> str:
     """The whole of docs/tables.md."""
     sys.path.insert(0, str(ROOT))
-    from pipelines import schemas
+    from pipelines import schemas  # noqa: PLC0415 - importable once ROOT is on sys.path
 
     docs = _docstrings()
     names = {id(getattr(schemas, n)): n for n in docs if hasattr(schemas, n)}

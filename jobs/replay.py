@@ -3,6 +3,10 @@
 Parses arguments, loads the config, builds the session and wires the stages; nothing else.
 A user mistake (bad argument, missing input, invalid config) exits with code 2 and one sentence
 before any Spark work starts.
+
+The ``pipelines`` modules are imported inside the command that uses them (``# noqa: PLC0415``):
+most pull in pyspark, pandas, Delta or matplotlib (1–5 s each), which ``--help`` and a usage
+error must not pay.
 """
 
 from __future__ import annotations
@@ -13,10 +17,21 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipelines.compare import PreparedScenario, Scenario
+    from pipelines.config import ReplayConfig
+    from pipelines.delta_io import DeltaStore
+    from pipelines.presets import InputSpec
+    from pipelines.progress import ReplayProgress
+    from pipelines.replay import Replay
 
 if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,6 +59,61 @@ personal data (config keys; set with --set KEY=VALUE or in --conf; see docs/priv
 """
 
 
+def _add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+                        help_: str) -> None:
+    """The subcommand ``name`` (run, stream, compare or sweep): input, output, config and Spark
+    options, and the command's own."""
+    r = sub.add_parser(name, help=help_, epilog=PRIVACY_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("--input", action="append", required=True, metavar="PATH",
+                   help="message log file or directory (repeatable)")
+    r.add_argument("--output", required=True, metavar="DIR", help="output directory")
+    r.add_argument("--preset", default=None, help="input column mapping preset")
+    r.add_argument("--conf", default=None, metavar="FILE", help="YAML config file")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   dest="sets", help="override a config key (dotted path), repeatable")
+    if name == "sweep":
+        r.add_argument("--grid", action="append", default=[], dest="grids",
+                       metavar="KEY=V1,V2,…",
+                       help="a swept config key and its values (repeatable: the scenarios "
+                            "are the Cartesian product), e.g. "
+                            "policy.split_msg_rate_in=500,1000,2000")
+        r.add_argument("--scenario", action="append", default=[], dest="scenarios",
+                       metavar="NAME=FILE_OR_SETS",
+                       help="a named scenario besides the grid (as in compare; repeatable)")
+        r.add_argument("--sweep-id", default="sweep", metavar="NAME",
+                       help="the sweep's name (sweeps.sweep_id; its work folder "
+                            "DIR/_work/sweep.NAME; default: sweep)")
+        r.add_argument("--flap-window-s", type=int, default=None, metavar="S",
+                       help="a split undone by a merge of the same range (or the reverse) "
+                            "within S seconds is a flap (default 600)")
+        r.add_argument("--html", default=None, metavar="FILE",
+                       help="also write the sweep's interactive page to FILE")
+    if name == "compare":
+        r.add_argument("--scenario", action="append", required=True, dest="scenarios",
+                       metavar="NAME=FILE_OR_SETS",
+                       help="a scenario: its run_id, then a YAML config file or "
+                            "key=value overrides separated by ',' or ';' (repeatable)")
+        r.add_argument("--html", default=None, metavar="FILE",
+                       help="also write the report of the scenarios to FILE")
+    elif name != "sweep":
+        r.add_argument("--run-id", default=None, help="run id (default: from the config)")
+    if name == "run":
+        r.add_argument("--engine", choices=("spark", "local"), default="spark",
+                       help="spark (default) or local: the in-process reference replay "
+                            "without Spark, for inputs that fit in memory")
+    r.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    r.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
+                   help="run on a Spark Connect server (also SPARK_REMOTE; not with "
+                        "--master); Delta writes with delta-rs (docs/cluster.md)")
+    r.add_argument("--shuffle-partitions", type=int, default=8,
+                   help="spark.sql.shuffle.partitions (default 8)")
+    r.add_argument("--verbose", action="store_true",
+                   help="also show Spark's own log on the console (default: only "
+                        "topic-replay's lines; Spark's log goes to DIR/_work/spark.log; "
+                        "config key console.spark_log)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="topic-replay",
@@ -56,55 +126,7 @@ def _parser() -> argparse.ArgumentParser:
                         ("sweep", "replay one log under a grid of settings from one ingest, "
                                   "the scenarios side by side (one run_id each; the sweeps "
                                   "table)")):
-        r = sub.add_parser(name, help=help_, epilog=PRIVACY_HELP,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
-        r.add_argument("--input", action="append", required=True, metavar="PATH",
-                       help="message log file or directory (repeatable)")
-        r.add_argument("--output", required=True, metavar="DIR", help="output directory")
-        r.add_argument("--preset", default=None, help="input column mapping preset")
-        r.add_argument("--conf", default=None, metavar="FILE", help="YAML config file")
-        r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       dest="sets", help="override a config key (dotted path), repeatable")
-        if name == "sweep":
-            r.add_argument("--grid", action="append", default=[], dest="grids",
-                           metavar="KEY=V1,V2,…",
-                           help="a swept config key and its values (repeatable: the scenarios "
-                                "are the Cartesian product), e.g. "
-                                "policy.split_msg_rate_in=500,1000,2000")
-            r.add_argument("--scenario", action="append", default=[], dest="scenarios",
-                           metavar="NAME=FILE_OR_SETS",
-                           help="a named scenario besides the grid (as in compare; repeatable)")
-            r.add_argument("--sweep-id", default="sweep", metavar="NAME",
-                           help="the sweep's name (sweeps.sweep_id; its work folder "
-                                "DIR/_work/sweep.NAME; default: sweep)")
-            r.add_argument("--flap-window-s", type=int, default=None, metavar="S",
-                           help="a split undone by a merge of the same range (or the reverse) "
-                                "within S seconds is a flap (default 600)")
-            r.add_argument("--html", default=None, metavar="FILE",
-                           help="also write the sweep's interactive page to FILE")
-        if name == "compare":
-            r.add_argument("--scenario", action="append", required=True, dest="scenarios",
-                           metavar="NAME=FILE_OR_SETS",
-                           help="a scenario: its run_id, then a YAML config file or "
-                                "key=value overrides separated by ',' or ';' (repeatable)")
-            r.add_argument("--html", default=None, metavar="FILE",
-                           help="also write the report of the scenarios to FILE")
-        elif name != "sweep":
-            r.add_argument("--run-id", default=None, help="run id (default: from the config)")
-        if name == "run":
-            r.add_argument("--engine", choices=("spark", "local"), default="spark",
-                           help="spark (default) or local: the in-process reference replay "
-                                "without Spark, for inputs that fit in memory")
-        r.add_argument("--master", default=None, help="Spark master (default: local[*])")
-        r.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
-                       help="run on a Spark Connect server (also SPARK_REMOTE; not with "
-                            "--master); Delta writes with delta-rs (docs/cluster.md)")
-        r.add_argument("--shuffle-partitions", type=int, default=8,
-                       help="spark.sql.shuffle.partitions (default 8)")
-        r.add_argument("--verbose", action="store_true",
-                       help="also show Spark's own log on the console (default: only "
-                            "topic-replay's lines; Spark's log goes to DIR/_work/spark.log; "
-                            "config key console.spark_log)")
+        _add_replay_command(sub, name, help_)
     s = sub.add_parser("summary", help="print the run summary from the tables")
     s.add_argument("--output", required=True, metavar="DIR")
     s.add_argument("--run-id", default=None)
@@ -166,26 +188,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {
+        "run": lambda a: _replay(a, stream=False),
+        "stream": lambda a: _replay(a, stream=True),
+        "summary": _summary, "compare": _compare, "sweep": _sweep, "report": _report,
+        "diff": _diff, "validate": _validate, "sql": _sql, "maintain": _maintain,
+        "generate": _generate,
+    }
     try:
-        if args.command in ("run", "stream"):
-            return _replay(args, stream=args.command == "stream")
-        if args.command == "summary":
-            return _summary(args)
-        if args.command == "compare":
-            return _compare(args)
-        if args.command == "sweep":
-            return _sweep(args)
-        if args.command == "report":
-            return _report(args)
-        if args.command == "diff":
-            return _diff(args)
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "sql":
-            return _sql(args)
-        if args.command == "maintain":
-            return _maintain(args)
-        return _generate(args)
+        return commands[args.command](args)
     except UsageError as exc:
         print(f"topic-replay: error: {exc}", file=sys.stderr)
         return 2
@@ -211,14 +222,14 @@ def _check_remote(args: argparse.Namespace) -> None:
 
 
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
-                     what: str = "") -> tuple[Any, Any]:
+                     what: str = "") -> tuple[ReplayConfig, InputSpec]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
     ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
     CSV header or Parquet schema (``pipelines.input_check``); ``UsageError`` (prefixed by
     ``what``) on any problem. No Spark."""
-    from pipelines.config import ConfigError, load_config
-    from pipelines.input_check import InputColumnError, check_columns
-    from pipelines.presets import get_preset
+    from pipelines.config import ConfigError, load_config  # noqa: PLC0415
+    from pipelines.input_check import InputColumnError, check_columns  # noqa: PLC0415
+    from pipelines.presets import get_preset  # noqa: PLC0415
 
     for path in args.input:
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
@@ -230,7 +241,7 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         cfg = load_config(args.conf, [*args.sets, *extra_sets])
     except ConfigError as exc:
         raise UsageError(what + str(exc)) from None
-    from pipelines.privacy import PrivacyError, pseudonymizer
+    from pipelines.privacy import PrivacyError, pseudonymizer  # noqa: PLC0415
 
     try:  # input.pseudonymize needs its secret: a missing one is a user mistake
         pseudonymizer(cfg)
@@ -249,10 +260,11 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     return cfg, spec
 
 
-def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) -> int:
+def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
+                  run_id: str) -> int:
     """``run --engine local``: the in-process reference replay (no Spark)."""
-    from pipelines.local import check_spec, resolve_local_spec, run_local
-    from pipelines.replay import format_summary
+    from pipelines.local import check_spec, resolve_local_spec, run_local  # noqa: PLC0415
+    from pipelines.replay import format_summary  # noqa: PLC0415
 
     try:
         spec = resolve_local_spec(spec, args.input)
@@ -261,9 +273,9 @@ def _replay_local(args: argparse.Namespace, cfg: Any, spec: Any, run_id: str) ->
         raise UsageError(str(exc)) from None
     summary = run_local(cfg, spec, args.input, args.output, run_id)
     if cfg.output.validate_tables:  # output.validate: the same end-of-run checks as Spark's
-        from pipelines.delta_io import DeltaStore
-        from pipelines.replay import run_summary
-        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run
+        from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+        from pipelines.replay import run_summary  # noqa: PLC0415
+        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run  # noqa: PLC0415
 
         store = DeltaStore(args.output, engine="delta-rs")
         validate_run(store, run_id, END_OF_RUN_VALIDATION_ID,
@@ -277,21 +289,15 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     _check_remote(args)
     cfg, spec = _config_and_spec(args)
     run_id = args.run_id or "default"
-    from pipelines.replay import OutputConflictError, check_output
-
-    try:  # an output written by another version or run config: refuse before Spark starts
-        check_output(args.output, run_id, cfg, spec.preset)
-    except OutputConflictError as exc:
-        raise UsageError(str(exc)) from None
-    except OSError as exc:  # an object store that cannot be reached or read
-        raise UsageError(f"output {args.output} cannot be read: {exc}") from None
+    _check_run_output(args.output, run_id, cfg, spec.preset)
     if getattr(args, "engine", "spark") == "local":
         return _replay_local(args, cfg, spec, run_id)
 
-    from pipelines.ingest import resolve_input_spec
-    from pipelines.progress import ReplayProgress
-    from pipelines.replay import Replay, format_summary
-    from pipelines.spark_session import build_session
+    from pipelines.ingest import resolve_input_spec  # noqa: PLC0415
+    from pipelines.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.replay import Replay  # noqa: PLC0415
+    from pipelines.spark_session import build_session  # noqa: PLC0415
+    from pipelines.storage import StorageError  # noqa: PLC0415
 
     # SIGTERM (systemd, Airflow, kill) or SIGINT (Ctrl-C), to the driver or its whole process
     # group: the replay stops after the micro-batch in progress (the JVM, started in a session
@@ -304,13 +310,13 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
         if replay is not None:
             replay.request_stop()
 
-    replay: Any = None
+    replay: Replay | None = None
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     progress = ReplayProgress()  # a bar on a terminal, plain lines otherwise
     # Our bar / lines replace Spark's console progress bar (on a terminal they would overwrite
     # each other; in a log its carriage-return updates are noise).
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415
 
     owned = SparkSession.getActiveSession() is None  # else a caller's (tests): leave it running
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
@@ -323,8 +329,6 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     signal.signal(signal.SIGINT, _stop)
     try:
         spec = resolve_input_spec(spec, spark, args.input)
-        from pipelines.storage import StorageError
-
         try:  # an s3a:// output without hadoop-aws on the classpath
             replay = Replay(spark, cfg, spec, args.input, args.output, run_id,
                             progress=progress)
@@ -332,22 +336,43 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
             raise UsageError(str(exc)) from None
         if stop.is_set():
             replay.request_stop()
-        if not stream:
-            with progress:
-                summary = replay.run()
-            if summary:
-                print(format_summary(summary))
-                return 0
-        else:
-            replay.run(stream=True)
-            replay.await_query()
-            progress.close()
-        print(f"stopped; tables under {args.output} are current up to batch "
-              f"{replay.state.batch_id}" + ("" if stream else "; run again to finish"))
-        return 0
+        return _drive(replay, progress, stream, args.output)
     finally:
         if owned and not stop.is_set():  # the application ends with the command: a cluster's
             spark.stop()                  # master records it as completed
+
+
+def _check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) -> None:
+    """Before Spark starts: ``UsageError`` when ``output`` holds run ``run_id`` written by
+    another version or config, or cannot be read (an unreachable object store)."""
+    from pipelines.replay import OutputConflictError, check_output  # noqa: PLC0415
+
+    try:
+        check_output(output, run_id, cfg, preset)
+    except OutputConflictError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:  # an object store that cannot be reached or read
+        raise UsageError(f"output {output} cannot be read: {exc}") from None
+
+
+def _drive(replay: Replay, progress: ReplayProgress, stream: bool, output: str) -> int:
+    """Run ``replay`` (batch: to its summary; ``stream``: until stopped) and print the summary
+    or, when a stop request ended it, one status line; returns the exit code (0)."""
+    from pipelines.replay import format_summary  # noqa: PLC0415
+
+    if not stream:
+        with progress:
+            summary = replay.run()
+        if summary:
+            print(format_summary(summary))
+            return 0
+    else:
+        replay.run(stream=True)
+        replay.await_query()
+        progress.close()
+    print(f"stopped; tables under {output} are current up to batch {replay.state.batch_id}"
+          + ("" if stream else "; run again to finish"))
+    return 0
 
 
 def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
@@ -357,19 +382,17 @@ def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
     temporary folder)."""
     if args.verbose or shown:
         return None
-    from pipelines.storage import is_remote
+    from pipelines.storage import is_remote  # noqa: PLC0415
 
     if is_remote(args.output):
-        import tempfile
-
         return str(Path(tempfile.gettempdir()) / "topic-replay-spark.log")
     return str(Path(args.output) / "_work" / "spark.log")
 
 
-def _input_spec(spec: Any, cfg: Any, inputs: list[str]) -> Any:
+def _input_spec(spec: InputSpec, cfg: ReplayConfig, inputs: list[str]) -> InputSpec:
     """Apply the config's input section (format, columns, defaults) and speed to a preset."""
     changes: dict[str, Any] = {"speed": cfg.replay.speed}
-    fmt = cfg.input.format
+    fmt: str = cfg.input.format
     if fmt == "auto" and spec.preset == "contract":
         fmt = _guess_format(inputs)
     if fmt != "auto":
@@ -404,7 +427,7 @@ def _guess_format(inputs: list[str]) -> str:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from pipelines.replay import format_summary, run_summary
+    from pipelines.replay import format_summary, run_summary  # noqa: PLC0415
 
     store, run_id = _finished_run(args.output, args.run_id)
     print(format_summary(run_summary(store, run_id)))
@@ -413,7 +436,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _require_output(output: str) -> None:
     """``UsageError`` when the output directory (or object-store prefix) does not exist."""
-    from pipelines.storage import StorageError, is_dir
+    from pipelines.storage import StorageError, is_dir  # noqa: PLC0415
 
     try:
         found = is_dir(output)
@@ -425,7 +448,7 @@ def _require_output(output: str) -> None:
 
 def _require_tables(tables: Sequence[str] | None) -> None:
     """``UsageError`` naming any of ``tables`` that is not an output table."""
-    from pipelines.schemas import table_names
+    from pipelines.schemas import table_names  # noqa: PLC0415
 
     unknown = [t for t in tables or [] if t not in table_names()]
     if unknown:
@@ -433,11 +456,11 @@ def _require_tables(tables: Sequence[str] | None) -> None:
                          f"{', '.join(table_names())}")
 
 
-def _finished_run(output: str, run_id: str | None) -> tuple[Any, str]:
+def _finished_run(output: str, run_id: str | None) -> tuple[DeltaStore, str]:
     """The output's store and ``run_id`` (default: the last finished run); ``UsageError`` when
     the output, or the run in it, does not exist."""
     _require_output(output)
-    from pipelines.delta_io import DeltaStore
+    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
 
     store = DeltaStore(output, engine="delta-rs")
     runs = store.read("runs")
@@ -454,8 +477,8 @@ def _diff(args: argparse.Namespace) -> int:
     if len(args.run_ids) != 2:
         raise UsageError(f"diff needs exactly two --run-id (A and B), got {len(args.run_ids)}")
     _require_output(args.output)
-    from pipelines.delta_io import DeltaStore
-    from pipelines.diff import diff_runs, format_diff, run_ids
+    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.diff import diff_runs, format_diff, run_ids  # noqa: PLC0415
 
     _require_tables(args.tables)
     store = DeltaStore(args.output, engine="delta-rs")
@@ -471,7 +494,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from pipelines.validation import format_validation, validate_run
+    from pipelines.validation import format_validation, validate_run  # noqa: PLC0415
 
     store, run_id = _finished_run(args.output, args.run_id)
     result = validate_run(store, run_id)
@@ -479,10 +502,10 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if result.success else 1
 
 
-def _quiet_session(master: str | None, remote: str | None = None) -> Any:
+def _quiet_session(master: str | None, remote: str | None = None) -> SparkSession:
     """A SparkSession for a short command: no progress bar, only errors logged (a Spark
     Connect session, ``remote`` or ``SPARK_REMOTE``, logs on its server)."""
-    from pipelines.spark_session import build_session, is_connect
+    from pipelines.spark_session import build_session, is_connect  # noqa: PLC0415
 
     spark = build_session(app_name="topic-replay-sql", master=master, shuffle_partitions=2,
                           extra_conf={"spark.ui.showConsoleProgress": "false",
@@ -497,8 +520,8 @@ def _sql(args: argparse.Namespace) -> int:
     _require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
-    from pipelines.delta_io import DeltaStore
-    from pipelines.sql import QueryError, format_rows, register_tables, run_query
+    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.sql import QueryError, format_rows, register_tables, run_query  # noqa: PLC0415
 
     store = DeltaStore(args.output, spark=_quiet_session(args.master, args.remote))
     if not register_tables(store):
@@ -519,8 +542,8 @@ def _maintain(args: argparse.Namespace) -> int:
     _require_tables(args.tables)
     if args.retain_hours is not None and args.retain_hours < 0:
         raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
-    from pipelines.delta_io import DeltaStore
-    from pipelines.sql import format_rows, maintain_tables
+    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.sql import format_rows, maintain_tables  # noqa: PLC0415
 
     spark = None if args.engine == "delta-rs" else _quiet_session(args.master)
     try:
@@ -536,7 +559,7 @@ def _maintain(args: argparse.Namespace) -> int:
 def _known_runs(output: str, wanted: Sequence[str]) -> list[str]:
     """``wanted`` run ids (default: the last run) checked against the ``runs`` table."""
     _require_output(output)
-    from pipelines.delta_io import DeltaStore
+    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
 
     runs = DeltaStore(output, engine="delta-rs").read("runs")
     if runs.empty:
@@ -554,8 +577,8 @@ def _report(args: argparse.Namespace) -> int:
     run_ids = _known_runs(args.output, args.run_ids)
     if Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
-    from pipelines.compare import format_comparison, metrics_frame
-    from pipelines.report import write_report
+    from pipelines.compare import format_comparison, metrics_frame  # noqa: PLC0415
+    from pipelines.report import write_report  # noqa: PLC0415
 
     result = write_report(args.output, run_ids, args.html, png_dir=args.png_dir)
     print(format_comparison(metrics_frame(result["metrics"])))
@@ -564,7 +587,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pipelines.compare import (
+    from pipelines.compare import (  # noqa: PLC0415
         PreparedScenario,
         ScenarioError,
         check_reuse,
@@ -585,16 +608,16 @@ def _compare(args: argparse.Namespace) -> int:
         prepared.append(PreparedScenario(scenario, cfg, spec))
     if args.html and Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
-    from pipelines.replay import OutputConflictError, check_output_path
+    from pipelines.replay import OutputConflictError, check_output_path  # noqa: PLC0415
 
     try:
         check_output_path(args.output)
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
-    from pipelines.storage import is_dir
+    from pipelines.storage import is_dir  # noqa: PLC0415
 
     if is_dir(args.output):  # a run of the same name must be this very scenario
-        from pipelines.delta_io import DeltaStore
+        from pipelines.delta_io import DeltaStore  # noqa: PLC0415
 
         store = DeltaStore(args.output, engine="delta-rs")
         for p in prepared:
@@ -603,9 +626,9 @@ def _compare(args: argparse.Namespace) -> int:
             except ScenarioError as exc:
                 raise UsageError(str(exc)) from None
 
-    from pipelines.compare import replay_scenarios
-    from pipelines.progress import ReplayProgress
-    from pipelines.spark_session import build_session
+    from pipelines.compare import replay_scenarios  # noqa: PLC0415
+    from pipelines.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.spark_session import build_session  # noqa: PLC0415
 
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
@@ -616,33 +639,25 @@ def _compare(args: argparse.Namespace) -> int:
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))
     if args.html:
-        from pipelines.report import write_report
+        from pipelines.report import write_report  # noqa: PLC0415
 
         result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
         print(f"report: {result['html']} ({result['figures']} figures)")
     return 0
 
 
-def _sweep(args: argparse.Namespace) -> int:
-    from pipelines.compare import (
-        NAME_PATTERN,
-        PreparedScenario,
-        Scenario,
-        ScenarioError,
-        format_comparison,
-        metrics_frame,
-        parse_scenario,
-    )
-    from pipelines.sweep import (
+def _sweep_scenarios(args: argparse.Namespace) -> tuple[int, list[Scenario]]:
+    """The sweep's flap window (s) and scenarios (the grid's, then the named ones) from the
+    arguments; ``UsageError`` on a bad sweep id, window, grid, scenario or ``--html``."""
+    from pipelines.compare import NAME_PATTERN, ScenarioError, parse_scenario  # noqa: PLC0415
+    from pipelines.sweep import (  # noqa: PLC0415
         DEFAULT_FLAP_WINDOW_S,
         SweepError,
         check_names,
-        check_shared_ingest,
         grid_scenarios,
         parse_grid,
     )
 
-    _check_remote(args)
     if not NAME_PATTERN.match(args.sweep_id):
         raise UsageError(f"--sweep-id {args.sweep_id!r} must be letters, digits, '_', '.' or "
                          "'-'")
@@ -660,6 +675,38 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError("a sweep needs at least one --grid or --scenario")
     if args.html and Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
+    return window, scenarios
+
+
+def _check_sweep_output(args: argparse.Namespace, cfg: ReplayConfig, preset: str,
+                        prepared: Sequence[PreparedScenario]) -> None:
+    """Before Spark starts: ``UsageError`` when the output holds the sweep's work folder or
+    any scenario's run under another config or inputs (``check_output``)."""
+    from pipelines.replay import OutputConflictError, check_output  # noqa: PLC0415
+    from pipelines.storage import is_file, join  # noqa: PLC0415
+
+    work_id = f"sweep.{args.sweep_id}"
+    fresh = not is_file(join(args.output, "_work", work_id, "run.json"))
+    try:  # the sweep's work folder and every scenario's run
+        check_output(args.output, work_id, cfg, preset,
+                     {p.scenario.name: p.config for p in prepared})
+        for p in prepared:
+            check_output(args.output, p.scenario.name, p.config, preset, new=fresh)
+    except OutputConflictError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from pipelines.compare import (  # noqa: PLC0415
+        PreparedScenario,
+        Scenario,
+        format_comparison,
+        metrics_frame,
+    )
+    from pipelines.sweep import SweepError, check_shared_ingest  # noqa: PLC0415
+
+    _check_remote(args)
+    window, scenarios = _sweep_scenarios(args)
     cfg, spec = _config_and_spec(args)
     base = PreparedScenario(Scenario("base", (), ""), cfg, spec)
     prepared = [PreparedScenario(s, *_config_and_spec(args, s.sets, what=f"scenario {s.name}: "))
@@ -669,24 +716,13 @@ def _sweep(args: argparse.Namespace) -> int:
                                             for p in prepared})
     except SweepError as exc:
         raise UsageError(str(exc)) from None
-    from pipelines.replay import OutputConflictError, check_output
+    _check_sweep_output(args, cfg, spec.preset, prepared)
 
-    work_id = f"sweep.{args.sweep_id}"
-    from pipelines.storage import is_file, join
-
-    fresh = not is_file(join(args.output, "_work", work_id, "run.json"))
-    try:  # before Spark starts: the sweep's work folder and every scenario's run
-        check_output(args.output, work_id, cfg, spec.preset,
-                     {p.scenario.name: p.config for p in prepared})
-        for p in prepared:
-            check_output(args.output, p.scenario.name, p.config, spec.preset, new=fresh)
-    except OutputConflictError as exc:
-        raise UsageError(str(exc)) from None
-
-    from pipelines.ingest import resolve_input_spec
-    from pipelines.progress import ReplayProgress
-    from pipelines.spark_session import build_session
-    from pipelines.sweep import run_sweep
+    from pipelines.ingest import resolve_input_spec  # noqa: PLC0415
+    from pipelines.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.spark_session import build_session  # noqa: PLC0415
+    from pipelines.storage import join  # noqa: PLC0415
+    from pipelines.sweep import run_sweep  # noqa: PLC0415
 
     print(f"sweep {args.sweep_id}: {len(prepared)} scenarios from one ingest: "
           + ", ".join(p.scenario.name for p in prepared))
@@ -707,20 +743,24 @@ def _sweep(args: argparse.Namespace) -> int:
     print(f"sweep {args.sweep_id}: {len(rows)} rows in {join(args.output, 'sweeps')} "
           f"(flap window {window} s)")
     if args.html:
-        from pipelines.delta_io import DeltaStore
-        from pipelines.interactive import PageError, write_sweep_page
-
-        try:
-            write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id,
-                             args.html)
-        except PageError as exc:
-            raise UsageError(str(exc)) from None
-        print(f"page: {args.html}")
+        _write_sweep_page(args)
     return 0
 
 
+def _write_sweep_page(args: argparse.Namespace) -> None:
+    """The sweep's interactive page at ``--html``; ``UsageError`` when it cannot be drawn."""
+    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.interactive import PageError, write_sweep_page  # noqa: PLC0415
+
+    try:
+        write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id, args.html)
+    except PageError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"page: {args.html}")
+
+
 def _generate(args: argparse.Namespace) -> int:
-    from pipelines.generator import generate, load_any_spec, result_summary
+    from pipelines.generator import generate, load_any_spec, result_summary  # noqa: PLC0415
 
     if not Path(args.spec).is_file():
         raise UsageError(f"workload spec {args.spec} does not exist")

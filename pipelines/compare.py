@@ -22,10 +22,13 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from pyspark.sql import SparkSession
 
 from pipelines.config import run_identity
 from pipelines.core.dispatch import reader_subscription
 from pipelines.delta_io import DeltaStore
+from pipelines.ingest import resolve_input_spec
+from pipelines.replay import Replay, run_summary
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A scenario name (= its run_id and a folder name under ``DIR/_work``)."""
@@ -306,8 +309,6 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
     delivered no message; withheld bucket-seconds sum :func:`withheld_intervals`; drain times
     come from :func:`drain_times`. Missing data gives ``None`` (0 for counts).
     """
-    from pipelines.replay import run_summary
-
     summary = run_summary(tables.store, tables.run_id)
     config = tables.config
     total = _total_timeline(layout_timeline(tables.segments))
@@ -330,7 +331,7 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
         "topics": summary["topics"],
         "segments_max": int(total["active_segments"].max()) if len(total) else 0,
         "segments_final": int(total["active_segments"].iloc[-1]) if len(total) else 0,
-        "segments_created": int(len(tables.segments)),
+        "segments_created": len(tables.segments),
         "buckets_max": int(total["buckets"].max()) if len(total) else 0,
         "buckets_final": int(total["buckets"].iloc[-1]) if len(total) else 0,
         "splits": summary["splits"],
@@ -347,7 +348,7 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
         "consumers": len(consumers),
         "max_consumer_share": round(float(shares["share"].max()), 4) if len(shares) else None,
         "idle_consumers": sum(1 for c in consumers if c not in delivered),
-        "handoffs": int(len(withheld)),
+        "handoffs": len(withheld),
         "withheld_bucket_s": round(float(withheld["withheld_s"].sum()), 3),
         "sealed_segments": int(tables.segments["sealed_at"].notna().sum()),
         "drain_max_s": (round(float(per_segment["drain_s"].max()), 3)
@@ -435,15 +436,15 @@ def check_reuse(store: DeltaStore, prepared: PreparedScenario, inputs: Sequence[
         what = "config" if not same_config else "inputs"
         raise ScenarioError(f"run {prepared.scenario.name} already exists in {store.root} with "
                             f"other {what}; pick another scenario name or output directory")
-    return row["status"] == "finished"
+    return bool(row["status"] == "finished")
 
 
 def _prefixed(name: str) -> Callable[[object], None]:
     return lambda event: print(f"[{name}] {event}", flush=True)
 
 
-def replay_scenarios(spark: Any, prepared: Sequence[PreparedScenario], inputs: Sequence[str],
-                     output: str, say: Callable[[str], None] = print,
+def replay_scenarios(spark: SparkSession, prepared: Sequence[PreparedScenario],
+                     inputs: Sequence[str], output: str, say: Callable[[str], None] = print,
                      progress_for: Callable[[str], Any] = _prefixed) -> pd.DataFrame:
     """Replay ``inputs`` once per scenario (run_id = scenario name) into ``output`` and return
     :func:`comparison_table` over the scenarios, in the given order.
@@ -454,9 +455,6 @@ def replay_scenarios(spark: Any, prepared: Sequence[PreparedScenario], inputs: S
     not replayed again (:func:`check_reuse`). Everything is written under ``output`` (tables and
     each run's ``_work`` folder); nothing else is touched.
     """
-    from pipelines.ingest import resolve_input_spec
-    from pipelines.replay import Replay
-
     store = DeltaStore(output, engine="delta-rs")
     for p in prepared:
         name = p.scenario.name

@@ -254,6 +254,59 @@ def _split_assignment(assignment: str) -> tuple[list[str], str]:
             raise ValueError("expected dotted.key=value")
 
 
+class _SetProblem(Exception):
+    """Why a ``--set`` path cannot be followed (the message, without the ``--set`` label)."""
+
+
+def _descend_mapping(node: dict[str, Any], seg: str, last: bool, value: Any,
+                     where: str) -> Any:
+    """Set ``node[seg]`` when ``last``, else the child to descend into (an empty mapping is
+    created for a missing or null key); ``_SetProblem`` when the child is a scalar."""
+    if last:
+        node[seg] = value
+        return None
+    if not isinstance(node.get(seg), dict | list):
+        if seg in node and node[seg] is not None:
+            raise _SetProblem(f"{where} is a {type(node[seg]).__name__}, not a mapping or list")
+        node[seg] = {}
+    return node[seg]
+
+
+def _descend_list(node: list[Any], seg: str, last: bool, value: Any, where: str,
+                  parent: str) -> Any:
+    """Set item ``seg`` (an index; the list's length appends) when ``last``, else the item to
+    descend into; ``_SetProblem`` for a non-index, an index past the end or a scalar item."""
+    if not seg.isdigit():
+        raise _SetProblem(f"{parent} is a list; {seg!r} is not an index")
+    index = int(seg)
+    if index > len(node):
+        raise _SetProblem(f"{where}: index out of range (the list has {len(node)} "
+                          f"item{'s' if len(node) != 1 else ''})")
+    if index == len(node):
+        node.append(value if last else {})
+    elif last:
+        node[index] = value
+    if last:
+        return None
+    if not isinstance(node[index], dict | list):
+        raise _SetProblem(f"{where} is a {type(node[index]).__name__}, not a mapping or list")
+    return node[index]
+
+
+def _assign(data: dict[str, Any], path: Sequence[str], value: Any) -> None:
+    """Set ``value`` at ``path`` in ``data`` (see :func:`apply_set`); ``_SetProblem``."""
+    node: Any = data
+    for depth, seg in enumerate(path):
+        last = depth == len(path) - 1
+        where = _render_path(path[:depth + 1])
+        if isinstance(node, dict):
+            node = _descend_mapping(node, seg, last, value, where)
+        elif isinstance(node, list):
+            node = _descend_list(node, seg, last, value, where, _render_path(path[:depth]))
+        else:  # pragma: no cover - guarded above
+            raise _SetProblem(f"{_render_path(path[:depth])} is not a mapping or list")
+
+
 def apply_set(data: dict[str, Any], assignment: str) -> list[str]:
     """Apply one ``dotted.key=value`` to ``data`` in place; returns problems (empty = applied).
 
@@ -269,39 +322,10 @@ def apply_set(data: dict[str, Any], assignment: str) -> list[str]:
         value = _parse_yaml(raw_value) if raw_value.strip() else None
     except yaml.YAMLError as exc:
         return [f"{label}: value is not valid YAML ({' '.join(str(exc).split())})"]
-    node: Any = data
-    for depth, seg in enumerate(path):
-        last = depth == len(path) - 1
-        where = _render_path(path[:depth + 1])
-        if isinstance(node, dict):
-            if last:
-                node[seg] = value
-            else:
-                if not isinstance(node.get(seg), dict | list):
-                    if seg in node and node[seg] is not None:
-                        return [f"{label}: {where} is a {type(node[seg]).__name__}, "
-                                "not a mapping or list"]
-                    node[seg] = {}
-                node = node[seg]
-        elif isinstance(node, list):
-            if not seg.isdigit():
-                return [f"{label}: {_render_path(path[:depth])} is a list; "
-                        f"{seg!r} is not an index"]
-            index = int(seg)
-            if index > len(node):
-                return [f"{label}: {where}: index out of range (the list has {len(node)} "
-                        f"item{'s' if len(node) != 1 else ''})"]
-            if index == len(node):
-                node.append(value if last else {})
-            elif last:
-                node[index] = value
-            if not last:
-                if not isinstance(node[index], dict | list):
-                    return [f"{label}: {where} is a {type(node[index]).__name__}, "
-                            "not a mapping or list"]
-                node = node[index]
-        else:  # pragma: no cover - guarded above
-            return [f"{label}: {_render_path(path[:depth])} is not a mapping or list"]
+    try:
+        _assign(data, path, value)
+    except _SetProblem as exc:
+        return [f"{label}: {exc}"]
     return []
 
 
@@ -317,6 +341,16 @@ def _zone(name: Any) -> tzinfo:
     return ZoneInfo(str(name))
 
 
+def _seconds_offset(value: float) -> float:
+    """A join/leave time given as seconds after the first event; ``ValueError`` unless finite
+    and >= 0."""
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"seconds offset must be finite, got {value!r}")
+    if value < 0:
+        raise ValueError(f"seconds offset must be >= 0, got {value!r}")
+    return float(value)
+
+
 def _parse_time_point(value: Any, info: ValidationInfo) -> Any:
     """Number → float seconds offset (>= 0); ISO string / datetime / date → aware UTC datetime.
 
@@ -328,11 +362,7 @@ def _parse_time_point(value: Any, info: ValidationInfo) -> Any:
     if isinstance(value, bool):
         raise ValueError(f"expected a seconds offset or an ISO-8601 timestamp, got {value!r}")
     if isinstance(value, int | float):
-        if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"seconds offset must be finite, got {value!r}")
-        if value < 0:
-            raise ValueError(f"seconds offset must be >= 0, got {value!r}")
-        return float(value)
+        return _seconds_offset(value)
     tz = (info.context or {}).get("time_zone", UTC)
     if isinstance(value, str):
         try:

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from deltalake import DeltaTable
 
 from pipelines.delta_io import DeltaStore
 from pipelines.schemas import table_names
@@ -127,8 +128,6 @@ def diff_runs(store: DeltaStore, run_a: str, run_b: str, tables: Sequence[str] |
 def run_ids(store: DeltaStore) -> set[str]:
     """Every ``run_id`` with rows in some table of ``store`` (from the Delta logs' partition
     values; no data files are read)."""
-    from deltalake import DeltaTable
-
     found: set[str] = set()
     for t in table_names():
         if not store.exists(t):

@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import itertools
 import json
 import math
 import re
@@ -216,7 +217,7 @@ class StepsRate(_RateBase):
     @classmethod
     def _increasing(cls, steps: list[RateStep]) -> list[RateStep]:
         at = [s.at_s for s in steps]
-        if any(b <= a for a, b in zip(at, at[1:], strict=False)):
+        if any(b <= a for a, b in itertools.pairwise(at)):
             raise ValueError(f"steps must have strictly increasing at_s, got {at}")
         return steps
 
@@ -238,7 +239,8 @@ class DiurnalRate(_RateBase):
 
     def base_rate(self, t: FloatArray) -> FloatArray:
         angle = 2.0 * np.pi * (t - self.phase_s) / self.period_s
-        return self.mean * (1.0 + self.amplitude * np.cos(angle))
+        rate: FloatArray = self.mean * (1.0 + self.amplitude * np.cos(angle))
+        return rate
 
 
 RateSpec = Annotated[ConstantRate | StepsRate | DiurnalRate, Field(discriminator="kind")]

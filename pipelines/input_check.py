@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from fnmatch import fnmatch
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from pipelines.presets import InputSpec
 
 
@@ -63,8 +65,6 @@ def csv_header(path: Path, sep: str = ",") -> tuple[str, ...]:
 
 def parquet_columns(path: Path) -> tuple[str, ...]:
     """Top-level column names of the Parquet file ``path`` (from its footer)."""
-    import pyarrow.parquet as pq
-
     return tuple(pq.read_schema(path).names)
 
 

@@ -33,17 +33,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import plotly.graph_objects as go
+from deltalake import DeltaTable
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from pipelines.compare import METRICS, RunTables, metrics_frame, run_metrics
+from pipelines.config import parse_config
 from pipelines.delta_io import DeltaStore
 from pipelines.report import (
     _CSS,
     CREATED_BY_COLOR,
     ReportFigure,
+    build_figures,
     busiest_topics,
     fig_batching,
     fig_consumers,
@@ -105,8 +109,6 @@ def _policy(config: dict[str, Any], topic: str) -> dict[str, Any]:
     """The resolved auto-scale policy of ``topic`` as a dict (field → value); the broker-level
     section as stored when the config cannot be parsed (another version's config)."""
     try:
-        from pipelines.config import parse_config
-
         policy = parse_config(config).policy_for(topic)
         return {f: getattr(policy, f) for f in type(policy).field_names()}
     except Exception:
@@ -469,8 +471,8 @@ def _label(v: Any) -> str:
 
 
 def heatmap_grid(sweeps: pd.DataFrame, x_param: str, y_param: str,
-                 metric: str) -> tuple[list[str], list[str], np.ndarray, list[list[Any]],
-                                       np.ndarray]:
+                 metric: str) -> tuple[list[str], list[str], npt.NDArray[np.float64],
+                                       list[list[Any]], npt.NDArray[np.int_]]:
     """One metric over a pair of parameters.
 
     Returns ``(x_labels, y_labels, z, run_ids, counts)``: labels are the parameters' values
@@ -551,7 +553,7 @@ def fig_heatmap(sweeps: pd.DataFrame, x_param: str, y_param: str,
     return fig
 
 
-def pareto_front(x: Sequence[float], y: Sequence[float]) -> np.ndarray:
+def pareto_front(x: Sequence[float], y: Sequence[float]) -> npt.NDArray[np.bool_]:
     """Boolean mask of the Pareto-optimal points when both ``x`` and ``y`` are minimized: a point
     is on the front when no other point is ≤ in both and < in one. Points with a NaN in either
     are never on the front; equal points are all on it. Shape: ``(len(x),)``."""
@@ -782,8 +784,6 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
     page = render_page("topic-replay report: " + ", ".join(run_ids), body)
     out = _write(path, page)
     if png_dir is not None:
-        from pipelines.report import build_figures
-
         Path(png_dir).mkdir(parents=True, exist_ok=True)
         for f in build_figures(runs):
             f.figure.savefig(Path(png_dir) / f"{f.key}.png", dpi=96)
@@ -806,8 +806,6 @@ def read_sweeps(store: DeltaStore, sweep_id: str) -> pd.DataFrame:
     (numbers by value, keys as in ``settings``; a key a scenario does not set last), then
     ``run_id``: a Delta table does not keep the order rows were written in.
     Raises :class:`PageError` when there is no ``sweeps`` table or no row of ``sweep_id``."""
-    from deltalake import DeltaTable
-
     location = sweeps_location(store)
     if not DeltaTable.is_deltatable(location, storage_options=store.storage_options):
         raise PageError(f"{location} is not a Delta table (no sweep was written there)")

@@ -32,24 +32,28 @@ from typing import Any
 
 import matplotlib
 
+from pipelines.compare import format_cell
+from pipelines.config import parse_config
+
 matplotlib.use("Agg")
 
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.ticker as mticker  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+import matplotlib.dates as mdates
+import matplotlib.ticker as mticker
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
-from pipelines.compare import (  # noqa: E402
+from pipelines.compare import (
     RunTables,
     consumer_shares,
     drain_times,
     layout_timeline,
     withheld_intervals,
 )
-from pipelines.delta_io import DeltaStore  # noqa: E402
+from pipelines.delta_io import DeltaStore
 
 MAX_TOPICS = 6
 """Most topics drawn individually in per-topic figures (the busiest; the rest are summed)."""
@@ -126,8 +130,6 @@ def _empty_note(ax: Any, text: str) -> None:
 def _thresholds(config: dict[str, Any], topic: str) -> tuple[float | None, float | None]:
     """(split_msg_rate_in, merge_msg_rate_in) in force for ``topic`` (overrides resolved)."""
     try:
-        from pipelines.config import parse_config
-
         policy = parse_config(config).policy_for(topic)
         return float(policy.split_msg_rate_in), float(policy.merge_msg_rate_in)
     except Exception:  # a config written by another version: broker level as stored
@@ -177,31 +179,8 @@ def fig_layout(tables: RunTables) -> Figure:
         for ax, col in ((ax_s, "active_segments"), (ax_b, "buckets")):
             ax.step(*stepped(total, col), where="post", color="black", lw=2.2, alpha=0.6,
                     label=label)
-    decisions = tables.decisions
-    if len(decisions):
-        acted = decisions[decisions["action"] != "none"]
-        for action, (marker, color) in ACTION_STYLE.items():
-            d = acted[acted["action"] == action]
-            if d.empty:
-                continue
-            ys = [_count_at(timeline, r.topic, r.eval_time) for r in d.itertuples()]
-            reasons = ", ".join(f"{r} ×{n}" for r, n in d["reason"].value_counts().items())
-            ax_s.scatter(naive_utc(d["eval_time"]), ys, marker=marker, s=70, color=color,
-                         edgecolor="black", zorder=5, label=f"{action} ({reasons})")
-            if len(acted) <= 12:  # one label per point (topics acting together share it)
-                labels: dict[tuple[Any, int, str], list[str]] = {}
-                for r, y in zip(d.itertuples(), ys, strict=True):
-                    labels.setdefault((r.eval_time, y, r.reason), []).append(str(r.topic))
-                for (when, y, reason), names in labels.items():
-                    ax_s.annotate(f"{', '.join(names)}: {reason}", (naive_utc(when), y),
-                                  xytext=(4, 6), textcoords="offset points", fontsize=7,
-                                  rotation=20, color=color)
-        sup = decisions[decisions["action"] == "none"]
-        if len(sup):
-            by = ", ".join(f"{r} ×{n}" for r, n in
-                           sup["suppressed_by"].fillna("none").value_counts().items())
-            ax_s.scatter(naive_utc(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
-                         color="0.45", zorder=4, label=f"suppressed ({by})")
+    if len(tables.decisions):
+        _draw_decisions(ax_s, tables.decisions, timeline)
     ax_s.set_ylabel("active segments")
     ax_b.set_ylabel("entry buckets")
     ax_s.set_ylim(bottom=-0.3)
@@ -211,6 +190,40 @@ def fig_layout(tables: RunTables) -> Figure:
     _time_axis(ax_b)
     fig.tight_layout()
     return fig
+
+
+def _draw_decisions(ax: Axes, decisions: pd.DataFrame, timeline: pd.DataFrame) -> None:
+    """:func:`fig_layout`'s decision markers on ``ax``: one series per action at the topic's
+    segment count (each point labelled when there are few), suppressed evaluations at 0."""
+    acted = decisions[decisions["action"] != "none"]
+    for action, (marker, color) in ACTION_STYLE.items():
+        d = acted[acted["action"] == action]
+        if d.empty:
+            continue
+        ys = [_count_at(timeline, r.topic, r.eval_time) for r in d.itertuples()]
+        reasons = ", ".join(f"{r} ×{n}" for r, n in d["reason"].value_counts().items())
+        ax.scatter(naive_utc(d["eval_time"]), ys, marker=marker, s=70, color=color,
+                   edgecolor="black", zorder=5, label=f"{action} ({reasons})")
+        if len(acted) <= 12:
+            _label_decisions(ax, d, ys, color)
+    sup = decisions[decisions["action"] == "none"]
+    if len(sup):
+        by = ", ".join(f"{r} ×{n}" for r, n in
+                       sup["suppressed_by"].fillna("none").value_counts().items())
+        ax.scatter(naive_utc(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
+                   color="0.45", zorder=4, label=f"suppressed ({by})")
+
+
+def _label_decisions(ax: Axes, d: pd.DataFrame, ys: Sequence[int], color: str) -> None:
+    """One label per decision point ``(eval_time, ys[i])``: its topics (topics acting together
+    share it) and reason."""
+    labels: dict[tuple[Any, int, str], list[str]] = {}
+    for r, y in zip(d.itertuples(), ys, strict=True):
+        labels.setdefault((r.eval_time, y, r.reason), []).append(str(r.topic))
+    for (when, y, reason), names in labels.items():
+        ax.annotate(f"{', '.join(names)}: {reason}", (naive_utc(when), y),
+                    xytext=(4, 6), textcoords="offset points", fontsize=7,
+                    rotation=20, color=color)
 
 
 def _count_at(timeline: pd.DataFrame, topic: str, when: Any) -> int:
@@ -576,8 +589,6 @@ figure{margin:.5em 0 1.5em}figcaption{font-size:.85em;color:#555}img{max-width:1
 
 
 def _fmt(v: Any) -> str:
-    from pipelines.compare import format_cell
-
     return html.escape(format_cell(v.item() if isinstance(v, np.generic) else v))
 
 
@@ -606,7 +617,8 @@ def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
     ``<key>.png``. Returns ``{"html": path, "figures": n on the page, "interactive": n,
     "images": n, "metrics": {run_id: run_metrics}}``.
     """
-    from pipelines.interactive import write_run_page
+    # pipelines.interactive imports this module (its static figures): import it on use
+    from pipelines.interactive import write_run_page  # noqa: PLC0415
 
     store = DeltaStore(output, engine="delta-rs")
     return write_run_page(store, run_ids, html_path, png_dir=png_dir)

@@ -16,9 +16,12 @@ Usage examples are in docs/delta.md.
 from __future__ import annotations
 
 import json
-from typing import Any
+import logging
+from typing import Any, cast
 
 import pandas as pd
+from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from pipelines.delta_io import DeltaStore
 from pipelines.schemas import table_names
@@ -53,24 +56,22 @@ def register_tables(store: DeltaStore) -> list[str]:
     return names
 
 
-def run_query(spark: Any, query: str, limit: int | None) -> tuple[pd.DataFrame, bool]:
+def run_query(spark: SparkSession, query: str, limit: int | None) -> tuple[pd.DataFrame, bool]:
     """Run ``query`` and bring at most ``limit`` rows (None or 0: all) to the driver.
 
     Returns ``(rows, truncated)``: ``truncated`` is True when the result had more rows than
     ``limit``. Raises :class:`QueryError` with Spark's message when Spark rejects the query.
     """
-    import logging
-
-    from pyspark.errors import PySparkException
 
     # pyspark logs a failed query's context as an ERROR line of JSON; the message suffices
     logging.getLogger("SQLQueryContextLogger").setLevel(logging.CRITICAL)
     try:
         df = spark.sql(query)
         if limit:
-            rows = df.limit(int(limit) + 1).toPandas()
+            # toPandas() is a pandas DataFrame (pyspark types it as a protocol)
+            rows = cast(pd.DataFrame, df.limit(int(limit) + 1).toPandas())
             return rows.head(int(limit)), len(rows) > int(limit)
-        return df.toPandas(), False
+        return cast(pd.DataFrame, df.toPandas()), False
     except PySparkException as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise QueryError(message) from None
@@ -99,7 +100,7 @@ def format_rows(rows: pd.DataFrame, fmt: str) -> str:
         text = rows.to_string(index=False, na_rep="NULL", max_colwidth=60)
         return f"{text}\n({len(rows)} row{'s' if len(rows) != 1 else ''})"
     if fmt == "csv":
-        return rows.to_csv(index=False).rstrip("\n")
+        return str(rows.to_csv(index=False)).rstrip("\n")
     if fmt == "json":
         return "\n".join(json.dumps({c: _cell(v) for c, v in zip(rows.columns, r, strict=True)},
                                     default=str)

@@ -30,6 +30,9 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+
 S3_SCHEMES = ("s3a", "s3")
 OBJECT_STORE_SCHEMES = (*S3_SCHEMES, "gs", "abfs", "abfss")
 """URL schemes an output may have (docs/storage.md); S3's is tested, the others documented."""
@@ -98,8 +101,6 @@ def arrow_filesystem(location: str) -> tuple[Any, str]:
     variables (see the module docstring; credentials by the AWS SDK's default chain), the
     path ``bucket/prefix``. Other URLs: ``pyarrow.fs.FileSystem.from_uri``. Raises
     :class:`StorageError` for an unsupported scheme (:func:`check_location`)."""
-    import pyarrow.fs as pafs
-
     s = scheme(location)
     if s is None:
         return pafs.LocalFileSystem(), os.path.abspath(location)
@@ -113,8 +114,6 @@ def arrow_filesystem(location: str) -> tuple[Any, str]:
 def s3_filesystem(env: Mapping[str, str] | None = None) -> Any:
     """A ``pyarrow.fs.S3FileSystem`` configured from the ``AWS_*`` variables of ``env``
     (default: the process environment)."""
-    import pyarrow.fs as pafs
-
     env = os.environ if env is None else env
     options: dict[str, Any] = {"region": s3_region(env)}
     endpoint = s3_endpoint(env)
@@ -184,16 +183,12 @@ def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def is_file(location: str) -> bool:
     """Whether ``location`` is a file (an object)."""
-    import pyarrow.fs as pafs
-
     fs, path = arrow_filesystem(location)
     return bool(fs.get_file_info(path).type == pafs.FileType.File)
 
 
 def is_dir(location: str) -> bool:
     """Whether ``location`` is a folder (on an object store: a prefix holding objects)."""
-    import pyarrow.fs as pafs
-
     fs, path = arrow_filesystem(location)
     return bool(fs.get_file_info(path).type == pafs.FileType.Directory)
 
@@ -221,8 +216,6 @@ def write_bytes(location: str, data: bytes) -> None:
 def list_files(location: str, suffix: str = "") -> list[str]:
     """Names (not paths) of the files directly in the folder ``location`` ending with
     ``suffix``, sorted; ``[]`` when the folder does not exist."""
-    import pyarrow.fs as pafs
-
     fs, path = arrow_filesystem(location)
     infos = fs.get_file_info(pafs.FileSelector(path, allow_not_found=True))
     return sorted(i.base_name for i in infos
@@ -231,8 +224,6 @@ def list_files(location: str, suffix: str = "") -> list[str]:
 
 def delete_dir(location: str) -> None:
     """Delete the folder ``location`` and everything in it (nothing when it is missing)."""
-    import pyarrow.fs as pafs
-
     fs, path = arrow_filesystem(location)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
@@ -241,8 +232,6 @@ def delete_dir(location: str) -> None:
 def copy_dir(source: str, destination: str) -> None:
     """Copy the folder ``source`` to ``destination`` (replaced when it exists):
     ``pyarrow.fs.copy_files``."""
-    import pyarrow.fs as pafs
-
     delete_dir(destination)
     src_fs, src = arrow_filesystem(source)
     dst_fs, dst = arrow_filesystem(destination)
@@ -252,8 +241,6 @@ def copy_dir(source: str, destination: str) -> None:
 def count_rows(location: str, where: Any = None) -> int:
     """Rows of the Parquet dataset under the folder ``location`` (those matching the pyarrow
     expression ``where``); 0 when the folder does not exist."""
-    import pyarrow.dataset as ds
-
     if not is_dir(location):
         return 0
     fs, path = arrow_filesystem(location)

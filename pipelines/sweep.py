@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 import yaml
+from pyspark.sql import SparkSession
 
 from pipelines.compare import (
     NAME_PATTERN,
@@ -34,7 +35,9 @@ from pipelines.compare import (
     layout_timeline,
     run_metrics,
 )
+from pipelines.config import parse_config
 from pipelines.delta_io import DeltaStore, table_app_id
+from pipelines.replay import Replay, RunSpec
 
 INGEST_KEYS: tuple[str, ...] = ("input", "output", "console", "replay.speed",
                                 "replay.allowed_lateness_s", "replay.max_files_per_trigger",
@@ -221,7 +224,7 @@ def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], i
     timeline = layout_timeline(segments)
     out: dict[str, float] = {}
     for topic, g in timeline.groupby("topic", sort=True):
-        times = list(g["time"]) + [end if end is not None else g["time"].iloc[-1]]
+        times = [*list(g["time"]), end if end is not None else g["time"].iloc[-1]]
         at_max = g["active_segments"].to_numpy() >= max_segments(str(topic))
         seconds = sum((times[i + 1] - times[i]).total_seconds()
                       for i in range(len(g)) if at_max[i] and times[i + 1] > times[i])
@@ -232,8 +235,6 @@ def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], i
 def sweep_row(tables: RunTables, sweep_id: str, settings: Mapping[str, Any],
               flap_window_s: int) -> dict[str, Any]:
     """One ``sweeps`` row (columns of ``pipelines.schemas.SWEEPS``) of one scenario's run."""
-    from pipelines.config import parse_config
-
     config = parse_config(tables.config)
     at_max = time_at_max_segments(tables.segments,
                                   lambda t: config.policy_for(t).max_segments,
@@ -261,7 +262,7 @@ def write_sweep_rows(store: DeltaStore, sweep_id: str, rows: pd.DataFrame) -> No
                           app_id=table_app_id(f"sweep.{sweep_id}", "sweeps"), version=1)
 
 
-def run_sweep(spark: Any, sweep_id: str, base: PreparedScenario,
+def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
               prepared: Sequence[PreparedScenario], inputs: Sequence[str], output: str,
               flap_window_s: int = DEFAULT_FLAP_WINDOW_S,
               progress: Callable[[Any], None] = print) -> pd.DataFrame:
@@ -272,8 +273,6 @@ def run_sweep(spark: Any, sweep_id: str, base: PreparedScenario,
     The replay's work folder is ``_work/sweep.<sweep_id>`` (a restart of the same sweep
     resumes there). Raises ``pipelines.replay.OutputConflictError`` as ``topic-replay run``
     does, for the sweep or any of its runs."""
-    from pipelines.replay import Replay, RunSpec
-
     replay = Replay(spark, base.config, base.input_spec, list(inputs), output,
                     f"sweep.{sweep_id}", progress=progress,
                     runs=[RunSpec(p.scenario.name, p.config) for p in prepared])

@@ -47,7 +47,7 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -61,9 +61,12 @@ from pipelines.core.controller import (
 )
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
-from pipelines.delta_io import table_app_id
+from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest import LATE, QUARANTINE_REASONS
 from pipelines.schemas import arrow_schema
+
+if TYPE_CHECKING:
+    from great_expectations.expectations import Expectation
 
 INPUT_CONTRACT = "input_contract"
 """Name of the suite checking the input contract (on the accepted records in ``messages``)."""
@@ -116,7 +119,8 @@ SUPPRESSED_BY_REGEX = rf"^{_SUPPRESSED_ITEM}(?:, {_SUPPRESSED_ITEM})*$"
 def _gx() -> Any:
     """Import Great Expectations with its usage analytics off (no network from a run)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
-    import great_expectations as gx
+    # GE takes seconds to import (and must see the variable above): only validating pays it
+    import great_expectations as gx  # noqa: PLC0415
 
     return gx
 
@@ -124,7 +128,7 @@ def _gx() -> Any:
 # ----------------------------------------------------------------------------------- suites
 
 
-def suites() -> dict[str, list[Any]]:
+def suites() -> dict[str, list[Expectation]]:
     """The expectation suites: table name → list of GE 1.x expectation objects.
 
     Columns named ``segment_found``, ``bucket_count``, ``range_start``, ``range_end`` on
@@ -132,38 +136,38 @@ def suites() -> dict[str, list[Any]]:
     :func:`prepare`.
     """
     _gx()
-    import great_expectations.expectations as gxe
+    import great_expectations.expectations as gxe  # noqa: PLC0415 - after _gx(), see there
 
-    def not_null(*cols: str) -> list[Any]:
+    def not_null(*cols: str) -> list[Expectation]:
         return [gxe.ExpectColumnValuesToNotBeNull(column=c) for c in cols]
 
-    def at_least(minimum: int, *cols: str) -> list[Any]:
+    def at_least(minimum: int, *cols: str) -> list[Expectation]:
         return [gxe.ExpectColumnValuesToBeBetween(column=c, min_value=minimum) for c in cols]
 
-    def in_set(col: str, values: Sequence[str]) -> Any:
+    def in_set(col: str, values: Sequence[str | bool]) -> Expectation:
         return gxe.ExpectColumnValuesToBeInSet(column=col, value_set=sorted(set(values)))
 
-    def a_ge_b(a: str, b: str, strict: bool = False) -> Any:
+    def a_ge_b(a: str, b: str, strict: bool = False) -> Expectation:
         return gxe.ExpectColumnPairValuesAToBeGreaterThanB(
             column_A=a, column_B=b, or_equal=not strict, ignore_row_if="either_value_is_missing")
 
-    def hash_range(*cols: str) -> list[Any]:
+    def hash_range(*cols: str) -> list[Expectation]:
         return [gxe.ExpectColumnValuesToBeBetween(column=c, min_value=0, max_value=HASH_MAX)
                 for c in cols]
 
-    def unique(table: str) -> list[Any]:
+    def unique(table: str) -> list[Expectation]:
         cols = list(KEYS[table])
         if len(cols) == 1:
             return [gxe.ExpectColumnValuesToBeUnique(column=cols[0])]
         return [gxe.ExpectCompoundColumnsToBeUnique(column_list=cols)]
 
-    def in_segment(hash_column: str | None) -> list[Any]:
+    def in_segment(hash_column: str | None) -> list[Expectation]:
         checks = [in_set("segment_found", [True]), a_ge_b("bucket_count", "bucket_index", True)]
         if hash_column:
             checks += [a_ge_b(hash_column, "range_start"), a_ge_b("range_end", hash_column)]
         return checks
 
-    s: dict[str, list[Any]] = {
+    s: dict[str, list[Expectation]] = {
         INPUT_CONTRACT: [
             gxe.ExpectTableColumnsToMatchSet(
                 column_set=["topic", "key", "publish_time", "payload_size", "producer_name",
@@ -319,7 +323,9 @@ def _observed(result: Mapping[str, Any]) -> Any:
 def ephemeral_context() -> Any:
     """A Great Expectations ephemeral (in-memory) data context with progress bars off."""
     gx = _gx()
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.data_context.types.base import (  # noqa: PLC0415 - see _gx()
+        ProgressBarsConfig,
+    )
 
     context = gx.get_context(mode="ephemeral")
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -402,13 +408,13 @@ def validate_frames(frames: Mapping[str, pd.DataFrame], run_id: str,
     return ValidationResult(run_id, int(validation_id), df)
 
 
-def next_validation_id(store: Any, run_id: str) -> int:
+def next_validation_id(store: DeltaStore, run_id: str) -> int:
     """1 + the highest ``validation_id`` stored for ``run_id`` (1 when there is none)."""
     done = store.read(VALIDATIONS_TABLE, run_id=run_id)
     return int(done["validation_id"].max()) + 1 if len(done) else 1
 
 
-def validate_run(store: Any, run_id: str, validation_id: int | None = None,
+def validate_run(store: DeltaStore, run_id: str, validation_id: int | None = None,
                  write: bool = True) -> ValidationResult:
     """Validate the tables of ``run_id`` in ``store`` (a :class:`pipelines.delta_io.DeltaStore`)
     and, when ``write``, append the result to the ``validations`` table (idempotent: app id
@@ -424,7 +430,7 @@ def validate_run(store: Any, run_id: str, validation_id: int | None = None,
     return result
 
 
-def latest_validation(store: Any, run_id: str) -> dict[str, Any] | None:
+def latest_validation(store: DeltaStore, run_id: str) -> dict[str, Any] | None:
     """Summary of the latest stored validation pass of ``run_id`` (None when there is none):
     ``{"validation_id", "expectations", "failed": ["table: expectation kwargs", …]}``."""
     done = store.read(VALIDATIONS_TABLE, run_id=run_id)
@@ -433,7 +439,7 @@ def latest_validation(store: Any, run_id: str) -> dict[str, Any] | None:
     last = done[done["validation_id"] == done["validation_id"].max()]
     failed = last[~last["success"]]
     return {"validation_id": int(last["validation_id"].iloc[0]),
-            "expectations": int(len(last)),
+            "expectations": len(last),
             "failed": [describe(r) for r in failed.to_dict("records")]}
 
 

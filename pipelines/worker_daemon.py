@@ -46,7 +46,8 @@ def drop_spark_archives() -> list[str]:
 
 def main() -> None:
     drop_spark_archives()
-    from pyspark.daemon import manager
+    # only after the archives are off sys.path, so that pyspark comes from site-packages
+    from pyspark.daemon import manager  # noqa: PLC0415
 
     manager()
 

@@ -41,7 +41,8 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
     """``output.engine: auto`` writes with delta-rs in tests that do not name an engine (fast
     commits; the engine-parametrized end-to-end, crash, SQL and DeltaStore tests run both)."""
     try:
-        import pipelines.delta_io as delta_io
+        # the Airflow venv (make test-dags) loads this conftest without the project's packages
+        import pipelines.delta_io as delta_io  # noqa: PLC0415
     except ImportError:  # the Airflow venv
         yield
         return
@@ -54,7 +55,7 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from pipelines.spark_session import build_session
+    from pipelines.spark_session import build_session  # noqa: PLC0415 - see above
 
     session = build_session(
         app_name="topic-replay-tests",
@@ -108,7 +109,7 @@ def s3_endpoint(tmp_path_factory) -> Iterator[str]:
 
 def _free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now (the OS's choice)."""
-    import socket
+    import socket  # noqa: PLC0415 - this conftest is also loaded by the Airflow venv: stdlib only at its top
 
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((MOTO_HOST, 0))

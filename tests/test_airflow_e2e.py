@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.replay import main
 from pipelines.delta_io import AUTO_ENGINE_ENV, DeltaStore
 from pipelines.schemas import table_names
 from pipelines.spark_session import delta_jars
@@ -42,8 +43,6 @@ def dag_output(tmp_path_factory) -> DeltaStore:
 
 @pytest.fixture(scope="module")
 def direct_output(spark, tmp_path_factory) -> DeltaStore:
-    from jobs.replay import main
-
     out = tmp_path_factory.mktemp("direct")
     assert main(["run", "--input", str(REPO / "data" / "sample"), "--conf",
                  str(REPO / "conf" / "sample.yaml"), "--output", str(out),

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -163,9 +166,6 @@ def test_evaluate_targets_judges_in_process_where_both_engines_finished() -> Non
 
 
 def test_read_stage_timings_reads_the_runs_table_and_computes_other(tmp_path: Path) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
     timings = {"wall_s": 100.0, "ingest_hash_s": 10.0, "control_plane_s": 20.0,
                "batching_s": 30.0, "dispatch_s": 5.0, "delta_write_s": 15.0}
     write_deltalake(str(tmp_path / "runs"), pa.table({
@@ -202,8 +202,6 @@ class _Proc:
 
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="no /proc (not Linux)")
 def test_peak_rss_reads_the_kernel_high_water_mark() -> None:
-    import os
-
     vm = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
     current = int(vm["VmRSS"].split()[0]) * 1024
     assert bench.peak_rss(_Proc(os.getpid(), rss=1)) >= current

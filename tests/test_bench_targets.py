@@ -73,5 +73,5 @@ def test_evaluate_gives_each_ratio_slow_over_reference() -> None:
 
 def test_evaluate_leaves_a_target_unmeasured_when_a_side_failed() -> None:
     runs = {"hot-1-topic": _run(None), "hot-3-topics": _run(10.0)}
-    hot = [t for t in targets.evaluate(runs) if t["target"] == "hot_topic_spark"][0]
+    hot = next(t for t in targets.evaluate(runs) if t["target"] == "hot_topic_spark")
     assert (hot["value"], hot["met"]) == (None, None)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
 import pytest
+from deltalake import write_deltalake
 
+import pipelines.spark_session
+from jobs.replay import main
 from pipelines.config import (
     DEFAULT_CONF_ENV,
     OUTPUT_TABLES,
@@ -20,6 +26,9 @@ from pipelines.config import (
 )
 from pipelines.core.batching import BatchingConfig
 from pipelines.core.policy import AutoScaleConfig
+from pipelines.delta_io import DeltaStore
+from pipelines.replay import OutputConflictError, check_output
+from pipelines.schemas import TABLES
 
 FIRST_EVENT_MS = 1_291_190_400_000  # 2010-12-01T08:00:00Z
 
@@ -548,8 +557,6 @@ def test_conf_file_lists_replace_default_lists(tmp_path: Path) -> None:
 @pytest.fixture
 def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the command starts Spark (errors must come before it)."""
-    import pipelines.spark_session
-
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
@@ -557,8 +564,6 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run_cli(tmp_path: Path, *extra: str) -> int:
-    from jobs.replay import main
-
     log = tmp_path / "log.json"
     log.write_text('{"topic": "t", "publish_time": 0, "payload_size": 1}\n')
     return main(["run", "--input", str(log), "--output", str(tmp_path / "out"),
@@ -580,7 +585,6 @@ def _started(out: Path, run_id: str, sets: list[str]) -> None:
     cfg = load_config(None, sets)
     manifest = out / "_work" / run_id / "run.json"
     manifest.parent.mkdir(parents=True)
-    import json
 
     manifest.write_text(json.dumps({"config": cfg.to_dict(), "preset": "contract"}))
 
@@ -598,8 +602,6 @@ def _started(out: Path, run_id: str, sets: list[str]) -> None:
 )
 def test_run_id_started_with_another_config_is_refused(tmp_path: Path, sets: list[str],
                                                        preset: str, message: str) -> None:
-    from pipelines.replay import OutputConflictError, check_output
-
     _started(tmp_path, "r1", [])
     with pytest.raises(OutputConflictError) as info:
         check_output(str(tmp_path), "r1", load_config(None, sets), preset)
@@ -607,18 +609,12 @@ def test_run_id_started_with_another_config_is_refused(tmp_path: Path, sets: lis
 
 
 def test_restart_with_the_same_config_is_allowed(tmp_path: Path) -> None:
-    from pipelines.replay import check_output
-
     _started(tmp_path, "r1", ["policy.max_segments=8"])
     check_output(str(tmp_path), "r1", load_config(None, ["policy.max_segments=8"]), "contract")
     check_output(str(tmp_path), "r2", load_config(None, []), "contract")  # another run id
 
 
 def test_run_id_finished_with_another_config_is_refused(tmp_path: Path) -> None:
-    import pandas as pd
-
-    from pipelines.delta_io import DeltaStore
-    from pipelines.replay import OutputConflictError, check_output
 
     row = {"run_id": "r1", "status": "finished",
            "config": load_config(None, ["batching.mode=key_based"]).to_json(),
@@ -632,10 +628,6 @@ def test_run_id_finished_with_another_config_is_refused(tmp_path: Path) -> None:
 
 
 def test_output_table_with_an_incompatible_schema_is_refused(tmp_path: Path) -> None:
-    import pyarrow as pa
-    from deltalake import write_deltalake
-
-    from pipelines.replay import OutputConflictError, check_output
 
     write_deltalake(str(tmp_path / "segments"),
                     pa.table({"run_id": ["old"], "topic": ["t"], "segment_id": ["1"]}),
@@ -656,6 +648,4 @@ def test_incompatible_output_is_refused_by_the_cli_before_spark(
 
 
 def test_output_tables_are_the_schema_tables_in_the_same_order():
-    from pipelines.schemas import TABLES
-
     assert OUTPUT_TABLES == tuple(TABLES)

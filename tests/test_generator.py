@@ -16,10 +16,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
+from jobs.replay import main
 from pipelines.generator import (
     GenerateResult,
     WorkloadSpec,
     generate,
+    is_omb_workload,
+    load_any_spec,
     load_omb_workload,
     load_spec,
 )
@@ -505,7 +508,7 @@ def test_omb_zero_producer_rate_is_rejected(tmp_path: Path) -> None:
 
 
 def test_omb_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
-    with pytest.raises(ValidationError, match="producerRat\\b"):
+    with pytest.raises(ValidationError, match=r"producerRat\b"):
         load_omb_workload(write_omb(tmp_path, OMB_YAML + "producerRat: 5\n"))
 
 
@@ -522,22 +525,16 @@ def test_omb_unknown_key_is_an_error_naming_it(tmp_path: Path) -> None:
     ],
 )
 def test_is_omb_workload_tells_omb_from_workload_spec(data: Any, expected: bool) -> None:
-    from pipelines.generator import is_omb_workload
-
     assert is_omb_workload(data) is expected
 
 
 def test_load_any_spec_detects_omb_file(tmp_path: Path) -> None:
-    from pipelines.generator import load_any_spec
-
     spec = load_any_spec(write_omb(tmp_path, OMB_YAML))
     assert spec.omb is not None and [t.name for t in spec.topics] == ["omb-topic-0",
                                                                       "omb-topic-1"]
 
 
 def test_load_any_spec_rejects_omb_options_for_workload_spec(tmp_path: Path) -> None:
-    from pipelines.generator import load_any_spec
-
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(make_spec().model_dump(mode="json", exclude_none=True)))
     with pytest.raises(ValueError, match="apply only to an OMB workload"):
@@ -546,8 +543,6 @@ def test_load_any_spec_rejects_omb_options_for_workload_spec(tmp_path: Path) -> 
 
 def test_cli_generate_omb_file_prints_counts_and_consumers(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from jobs.replay import main
-
     spec = write_omb(tmp_path, OMB_YAML.replace("testDurationMinutes: 1",
                                                 "testDurationMinutes: 1\nwarmupDurationMinutes: 0"))
     rc = main(["generate", "--spec", str(spec), "--output", str(tmp_path / "out")])
@@ -564,8 +559,6 @@ def test_cli_generate_omb_file_prints_counts_and_consumers(
 
 def test_cli_generate_omb_producer_rate_overrides_zero_rate(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from jobs.replay import main
-
     spec = write_omb(tmp_path, OMB_YAML.replace("producerRate: 100", "producerRate: 0"))
     rc = main(["generate", "--spec", str(spec), "--output", str(tmp_path / "out"),
                "--producer-rate", "20", "--omb"])
@@ -584,8 +577,6 @@ def test_cli_generate_omb_producer_rate_overrides_zero_rate(
 )
 def test_cli_generate_bad_omb_file_exits_2_with_one_sentence(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
-    from jobs.replay import main
-
     rc = main(["generate", "--spec", str(write_omb(tmp_path, text)), "--output",
                str(tmp_path / "out")])
     err = capsys.readouterr().err
@@ -595,8 +586,6 @@ def test_cli_generate_bad_omb_file_exits_2_with_one_sentence(
 
 def test_cli_generate_workload_spec_prints_counts(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from jobs.replay import main
-
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(make_spec().model_dump(mode="json", exclude_none=True)))
     rc = main(["generate", "--spec", str(path), "--output", str(tmp_path / "out")])

@@ -84,7 +84,7 @@ def test_a_preset_with_csv_columns_is_checked_against_them(tmp_path):
     spec = get_preset("online-retail").replace(
         columns={**get_preset("online-retail").columns, "key": "StockCod"},
         strict_columns=("key",))
-    with pytest.raises(InputColumnError, match="key is mapped to 'StockCod'.*InvoiceNo"):
+    with pytest.raises(InputColumnError, match=r"key is mapped to 'StockCod'.*InvoiceNo"):
         check_columns(spec, [str(tmp_path)])
 
 

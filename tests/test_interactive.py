@@ -9,9 +9,11 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from deltalake import write_deltalake
 
 from pipelines.compare import RunTables
 from pipelines.config import load_config
+from pipelines.delta_io import DeltaStore
 from pipelines.interactive import (
     SWEEP_METRICS,
     PageError,
@@ -24,9 +26,12 @@ from pipelines.interactive import (
     fig_segments,
     heatmap_grid,
     pareto_front,
+    read_sweeps,
     run_figures,
     sweep_figures,
     sweep_parameters,
+    sweeps_location,
+    write_sweep_page,
 )
 
 UTC = "UTC"
@@ -90,7 +95,7 @@ def test_sweep_parameters_are_the_settings_that_vary():
 def test_a_scenario_without_a_key_counts_as_its_own_value():
     frame = sweeps([("base", {}, {}), ("low", {SPLIT: 500}, {})])
     assert sweep_parameters(frame) == [SPLIT]
-    xs, ys, z, run_ids, _ = heatmap_grid(frame.assign(settings=[
+    xs, _ys, _z, run_ids, _ = heatmap_grid(frame.assign(settings=[
         json.dumps({"(all)": "all"}), json.dumps({SPLIT: 500, "(all)": "all"})]),
         SPLIT, "(all)", "flaps")
     assert xs == ["500", "(unset)"]
@@ -172,8 +177,8 @@ def test_pareto_figure_leaves_out_scenarios_without_a_value_and_says_so():
 ])
 def test_sweep_figures_are_a_heat_map_per_parameter_pair_then_two_pareto_views(frame, titles):
     got = [title for title, _ in sweep_figures(frame)]
-    assert got == titles + ["Pareto: withheld_bucket_s vs entries_per_message",
-                            "Pareto: drain_max_s vs entries_per_message"]
+    assert got == [*titles, "Pareto: withheld_bucket_s vs entries_per_message",
+                   "Pareto: drain_max_s vs entries_per_message"]
 
 
 @pytest.mark.parametrize("frame, message", [
@@ -308,10 +313,6 @@ def test_run_figures_are_segments_dag_decisions_and_rates(tables):
 # ---- the sweep page's input --------------------------------------------------------------------
 
 def test_read_sweeps_returns_the_rows_of_one_sweep(tmp_path):
-    from deltalake import write_deltalake
-
-    from pipelines.delta_io import DeltaStore
-    from pipelines.interactive import read_sweeps, sweeps_location
 
     store = DeltaStore(str(tmp_path), engine="delta-rs")
     write_deltalake(sweeps_location(store), pd.concat([GRID_2X2, GRID_2X2.assign(
@@ -320,10 +321,6 @@ def test_read_sweeps_returns_the_rows_of_one_sweep(tmp_path):
 
 
 def test_read_sweeps_orders_the_rows_by_their_settings_values(tmp_path):
-    from deltalake import write_deltalake
-
-    from pipelines.delta_io import DeltaStore
-    from pipelines.interactive import read_sweeps, sweeps_location
 
     store = DeltaStore(str(tmp_path), engine="delta-rs")
     write_deltalake(sweeps_location(store), GRID_2X2.iloc[::-1])  # written backwards
@@ -337,10 +334,6 @@ def test_read_sweeps_orders_the_rows_by_their_settings_values(tmp_path):
 ])
 def test_sweep_page_of_a_missing_sweep_fails_in_one_sentence(tmp_path, write, sweep_id,
                                                              message):
-    from deltalake import write_deltalake
-
-    from pipelines.delta_io import DeltaStore
-    from pipelines.interactive import sweeps_location, write_sweep_page
 
     store = DeltaStore(str(tmp_path), engine="delta-rs")
     if write:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from playwright.sync_api import sync_playwright
 
 from pipelines.compare import Scenario
 from pipelines.config import load_config
@@ -123,8 +124,6 @@ class Visit:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=screenshot_page.CHROMIUM_ARGS)
         yield b

@@ -12,6 +12,8 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+import pipelines.spark_session
+from jobs.replay import main
 from pipelines.config import ConfigError, load_config
 from pipelines.privacy import (
     PrivacyError,
@@ -130,8 +132,6 @@ def test_concealed_quarantine_keeps_file_errors_and_digests_records() -> None:
 
 @pytest.fixture
 def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipelines.spark_session
-
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
@@ -141,8 +141,6 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_missing_secret_is_refused_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch,
                                                 no_spark: None) -> None:
-    from jobs.replay import main
-
     monkeypatch.delenv("TOPIC_REPLAY_SECRET", raising=False)
     log = tmp_path / "log.json"
     log.write_text('{"topic": "t", "publish_time": 0, "payload_size": 1}\n')
@@ -156,8 +154,6 @@ def test_missing_secret_is_refused_before_spark(tmp_path: Path, capsys: pytest.C
 
 
 def test_run_help_lists_the_privacy_options(capsys: pytest.CaptureFixture[str]) -> None:
-    from jobs.replay import main
-
     with pytest.raises(SystemExit):
         main(["run", "--help"])
     out = capsys.readouterr().out

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
+import pipelines.spark_session
+from jobs.replay import main
+
 
 @pytest.fixture
 def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     """Fail the test if the command starts Spark (errors must come before it)."""
-    import pipelines.spark_session
-
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
@@ -23,8 +24,6 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _cli(tmp_path: Path, command: str, *extra: str) -> int:
-    from jobs.replay import main
-
     log = tmp_path / "log.json"
     log.write_text('{"topic": "t", "publish_time": 0, "payload_size": 1}\n')
     args = ([command, "--output", str(tmp_path / "out"), "SELECT 1"] if command == "sql" else

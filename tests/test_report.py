@@ -12,7 +12,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
-from pipelines.compare import RunTables, drain_times, layout_timeline, run_metrics
+from pipelines.compare import RunTables, consumer_shares, drain_times, layout_timeline, run_metrics
 from pipelines.config import load_config
 from pipelines.delta_io import DeltaStore
 from pipelines.generator import WorkloadSpec, generate
@@ -236,8 +236,6 @@ def test_drain_time_comes_from_the_dispatchers_segment_drains(drain_rows, drain_
     ([("a", 10, 50_000, 10_000), ("b", 30, 40_000, 20_000)], 60_000, 0, 0.8),  # busy capped
 ])
 def test_consumer_busy_and_idle_time_is_per_window_not_per_topic(rows, busy, idle, share):
-    from pipelines.compare import consumer_shares
-
     t = pd.Timestamp("2025-01-15T09:00:00Z")
     cl = pd.DataFrame([("s", "c", t, m, b, i) for _, m, b, i in rows]
                       + [("s", "d", t, 10, 0, 60_000)],

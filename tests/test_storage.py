@@ -7,10 +7,12 @@ import re
 import uuid
 from pathlib import Path
 
+import boto3
 import pyarrow.fs as pafs
 import pytest
 
 from pipelines import storage
+from pipelines.spark_session import pyspark_hadoop_version
 
 LOCAL_S3 = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"}
 
@@ -75,8 +77,6 @@ def test_s3a_and_s3_map_to_one_s3_filesystem_at_the_endpoint(location, monkeypat
 
 
 def test_s3a_jars_pom_matches_the_hadoop_pyspark_bundles():
-    from pipelines.spark_session import pyspark_hadoop_version
-
     pom = (Path(__file__).parents[1] / "tools" / "s3a-jars" / "pom.xml").read_text()
     match = re.search(r"<hadoop\.version>([0-9.]+)<", pom)
     assert match is not None
@@ -85,8 +85,6 @@ def test_s3a_jars_pom_matches_the_hadoop_pyspark_bundles():
 
 @pytest.fixture
 def bucket(s3_endpoint, monkeypatch) -> str:
-    import boto3
-
     for k, v in {"AWS_ENDPOINT_URL": s3_endpoint, "AWS_ACCESS_KEY_ID": "testing",
                  "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1"}.items():
         monkeypatch.setenv(k, v)

@@ -81,7 +81,7 @@ def test_grid_refuses_an_axis_given_twice():
 def test_check_shared_ingest_names_the_scenario_changing_an_ingest_setting():
     base = {"input": {"format": "json"}, "replay": {"speed": 1.0}}
     check_shared_ingest(base, {"a": {"input": {"format": "json"}, "replay": {"speed": 1.0}}})
-    with pytest.raises(SweepError, match="scenario b changes replay.speed"):
+    with pytest.raises(SweepError, match=r"scenario b changes replay\.speed"):
         check_shared_ingest(base, {"b": {"input": {"format": "json"},
                                          "replay": {"speed": 10.0}}})
 

@@ -14,10 +14,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from jobs.replay import main
 from pipelines.core.batching import CLOSE_REASONS
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
 from pipelines.delta_io import DeltaStore
 from pipelines.ingest import LATE, QUARANTINE_REASONS
+from pipelines.replay import format_summary, run_summary
 from pipelines.validation import (
     INPUT_CONTRACT,
     KEYS,
@@ -286,8 +288,6 @@ def test_latest_validation_lists_failed_expectations(tmp_path: Path) -> None:
 
 
 def test_run_summary_reports_latest_validation(tmp_path: Path) -> None:
-    from pipelines.replay import format_summary, run_summary
-
     store = write_run(tmp_path, good_frames())
     validate_run(store, RUN)
     text = format_summary(run_summary(store, RUN))
@@ -305,8 +305,6 @@ def test_run_summary_reports_latest_validation(tmp_path: Path) -> None:
 def test_cli_validate_exit_code_says_whether_all_passed(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], broken: bool, rc: int,
         expected_line: str) -> None:
-    from jobs.replay import main
-
     frames = good_frames()
     if broken:
         frames["quarantine"].loc[0, "reason"] = "looked-odd"
@@ -324,8 +322,6 @@ def test_cli_validate_exit_code_says_whether_all_passed(
 )
 def test_cli_validate_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           args: list[str], message: str) -> None:
-    from jobs.replay import main
-
     write_run(tmp_path, good_frames())
     rc = main(["validate", *[a.replace("{tmp}", str(tmp_path)) for a in args]])
     assert rc == 2

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from pipelines import worker_daemon
+from pipelines.spark_session import local_worker_conf, worker_python
 
 
 @pytest.mark.parametrize(("path", "home", "dropped"), [
@@ -46,8 +47,6 @@ def test_archives_go_when_pyspark_is_installed(monkeypatch: pytest.MonkeyPatch) 
     (None, None),                       # set elsewhere (spark-submit): not known here
 ])
 def test_the_daemon_is_ours_only_on_a_local_master(master: str | None, daemon: str | None) -> None:
-    from pipelines.spark_session import local_worker_conf
-
     assert local_worker_conf(master).get("spark.python.daemon.module") == daemon
 
 
@@ -60,7 +59,5 @@ def test_the_daemon_is_ours_only_on_a_local_master(master: str | None, daemon: s
 def test_worker_python_is_the_driver_interpreter_unless_one_is_configured(
         conf: dict[str, str], submitted: str | None, python: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from pipelines.spark_session import worker_python
-
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")  # an environment's: not a choice
     assert worker_python(conf, submitted) == python

@@ -36,7 +36,8 @@ def screenshot(page_path: Path, png: Path, width: int = 1300, height: int = 1600
     device scale 1); ``anchor``: scroll to ``#anchor`` first; ``hover``: a CSS selector whose
     first element the mouse rests on (Plotly draws its hover label). Raises ``TimeoutError``
     (from playwright) when the figures or the hover label do not render within 60 s."""
-    from playwright.sync_api import sync_playwright
+    # the dev extra's playwright, needed only to take a screenshot
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

@@ -104,6 +104,24 @@ def bucket_spread(bucket_count: int, consumer_names: Sequence[str]) -> dict[str,
             for j, name in enumerate(names)}
 
 
+def _owner_counts(segs: Sequence[SegmentInfo], surplus: int) -> list[int]:
+    """Owners per segment (in ``segs`` order) when ``surplus`` consumers beyond one per segment
+    are handed out round-robin to segments with fewer owners than buckets (reference §6.3)."""
+    owners = [1] * len(segs)
+    while surplus > 0:
+        progressed = False
+        for i, seg in enumerate(segs):
+            if surplus == 0:
+                break
+            if owners[i] < seg.bucket_count:
+                owners[i] += 1
+                surplus -= 1
+                progressed = True
+        if not progressed:
+            break
+    return owners
+
+
 def assign_segments(segments: Sequence[SegmentInfo],
                     consumer_names: Sequence[str]) -> dict[str, list[SegmentAssignment]]:
     """The coordinator's segment → consumer assignment (reference §6.3).
@@ -131,19 +149,7 @@ def assign_segments(segments: Sequence[SegmentInfo],
         for i, seg in enumerate(segs):
             result[names[i % k]].append(SegmentAssignment(seg.segment_id))
         return result
-    owners = [1] * s_count
-    surplus = k - s_count
-    while surplus > 0:
-        progressed = False
-        for i, seg in enumerate(segs):
-            if surplus == 0:
-                break
-            if owners[i] < seg.bucket_count:
-                owners[i] += 1
-                surplus -= 1
-                progressed = True
-        if not progressed:
-            break
+    owners = _owner_counts(segs, k - s_count)
     nxt = 0
     for i, seg in enumerate(segs):
         if owners[i] == 1:

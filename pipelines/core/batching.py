@@ -71,6 +71,8 @@ from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 
 I64 = npt.NDArray[np.int64]
+Column = npt.NDArray[np.generic]
+"""One column of the entries table (int32, int64 or object, by column; ENTRY_COLUMNS)."""
 
 
 class BatchingMode(StrEnum):
@@ -261,7 +263,7 @@ class BatchResult:
     time_ms: I64
     resent: I64
     epoch: I64
-    entries: dict[str, np.ndarray]
+    entries: dict[str, Column]
     state: ContainerState
     entries_per_producer: I64
 
@@ -379,7 +381,7 @@ class _Run:
              limit: int) -> _Cut:
         """The chain of batches of every container (messages ``p[starts[c]:ends[c]]``, sorted
         by send order), one Python step per batch; appends the sent ones to ``self.sent``."""
-        m, delay = self.m, self.delay
+        m = self.m
         times = m.time_ms[p]
         # order key of a message among the events of its instant: a task due at t fires after
         # the re-sends at t (2t) and before the messages published at t (2t + 1)
@@ -398,67 +400,81 @@ class _Run:
         ends_of = np.repeat(ends, ends - starts)
         within = _ContainerSearch(order, ends_of)
         key_default, cb_key = self._fresh_keys(times, within, m.payload_size[p], ends_of)
-        ol = order.tolist()
-        kd, cbk = key_default.tolist(), cb_key.tolist()
         walk = self._default_chain(times, order, key_default, ends_of)
-        good, nxt, sent_at, task_after = (x.tolist() for x in walk)
-        b_at: list[int] = []  # each sent batch's first message and its task's due time
-        b_fire: list[int] = []
+        chain = _Chain(order.tolist(), key_default.tolist(), cb_key.tolist(),
+                       *(x.tolist() for x in walk))
         for c, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-            L, P = int(c_last[c]), int(c_task[c])
-            at = s
-            while at < e:
-                o = ol[at]
-                t = o >> 1
-                while P != NO_TASK and 2 * P < o:  # tasks due before it find it empty
-                    P = L + delay if P - L < delay else NO_TASK
-                fire = t + delay if P == NO_TASK else max(P, L + delay)
-                key = kd[at] if fire == t + delay else min(
-                    bisect_left(ol, 2 * fire + 1, at, e) * 4, cbk[at])
-                step = key >> 2
-                if step >= e:  # no message closes it: its task does, or it stays open
-                    if fire >= limit:
-                        open_start[c] = at
-                        c_last[c], c_task[c] = L, P
-                        break
-                    b_at.append(at)
-                    b_fire.append(fire)
-                    L, P, at = fire, fire + delay, e
-                    continue
-                b_at.append(at)
-                b_fire.append(fire)
-                if fire == t + delay and good[at]:
-                    # a run of batches that each open as if the container were idle: walk it
-                    # on the precomputed chain (no state to resolve on the way)
-                    cur = nxt[at]
-                    while True:
-                        b_at.append(cur)
-                        b_fire.append((ol[cur] >> 1) + delay)
-                        if not good[cur]:
-                            break
-                        cur = nxt[cur]
-                    L, P, at = sent_at[cur], task_after[cur], nxt[cur]
-                    continue
-                kind = key & 3
-                if kind == 0:
-                    L, P, at = fire, fire + delay, step
-                else:
-                    stop = step if kind == 1 else step + 1
-                    # the pending task (if any) is due in (sent, sent + delay]: re-arming from
-                    # the new last send gives the same; a message that filled the container by
-                    # itself with no task pending scheduled none
-                    P = NO_TASK if (stop == at + 1 and kind >= 2 and P == NO_TASK) else fire
-                    L, at = ol[step] >> 1, stop
-            else:
-                # no open batch: tasks due before the limit fire on an empty container
-                while P != NO_TASK and P < limit:
-                    P = L + delay if P - L < delay else NO_TASK
-                c_last[c], c_task[c] = L, P
+            last_c, task_c, open_at = self._walk(chain, s, e, int(c_last[c]), int(c_task[c]),
+                                                 limit)
+            c_last[c], c_task[c] = last_c, task_c
+            if open_at >= 0:
+                open_start[c] = open_at
+        b_at, b_fire = chain.b_at, chain.b_fire
         if b_at:
             self.sent.append(self._sent(np.array(b_at, dtype=np.int64),
                                         np.array(b_fire, dtype=np.int64), times, within,
                                         key_default, cb_key, ends_of, p))
         return _Cut(c_last, c_task, open_start)
+
+    def _walk(self, chain: _Chain, s: int, e: int, L: int, P: int,
+              limit: int) -> tuple[int, int, int]:
+        """One container's chain of batches (messages at positions ``[s, e)``, last send ``L``,
+        task due ``P``): appends each sent batch's first message and task due time to
+        ``chain``; returns the container's ``(last send, task due, open batch's first
+        position)``, the last ``-1`` when no batch stays open (tasks due before ``limit`` then
+        fired on the empty container)."""
+        ol, kd, cbk, good = chain.order, chain.key_default, chain.cb_key, chain.good
+        delay = self.delay
+        at = s
+        while at < e:
+            o = ol[at]
+            t = o >> 1
+            while P != NO_TASK and 2 * P < o:  # tasks due before it find it empty
+                P = L + delay if P - L < delay else NO_TASK
+            fire = t + delay if P == NO_TASK else max(P, L + delay)
+            key = kd[at] if fire == t + delay else min(
+                bisect_left(ol, 2 * fire + 1, at, e) * 4, cbk[at])
+            step = key >> 2
+            if step >= e:  # no message closes it: its task does, or it stays open
+                if fire >= limit:
+                    return L, P, at
+                chain.b_at.append(at)
+                chain.b_fire.append(fire)
+                L, P, at = fire, fire + delay, e
+                continue
+            chain.b_at.append(at)
+            chain.b_fire.append(fire)
+            if fire == t + delay and good[at]:
+                # a run of batches that each open as if the container were idle: walk it
+                # on the precomputed chain (no state to resolve on the way)
+                cur = self._walk_idle_run(chain, chain.nxt[at])
+                L, P, at = chain.sent_at[cur], chain.task_after[cur], chain.nxt[cur]
+                continue
+            kind = key & 3
+            if kind == 0:
+                L, P, at = fire, fire + delay, step
+            else:
+                stop = step if kind == 1 else step + 1
+                # the pending task (if any) is due in (sent, sent + delay]: re-arming from
+                # the new last send gives the same; a message that filled the container by
+                # itself with no task pending scheduled none
+                P = NO_TASK if (stop == at + 1 and kind >= 2 and P == NO_TASK) else fire
+                L, at = ol[step] >> 1, stop
+        # no open batch: tasks due before the limit fire on an empty container
+        while P != NO_TASK and P < limit:
+            P = L + delay if P - L < delay else NO_TASK
+        return L, P, -1
+
+    def _walk_idle_run(self, chain: _Chain, cur: int) -> int:
+        """Append the batches of a ``good`` run from position ``cur`` on (each opening as in an
+        idle container, :meth:`_default_chain`); returns the run's last batch's position."""
+        ol, good, nxt, delay = chain.order, chain.good, chain.nxt, self.delay
+        while True:
+            chain.b_at.append(cur)
+            chain.b_fire.append((ol[cur] >> 1) + delay)
+            if not good[cur]:
+                return cur
+            cur = nxt[cur]
 
     def _default_chain(self, times: I64, order: I64, key_default: I64,
                        ends_of: I64) -> tuple[I64, I64, I64, I64]:
@@ -587,6 +603,23 @@ class _Cut:
 
 
 @dataclass
+class _Chain:
+    """:meth:`_Run._cut`'s per-message lookups as Python lists (the walk steps batch by batch):
+    order keys, the fresh-batch close keys, :meth:`_Run._default_chain`'s arrays; and the
+    batches found so far (first message position, task due time)."""
+
+    order: list[int]
+    key_default: list[int]
+    cb_key: list[int]
+    good: list[bool]
+    nxt: list[int]
+    sent_at: list[int]
+    task_after: list[int]
+    b_at: list[int] = field(default_factory=list)
+    b_fire: list[int] = field(default_factory=list)
+
+
+@dataclass
 class _Sent:
     """Batches sent in one phase: ``[start, end)`` positions into ``p`` (message indexes in
     container order), send time, reason code, triggering message position (``-1`` = task),
@@ -629,10 +662,11 @@ class _ContainerSearch:
         rank = self.rank[at]
         v = np.clip(value - self.lo, 0, self.width - 1)
         pos = np.searchsorted(self.flat, rank * self.width + v, side="left").astype(np.int64)
-        return np.minimum(np.maximum(pos, at), self.ends_of[at])
+        out: I64 = np.minimum(np.maximum(pos, at), self.ends_of[at])
+        return out
 
 
-def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
+def _entries(run: _Run, entry_of: I64) -> dict[str, Column]:
     """The sent batches' inner batches as entries, by producer and send order; fills
     ``entry_of`` (message → entry row)."""
     m = run.m
@@ -674,7 +708,7 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
                                   | (group[1:] != group[:-1])])
     e_batch = batch_of[starts]
     seqs = run.seq[msg]
-    cols: dict[str, np.ndarray] = {
+    cols: dict[str, Column] = {
         "producer": m.producer[msg[starts]],
         "segment_id": m.segment_id[msg[starts]],
         "bucket_index": np.minimum.reduceat(m.bucket_index[msg], starts).astype(np.int32),
@@ -701,13 +735,25 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, np.ndarray]:
     return cols
 
 
-def _empty_entries() -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {c: _i64() for c in ENTRY_COLUMNS}
+def _empty_entries() -> dict[str, Column]:
+    out: dict[str, Column] = {c: _i64() for c in ENTRY_COLUMNS}
     for c in ("bucket_index", "entry_hash_min", "entry_hash_max"):
         out[c] = np.zeros(0, dtype=np.int32)
     out["close_reason"] = np.zeros(0, dtype=object)
     return out
 
 
-__all__ = ["BatchingConfig", "BatchingMode", "BatchResult", "CLOSE_REASONS", "ContainerState",
-           "ENTRY_COLUMNS", "MAX_HASH", "Messages", "NO_TASK", "Reroute", "batch", "reroutes"]
+__all__ = [
+    "CLOSE_REASONS",
+    "ENTRY_COLUMNS",
+    "MAX_HASH",
+    "NO_TASK",
+    "BatchResult",
+    "BatchingConfig",
+    "BatchingMode",
+    "ContainerState",
+    "Messages",
+    "Reroute",
+    "batch",
+    "reroutes",
+]

@@ -136,7 +136,7 @@ class SubscriptionSpec:
 class ControllerSettings:
     """Topic-level settings of the controller (times in event-time ms)."""
 
-    policy: AutoScaleConfig = AutoScaleConfig()
+    policy: AutoScaleConfig = field(default_factory=AutoScaleConfig)
     initial_segments: int = 1
     bucket_budget: int = 4
     auto_scale_interval_ms: int = 60_000
@@ -214,9 +214,8 @@ class TopicController:
             if n == 0:
                 return _empty_routing()
             self._create(int(ev[0]))
-        seg = np.empty(n, dtype=np.int64)
-        bucket = np.empty(n, dtype=np.int32)
-        epoch = np.empty(n, dtype=np.int64)
+        routed = RoutedMessages(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int32),
+                                np.empty(n, dtype=np.int64))
         sh = np.asarray(segment_hash, dtype=np.int64)
         hb = np.asarray(hash_b, dtype=np.int64)
         sizes = np.asarray(payload_size, dtype=np.int64)
@@ -227,14 +226,14 @@ class TopicController:
             if t is None or t > horizon_ms:
                 break
             j = int(np.searchsorted(ev, t, side="left"))
-            self._route(slice(i, j), ev, sh, hb, sizes, producers, seg, bucket, epoch)
+            self._route(slice(i, j), ev, sh, hb, sizes, producers, routed)
             i = j
             self._run_events_at(t)
-        self._route(slice(i, n), ev, sh, hb, sizes, producers, seg, bucket, epoch)
+        self._route(slice(i, n), ev, sh, hb, sizes, producers, routed)
         if n:
             self._last_message_ms = int(ev[-1])
         self._horizon_ms = max(self._horizon_ms, horizon_ms)
-        return RoutedMessages(seg, bucket, epoch)
+        return routed
 
     def finish(self) -> None:
         """End of input: run the control events up to and including the first auto-scale tick
@@ -295,8 +294,9 @@ class TopicController:
 
     def _route(self, sl: slice, ev: npt.NDArray[np.int64], sh: npt.NDArray[np.int64],
                hb: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
-               producers: npt.NDArray[Any], seg: npt.NDArray[np.int64],
-               bucket: npt.NDArray[np.int32], epoch: npt.NDArray[np.int64]) -> None:
+               producers: npt.NDArray[Any], routed: RoutedMessages) -> None:
+        """Route the messages of slice ``sl`` under the current layout into ``routed`` (filled
+        in place at ``sl``) and account their load."""
         if sl.start == sl.stop:
             return
         self._quiet_evaluated = False
@@ -308,14 +308,14 @@ class TopicController:
         out[keyed] = layout.route_array(s_hash[keyed])
         if not keyed.all():
             out[~keyed] = self._round_robin(producers[sl][~keyed])
-        seg[sl] = out
-        epoch[sl] = layout.epoch
+        routed.segment_id[sl] = out
+        routed.layout_epoch[sl] = layout.epoch
         b = np.zeros(len(out), dtype=np.int32)
         h_b = np.where(hb[sl] >= 0, hb[sl], 0)
         for sid in np.unique(out):
             m = out == sid
             b[m] = bucket_of_array(layout.segments[int(sid)].bucket_splits, h_b[m])
-        bucket[sl] = b
+        routed.bucket_index[sl] = b
         # Load accounting: the slice lies within one sample interval (samples are events).
         t = int(ev[sl][0])
         for sid, cnt, nbytes in _group_sum(out, sizes[sl]):
@@ -336,7 +336,8 @@ class TopicController:
         rank = np.empty(len(producers), dtype=np.int64)
         rank[order] = np.arange(len(producers), dtype=np.int64) - np.repeat(
             np.cumsum(counts) - counts, counts)
-        out = np.asarray(ids, dtype=np.int64)[(start[inverse] + rank) % len(ids)]
+        out: npt.NDArray[np.int64] = np.asarray(ids, dtype=np.int64)[
+            (start[inverse] + rank) % len(ids)]
         self._rr_counters.update(zip(names.tolist(), (start + counts).tolist(), strict=True))
         return out
 

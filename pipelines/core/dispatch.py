@@ -384,8 +384,20 @@ class DispatchStats:
 
 
 class _Entry:
-    __slots__ = ("seq", "publish", "segment_id", "bucket", "n", "nbytes", "producer", "entry_id",
-                 "consumer", "dispatch_time", "ack_time", "deliveries")
+    __slots__ = (
+        "ack_time",
+        "bucket",
+        "consumer",
+        "deliveries",
+        "dispatch_time",
+        "entry_id",
+        "n",
+        "nbytes",
+        "producer",
+        "publish",
+        "segment_id",
+        "seq",
+    )
 
     def __init__(self, seq: int, publish: int, segment_id: int, bucket: int, n: int, nbytes: int,
                  producer: str, entry_id: int) -> None:
@@ -408,8 +420,14 @@ _OpenHandoff = tuple[str, str, int, int, int]
 
 
 class _Bucket:
-    __slots__ = ("pending", "pending_msgs", "holder", "unacked_entries", "unacked_msgs",
-                 "open_handoff")
+    __slots__ = (
+        "holder",
+        "open_handoff",
+        "pending",
+        "pending_msgs",
+        "unacked_entries",
+        "unacked_msgs",
+    )
 
     def __init__(self) -> None:
         self.pending: deque[_Entry] = deque()
@@ -424,8 +442,22 @@ class _Bucket:
 
 
 class _Consumer:
-    __slots__ = ("spec", "name", "connected", "free_at", "period_start", "period_msgs", "gen",
-                 "unacked", "ready", "win_msgs", "win_bytes", "win_busy", "cap_num", "cap_den")
+    __slots__ = (
+        "cap_den",
+        "cap_num",
+        "connected",
+        "free_at",
+        "gen",
+        "name",
+        "period_msgs",
+        "period_start",
+        "ready",
+        "spec",
+        "unacked",
+        "win_busy",
+        "win_bytes",
+        "win_msgs",
+    )
 
     def __init__(self, spec: ConsumerSpec) -> None:
         self.spec = spec
@@ -496,12 +528,9 @@ class SubscriptionDispatcher:
         self._coord = SubscriptionCoordinator(subscription, self.sub_type)
         self._consumers: dict[str, _Consumer] = {c.name: _Consumer(c) for c in consumers}
         # Config events (time, name, kind) with kind 1 = join, 0 = leave.
-        cfg: list[tuple[int, str, int]] = []
-        for c in consumers:
-            cfg.append((c.join_ms, c.name, 1))
-            if c.leave_ms is not None:
-                cfg.append((c.leave_ms, c.name, 0))
-        self._cfg = sorted(cfg)
+        self._cfg = sorted([(c.join_ms, c.name, 1) for c in consumers]
+                           + [(c.leave_ms, c.name, 0) for c in consumers
+                              if c.leave_ms is not None])
         self._cfg_i = 0
         # Input side.
         self._input_layout: SegmentLayout | None = None
@@ -512,6 +541,13 @@ class SubscriptionDispatcher:
         self._seq = 0
         self._entries_q: deque[_Entry] = deque()
         self._layouts_q: deque[tuple[int, SegmentLayout]] = deque()
+        self._init_simulation()
+        # Outputs.
+        self._stats = DispatchStats()
+        self._out = DispatchOutputs()
+
+    def _init_simulation(self) -> None:
+        """The simulation's state and the current window's counters, as before any entry."""
         # Simulation state.
         self._heap: list[_Event] = []
         self._counter = 0
@@ -541,9 +577,6 @@ class SubscriptionDispatcher:
         self._w_cleared = 0
         self._w_reassignments = 0
         self._w_redeliveries = 0
-        # Outputs.
-        self._stats = DispatchStats()
-        self._out = DispatchOutputs()
 
     # ---- public API ---------------------------------------------------------------------------
     @property
@@ -626,7 +659,22 @@ class SubscriptionDispatcher:
         layout = self._input_layout
         if layout is None:
             raise ValueError("on_entries: no layout yet; call on_layout first")
-        buckets = np.zeros(n, dtype=np.int64)
+        buckets = self._entry_buckets(layout, times, sids, hmin)
+        cols = _Columns(times, sids, buckets, nmsg, nbytes, producers, eids)
+        self._note_input(int(times[0]))
+        start = 0
+        if self.fast_forward and self._instant_consumers():
+            start = self._fast_forward(cols)
+        self._queue(cols, start, n)
+        self._last_input_time = int(times[-1])
+        self._run(self._last_input_time, inclusive=False)
+
+    def _entry_buckets(self, layout: SegmentLayout, times: npt.NDArray[np.int64],
+                       sids: npt.NDArray[np.int64],
+                       hmin: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Each entry's bucket index in its segment of ``layout`` (by ``entry_hash_min``);
+        ``ValueError`` for a segment not in the layout or an entry after its segment's seal."""
+        buckets = np.zeros(len(times), dtype=np.int64)
         for sid in np.unique(sids).tolist():
             seg = layout.segments.get(sid)
             if seg is None:
@@ -637,24 +685,24 @@ class SubscriptionDispatcher:
                 raise ValueError(f"on_entries: entry published on segment {sid} after it was "
                                  f"sealed at {sealed_at}")
             buckets[mask] = bucket_of_array(seg.bucket_splits, hmin[mask])
-        cols = _Columns(times, sids, buckets, nmsg, nbytes, producers, eids)
-        self._note_input(int(times[0]))
-        start = 0
-        if self.fast_forward and self._instant_consumers():
-            # Instants before the last one are complete (a later input arrived): take them in
-            # spans without events where possible, else one instant at a time.
-            while start < n and times[start] < times[-1]:
-                self._run(int(times[start]), inclusive=False)
-                stop = self._quiet_span(cols, start)
-                if stop == start:
-                    stop = int(np.searchsorted(times, times[start], side="right"))
-                    self._queue(cols, start, stop)
-                else:
-                    self._dispatch_span(cols, start, stop)
-                start = stop
-        self._queue(cols, start, n)
-        self._last_input_time = int(times[-1])
-        self._run(self._last_input_time, inclusive=False)
+        return buckets
+
+    def _fast_forward(self, cols: _Columns) -> int:
+        """Take the instants of ``cols`` before its last one (complete: a later input arrived)
+        in spans without events where possible, else one instant at a time; returns the
+        position of the first entry left (those of the last instant)."""
+        times = cols.times
+        n, start = len(times), 0
+        while start < n and times[start] < times[-1]:
+            self._run(int(times[start]), inclusive=False)
+            stop = self._quiet_span(cols, start)
+            if stop == start:
+                stop = int(np.searchsorted(times, times[start], side="right"))
+                self._queue(cols, start, stop)
+            else:
+                self._dispatch_span(cols, start, stop)
+            start = stop
+        return start
 
     def advance_to(self, time_ms: int) -> None:
         """Simulate everything up to and including ``time_ms``; later inputs must be later."""
@@ -866,26 +914,10 @@ class SubscriptionDispatcher:
         heap = self._heap
         first = True
         while True:
-            while heap and heap[0][0] == t:
-                _, phase, _, obj, num = heapq.heappop(heap)
-                if isinstance(obj, _Entry):
-                    self._ack(obj, num, t)
-                else:
-                    self._on_free(obj, num, t)
+            self._pop_events(t)
             if first:
                 first = False
-                cfg = self._cfg
-                while self._cfg_i < len(cfg) and cfg[self._cfg_i][0] == t:
-                    _, name, kind = cfg[self._cfg_i]
-                    self._cfg_i += 1
-                    if kind == 1:
-                        self._join(name, t)
-                    else:
-                        self._leave(name, t)
-                while self._layouts_q and self._layouts_q[0][0] == t:
-                    self._apply_layout(self._layouts_q.popleft()[1], t)
-                while self._entries_q and self._entries_q[0].publish == t:
-                    self._ingest(self._entries_q.popleft())
+                self._take_inputs(t)
             if self._drain_candidates:
                 self._check_drains(t)
             if self._dirty:
@@ -896,6 +928,31 @@ class SubscriptionDispatcher:
                 self._dispatch_buckets(t)
             if not (heap and heap[0][0] == t):
                 return
+
+    def _pop_events(self, t: int) -> None:
+        """Handle the heap's events at ``t`` (acks and consumers freed), in heap order."""
+        heap = self._heap
+        while heap and heap[0][0] == t:
+            _, _phase, _, obj, num = heapq.heappop(heap)
+            if isinstance(obj, _Entry):
+                self._ack(obj, num, t)
+            else:
+                self._on_free(obj, num, t)
+
+    def _take_inputs(self, t: int) -> None:
+        """Apply the inputs at ``t``: consumer joins and leaves, then layouts, then entries."""
+        cfg = self._cfg
+        while self._cfg_i < len(cfg) and cfg[self._cfg_i][0] == t:
+            _, name, kind = cfg[self._cfg_i]
+            self._cfg_i += 1
+            if kind == 1:
+                self._join(name, t)
+            else:
+                self._leave(name, t)
+        while self._layouts_q and self._layouts_q[0][0] == t:
+            self._apply_layout(self._layouts_q.popleft()[1], t)
+        while self._entries_q and self._entries_q[0].publish == t:
+            self._ingest(self._entries_q.popleft())
 
     # ---- event handlers -----------------------------------------------------------------------
     def _on_free(self, name: str, gen: int, t: int) -> None:
@@ -1234,7 +1291,9 @@ class SubscriptionDispatcher:
             self._emit_window(self._win_start, self._win_start + self.window_ms)
             self._win_start += self.window_ms
 
-    def _emit_window(self, ws: int, we: int) -> None:
+    def _owner_backlog(self) -> tuple[dict[str, int], dict[int, set[str]]]:
+        """Pending messages of the buckets each consumer owns (consumers with some), and the
+        owners of each segment; both empty for a QUEUE subscription."""
         backlog: dict[str, int] = {}
         seg_owners: dict[int, set[str]] = {}
         if not self._queue_mode:
@@ -1243,6 +1302,10 @@ class SubscriptionDispatcher:
                 b = self._buckets.get(key)
                 if b is not None and b.pending_msgs:
                     backlog[name] = backlog.get(name, 0) + b.pending_msgs
+        return backlog, seg_owners
+
+    def _emit_window(self, ws: int, we: int) -> None:
+        backlog, seg_owners = self._owner_backlog()
         for name in sorted(self._consumers):
             c = self._consumers[name]
             leave = c.spec.leave_ms

@@ -36,8 +36,8 @@ except ImportError:  # pragma: no cover - pyarrow is a project dependency
     _HAVE_ARROW = False
 
 __all__ = [
-    "ConsistentHashRing",
     "NONE_KEY",
+    "ConsistentHashRing",
     "bucket_hash",
     "bucket_hash_array",
     "classic_hash",
@@ -307,33 +307,13 @@ def _mix_k(k: U32Array, tmp: U32Array) -> None:
     k *= _C2
 
 
-def _murmur3_buffers(
-    data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_]
-) -> U32Array:
-    """MurmurHash3 x86_32 (seed 0) of every key ``data[offsets[i]:offsets[i + 1]]``.
-
-    ``offsets`` is non-decreasing, length ``n + 1``; ``valid`` (length ``n``) is False for null
-    keys, whose result is 0. Returns ``uint32`` of length ``n``.
-    """
-    n = len(offsets) - 1
-    out = np.zeros(n, dtype=np.uint32)
-    if n <= 0:
-        return out
-    lengths = np.diff(offsets)
-    lengths[~valid] = 0
-    long_keys = np.flatnonzero(lengths > _LONG_KEY_BYTES)
-    for i in long_keys:
-        s = int(offsets[i])
-        out[i] = mmh3.hash(data[s : s + int(lengths[i])].tobytes(), 0, signed=False)
-    lengths[long_keys] = 0
-
-    start, end = int(offsets[0]), int(offsets[-1])
-    size = end - start
-    # Private copy padded with 4 zero bytes, so a 4-byte read at any key start is in bounds.
-    buf = np.zeros(size + 4, dtype=np.uint8)
-    buf[:size] = data[start:end]
-    pos = offsets[:-1] - start
-
+def _mix_blocks(buf: npt.NDArray[np.uint8], pos: npt.NDArray[np.int64],
+                lengths: npt.NDArray[np.int64]) -> U32Array:
+    """MurmurHash3's body: the hash state after mixing every whole 4-byte block of each key
+    (``lengths[i]`` bytes at ``buf[pos[i]:]``; ``buf`` is padded with 4 zero bytes). Returns
+    ``uint32`` of length ``len(pos)``."""
+    n = len(pos)
+    size = len(buf) - 4
     # Group keys by whole-block count (<= 64 here); within a group, gather each key's blocks as
     # one row of a (keys, blocks) matrix via a strided little-endian uint32 view at byte stride 1.
     nblocks = (lengths >> 2).astype(np.uint8)
@@ -363,6 +343,37 @@ def _murmur3_buffers(
             hh *= _M5
             hh += _N1
         h[idx] = hh
+    return h
+
+
+def _murmur3_buffers(
+    data: npt.NDArray[np.uint8], offsets: npt.NDArray[np.int64], valid: npt.NDArray[np.bool_]
+) -> U32Array:
+    """MurmurHash3 x86_32 (seed 0) of every key ``data[offsets[i]:offsets[i + 1]]``.
+
+    ``offsets`` is non-decreasing, length ``n + 1``; ``valid`` (length ``n``) is False for null
+    keys, whose result is 0. Returns ``uint32`` of length ``n``.
+    """
+    n = len(offsets) - 1
+    out = np.zeros(n, dtype=np.uint32)
+    if n <= 0:
+        return out
+    lengths = np.diff(offsets)
+    lengths[~valid] = 0
+    long_keys = np.flatnonzero(lengths > _LONG_KEY_BYTES)
+    for i in long_keys:
+        s = int(offsets[i])
+        out[i] = mmh3.hash(data[s : s + int(lengths[i])].tobytes(), 0, signed=False)
+    lengths[long_keys] = 0
+
+    start, end = int(offsets[0]), int(offsets[-1])
+    size = end - start
+    # Private copy padded with 4 zero bytes, so a 4-byte read at any key start is in bounds.
+    buf = np.zeros(size + 4, dtype=np.uint8)
+    buf[:size] = data[start:end]
+    pos = offsets[:-1] - start
+
+    h = _mix_blocks(buf, pos, lengths)
 
     # Tail (0-3 bytes, little-endian), length, fmix - for all keys at once.
     words: U32Array = np.ndarray(shape=(size + 1,), dtype=_LE_U32, buffer=buf, strides=(1,))

@@ -99,6 +99,10 @@ class AutoScaleConfig:
 
     def problems(self) -> list[str]:
         """Every violated validation rule, one sentence each (reference §4.2); empty = valid."""
+        return self._count_problems() + self._rate_problems()
+
+    def _count_problems(self) -> list[str]:
+        """The rules on segment counts, depth, cooldowns and buckets."""
         out: list[str] = []
         if self.min_segments < 1:
             out.append(f"min_segments must be >= 1, got {self.min_segments}")
@@ -117,6 +121,11 @@ class AutoScaleConfig:
         if not 1 <= self.max_buckets_per_segment <= 65536:
             out.append("max_buckets_per_segment must be in [1, 65536], got "
                        f"{self.max_buckets_per_segment}")
+        return out
+
+    def _rate_problems(self) -> list[str]:
+        """The rules on each rate's split and merge thresholds."""
+        out: list[str] = []
         for rate in RATE_NAMES:
             split, merge = getattr(self, f"split_{rate}"), getattr(self, f"merge_{rate}")
             if not split > 0:
@@ -262,24 +271,42 @@ def decide(
     # 2. Load split.
     split = _load_split(active.values(), rates, config)
     if split is not None:
-        if s_count >= config.max_segments:
-            suppressed.append(SUPPRESSED_MAX_SEGMENTS)
-        elif within_cooldown(last_split_ms, config.split_cooldown_s, now_ms):
-            suppressed.append(SUPPRESSED_SPLIT_COOLDOWN)
-        else:
+        blocked = _split_blocked(s_count, config, now_ms, last_split_ms)
+        if blocked is None:
             return split
+        suppressed.append(blocked)
 
     # 3. Merge.
     merge, merge_suppressed = _merge_candidate(layout, load_by_segment, consumers, config, now_ms)
     if merge is not None:
-        if s_count <= config.min_segments:
-            suppressed.append(SUPPRESSED_MIN_SEGMENTS)
-        elif within_cooldown(last_merge_ms, config.merge_cooldown_s, now_ms):
-            suppressed.append(SUPPRESSED_MERGE_COOLDOWN)
-        else:
+        blocked = _merge_blocked(s_count, config, now_ms, last_merge_ms)
+        if blocked is None:
             return merge
+        suppressed.append(blocked)
     suppressed.extend(merge_suppressed)
     return NoAction(REASON_NOTHING_TO_DO, tuple(dict.fromkeys(suppressed)))
+
+
+def _split_blocked(s_count: int, config: AutoScaleConfig, now_ms: int,
+                   last_split_ms: int | None) -> str | None:
+    """The step-level guard that suppresses a load split (max segments, then the split
+    cooldown), ``None`` when the split goes ahead."""
+    if s_count >= config.max_segments:
+        return SUPPRESSED_MAX_SEGMENTS
+    if within_cooldown(last_split_ms, config.split_cooldown_s, now_ms):
+        return SUPPRESSED_SPLIT_COOLDOWN
+    return None
+
+
+def _merge_blocked(s_count: int, config: AutoScaleConfig, now_ms: int,
+                   last_merge_ms: int | None) -> str | None:
+    """The step-level guard that suppresses a merge (min segments, then the merge cooldown),
+    ``None`` when the merge goes ahead."""
+    if s_count <= config.min_segments:
+        return SUPPRESSED_MIN_SEGMENTS
+    if within_cooldown(last_merge_ms, config.merge_cooldown_s, now_ms):
+        return SUPPRESSED_MERGE_COOLDOWN
+    return None
 
 
 def _consumer_lane(layout: SegmentLayout, rates: Any, consumers: int, config: AutoScaleConfig,
@@ -334,6 +361,19 @@ def _load_split(active: Iterable[SegmentInfo], rates: Any,
     return best
 
 
+def _pair_blocked(layout: SegmentLayout, a: SegmentInfo, b: SegmentInfo,
+                  config: AutoScaleConfig, total_cap: int, used: int) -> str | None:
+    """The pair-level guard that rules out merging ``a`` and ``b`` (DAG depth, then bucket
+    capacity for the ``used`` consumers out of ``total_cap``), ``None`` when mergeable."""
+    if (layout.merge_depth(a.segment_id) >= config.max_dag_depth
+            or layout.merge_depth(b.segment_id) >= config.max_dag_depth):
+        return SUPPRESSED_MAX_DAG_DEPTH
+    pair = a.bucket_count + b.bucket_count
+    if total_cap - pair + min(pair, config.max_buckets_per_segment) < used:
+        return SUPPRESSED_MERGE_CAPACITY
+    return None
+
+
 def _merge_candidate(layout: SegmentLayout, load_by_segment: Mapping[int, SegmentLoadSample],
                      consumers: int, config: AutoScaleConfig,
                      now_ms: int) -> tuple[Merge | None, list[str]]:
@@ -358,15 +398,10 @@ def _merge_candidate(layout: SegmentLayout, load_by_segment: Mapping[int, Segmen
             if not a.is_adjacent(b):
                 continue
             both_cold = cold(a) and cold(b)
-            if (layout.merge_depth(a.segment_id) >= config.max_dag_depth
-                    or layout.merge_depth(b.segment_id) >= config.max_dag_depth):
+            blocked = _pair_blocked(layout, a, b, config, total_cap, used)
+            if blocked is not None:
                 if both_cold:
-                    suppressed.append(SUPPRESSED_MAX_DAG_DEPTH)
-                continue
-            pair = a.bucket_count + b.bucket_count
-            if total_cap - pair + min(pair, config.max_buckets_per_segment) < used:
-                if both_cold:
-                    suppressed.append(SUPPRESSED_MERGE_CAPACITY)
+                    suppressed.append(blocked)
                 continue
             if not both_cold:
                 continue

@@ -13,6 +13,7 @@ from pipelines.core.controller import (
     TopicController,
     segment_rows,
 )
+from pipelines.core.layout import SegmentLayout
 from pipelines.core.policy import AutoScaleConfig
 
 POLICY = AutoScaleConfig(split_msg_rate_in=50, merge_msg_rate_in=5,
@@ -97,7 +98,7 @@ def test_load_split_applies_to_messages_from_evaluation_time_on():
     ev, sh, hb = traffic(100, 0, 130_000)
     routed = run(c, ev, sh, hb)
     decisions, _ = c.take_outputs()
-    assert [(d["eval_time_ms"], d["action"], d["reason"]) for d in decisions][0] == (
+    assert next((d["eval_time_ms"], d["action"], d["reason"]) for d in decisions) == (
         60_000, "split", "msgRateIn")
     assert set(routed.segment_id[ev < 60_000].tolist()) == {0}
     assert set(routed.segment_id[(ev >= 60_000) & (ev < 120_000)].tolist()) == {1, 2}
@@ -146,8 +147,7 @@ def test_load_samples_written_only_on_material_change():
 
 
 def test_msg_rate_out_counts_connected_subscriptions():
-    subs = stream_sub(0) + (SubscriptionSpec("q", SubscriptionType.QUEUE,
-                                             (ConsumerSpec("q1", 0),)),)
+    subs = (*stream_sub(0), SubscriptionSpec("q", SubscriptionType.QUEUE, (ConsumerSpec("q1", 0),)))
     c = TopicController("t", ControllerSettings(policy=AutoScaleConfig(enabled=False)), subs)
     ev, sh, hb = traffic(10, 0, 70_000)
     run(c, ev, sh, hb)
@@ -215,8 +215,6 @@ def test_advance_rejects_messages_before_last_horizon():
     [(lambda c: c.split(0), "split"), (lambda c: c.rebucket(0, 8), "rebucket")],
 )
 def test_segment_rows_classify_how_each_segment_was_created(mutate, created_by):
-    from pipelines.core.layout import SegmentLayout
-
     rows = segment_rows(mutate(SegmentLayout.initial(1)))
     assert rows[0]["created_by"] == "initial"
     assert rows[-1]["created_by"] == created_by

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -455,7 +456,7 @@ def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Even
     total = DispatchOutputs()
     bounds = [0, *sorted({c % (len(events) + 1) for c in cuts}), len(events)]
     horizon = -1
-    for lo, hi in zip(bounds, bounds[1:], strict=False):
+    for lo, hi in itertools.pairwise(bounds):
         if lo >= hi:
             continue
         _feed(d, events[lo:hi])

@@ -459,7 +459,7 @@ def test_hash32_array_ignores_bytes_under_null_slots() -> None:
     assert_hashes(hash32_array(arr), ["a", None, "k"])
 
 
-@pytest.mark.parametrize("length", list(range(0, 70)) + [255, 256, 257, 300, 1000])
+@pytest.mark.parametrize("length", [*list(range(0, 70)), 255, 256, 257, 300, 1000])
 def test_hash32_array_handles_every_block_and_tail_length(length: int) -> None:
     keys: list[object] = [bytes((i * 7 + length) % 256 for i in range(length)), "a", None]
     assert_hashes(hash32_array(keys), keys)

@@ -96,7 +96,7 @@ def test_merge_clamps_bucket_count_to_max_buckets_per_segment():
 
 def test_merge_of_non_adjacent_segments_is_rejected():
     layout = SegmentLayout.initial(3)
-    with pytest.raises(ValueError, match="segments 0 .* and 2 .* are not adjacent"):
+    with pytest.raises(ValueError, match=r"segments 0 .* and 2 .* are not adjacent"):
         layout.merge(0, 2)
 
 

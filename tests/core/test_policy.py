@@ -74,7 +74,7 @@ def test_resolve_layers_broker_namespace_topic_field_by_field():
 
 
 def test_resolve_rejects_unknown_field():
-    with pytest.raises(ValueError, match="unknown auto-scale policy field.*max_segmnts"):
+    with pytest.raises(ValueError, match=r"unknown auto-scale policy field.*max_segmnts"):
         AutoScaleConfig.resolve(None, {"max_segmnts": 3})
 
 

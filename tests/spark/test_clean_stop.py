@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.config import load_config
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
+from pipelines.presets import get_preset
+from pipelines.replay import Replay
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
@@ -103,10 +106,6 @@ def test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables(
 
 def test_replay_stopped_before_its_first_batch_writes_nothing_and_a_restart_finishes(
         spark, logs, tmp_path):
-    from pipelines.config import load_config
-    from pipelines.presets import get_preset
-    from pipelines.replay import Replay
-
     cfg = load_config(None, SETS)
     spec = get_preset("contract").replace(format="json", speed=1.0)
 

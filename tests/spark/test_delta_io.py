@@ -6,6 +6,7 @@ import datetime as dt
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -335,8 +336,6 @@ def test_read_spark_of_missing_table_is_empty(spark, tmp_path):
 
 def _staged_quarantine(folder, batch_id: int, n: int = 3) -> None:
     """A Parquet file with exactly the quarantine table's data columns (no ``run_id``)."""
-    import pyarrow.parquet as pq
-
     folder.mkdir(parents=True, exist_ok=True)
     rows = _quarantine_rows(n=n, batch_id=batch_id).drop(columns="run_id")
     data = conform_arrow("quarantine", rows, columns=list(rows.columns))
@@ -375,8 +374,6 @@ def test_append_parquet_of_a_committed_version_leaves_the_files(store, tmp_path)
 
 
 def test_append_parquet_streams_files_of_another_shape(store, tmp_path):
-    import pyarrow.parquet as pq
-
     folder = tmp_path / "wide"
     folder.mkdir()
     rows = _quarantine_rows(n=2).drop(columns="run_id").assign(extra="not a column")

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.generator import WorkloadSpec, generate
+
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 RATE = 1000  # msg/s over 3 topics
@@ -72,8 +74,6 @@ def _workload(messages: int) -> dict:
 
 
 def _peak(tmp: Path, messages: int) -> dict[str, int]:
-    from pipelines.generator import WorkloadSpec, generate
-
     log = tmp / f"log-{messages}"
     generate(WorkloadSpec.model_validate(_workload(messages)), log)
     root = Path(__file__).resolve().parents[2]

@@ -11,6 +11,7 @@ import os
 import uuid
 from pathlib import Path
 
+import boto3
 import pytest
 
 from pipelines import storage
@@ -58,8 +59,6 @@ def bucket(s3_endpoint, spark, monkeypatch) -> str:
     the session's JVM, and the Python workers it starts, began before the variables were set:
     S3A gets the keys as settings, the workers the variables through the context's
     ``environment``, which every later task carries)."""
-    import boto3
-
     env = s3_environment(s3_endpoint)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -99,8 +98,6 @@ def local_tables(spark, log_dir, tmp_path_factory) -> DeltaStore:
 
 
 def _objects(endpoint: str, bucket: str) -> list[str]:
-    import boto3
-
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     keys: list[str] = []
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):

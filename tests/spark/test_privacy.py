@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -70,8 +71,6 @@ def _local(log: Path, out: Path, sets: list[str]) -> DeltaStore:
 @pytest.fixture(scope="module")
 def runs(spark, tmp_path_factory) -> dict[str, object]:
     """Spark replays of one log: plain and private (pseudonymized, hashed keys, digests)."""
-    import os
-
     root = tmp_path_factory.mktemp("privacy")
     log = _log(root / "log")
     os.environ["TOPIC_REPLAY_SECRET"] = SECRET

@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from deltalake import DeltaTable
 
+import pipelines.replay as replay_module
 from pipelines.config import load_config
 from pipelines.core.buckets import bucket_of
 from pipelines.delta_io import DeltaStore
@@ -20,6 +22,7 @@ from pipelines.generator import WorkloadSpec, generate
 from pipelines.presets import get_preset
 from pipelines.replay import Replay
 from pipelines.schemas import table_names
+from pipelines.spark_session import delta_jars
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
 SPEC = {
@@ -178,16 +181,12 @@ def test_a_bucket_is_unacked_at_one_consumer_at_a_time(store):
 
 
 def test_every_configured_table_exists_after_the_run_even_without_rows(store):
-    from deltalake import DeltaTable
-
     assert store.read("quarantine", "one").empty  # a clean log: no quarantined record
     assert [t for t in table_names() if not DeltaTable.is_deltatable(store.path(t))] == []
     assert store.schema_problems() == []
 
 
 def test_every_table_is_equal_under_both_engines(outputs):
-    from pipelines.spark_session import delta_jars
-
     if not delta_jars():
         pytest.skip(NO_DELTA_JARS)
     for table in table_names():
@@ -211,8 +210,6 @@ def test_tables_equal_whether_read_in_one_or_many_micro_batches(spark, store, lo
 
 def test_tables_equal_whether_finalized_in_one_or_many_windows(spark, store, log_dir, tmp_path,
                                                               monkeypatch, engine):
-    import pipelines.replay as replay_module
-
     lines: list[object] = []
     monkeypatch.setattr(replay_module, "FINALIZE_WINDOW_MESSAGES", 6000)
     cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10",

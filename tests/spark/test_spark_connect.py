@@ -20,10 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pyspark.find_spark_home import _find_spark_home
 
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
-from tests.spark.conftest import LOOPBACK, free_port
+from tests.spark.conftest import LOOPBACK, StandaloneCluster, free_port
 from tests.spark.test_cluster import REPO, SAMPLE, SAMPLE_MESSAGES, topic_replay
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -35,8 +36,6 @@ class ConnectServer:
     its JVM runs in a session of its own and is stopped by its pid."""
 
     def __init__(self, root: Path, timeout_s: float = 240.0) -> None:
-        from pyspark.find_spark_home import _find_spark_home
-
         self.root, self.timeout_s = root, timeout_s
         self.spark_home = _find_spark_home()
         self.port = free_port()
@@ -48,8 +47,6 @@ class ConnectServer:
         return f"sc://{LOOPBACK}:{self.port}"
 
     def start(self) -> ConnectServer:
-        from tests.spark.conftest import StandaloneCluster
-
         env = StandaloneCluster(self.root).env()  # 127.0.0.1, this interpreter, empty conf
         for daemon_only in ("SPARK_DAEMON_MEMORY", "SPARK_DAEMON_JAVA_OPTS"):
             env.pop(daemon_only)  # the server is a driver: it takes --driver-memory

@@ -107,7 +107,7 @@ def test_stream_command_stops_cleanly_on_sigterm(tmp_path):
         while time.monotonic() < deadline:  # wait for the first micro-batch's progress line
             line = proc.stdout.readline() if proc.stdout else ""
             lines.append(line)
-            if line.startswith("batch 0:") or not line and proc.poll() is not None:
+            if line.startswith("batch 0:") or (not line and proc.poll() is not None):
                 break
         assert any(x.startswith("batch 0:") for x in lines), "".join(lines)
         proc.send_signal(signal.SIGTERM)
