@@ -35,18 +35,30 @@ Per-topic queries are served by Delta's per-file min/max statistics.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import posixpath
 import re
+import sys
+import time
+import uuid
 from collections.abc import Mapping, Sequence
+from functools import reduce
 from typing import Any
 from urllib.parse import unquote
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
+from deltalake.transaction import (
+    AddAction,
+    RemoveAction,
+    create_table_with_add_actions,
+)
 
 from pipelines.schemas import arrow_schema, spark_schema, table_names
 from pipelines.storage import arrow_filesystem, delta_storage_options
@@ -84,15 +96,13 @@ def _note_fallback() -> None:
     """Print :data:`FALLBACK_NOTE` to stderr, once per process."""
     global _fallback_noted
     if not _fallback_noted:
-        import sys
-
         print(FALLBACK_NOTE, file=sys.stderr)
         _fallback_noted = True
 
 
 def _is_spark_dataframe(data: Any) -> bool:
     try:
-        from pyspark.sql import DataFrame
+        from pyspark.sql import DataFrame  # noqa: PLC0415
     except ImportError:  # pragma: no cover - pyspark is a dependency
         return False
     return isinstance(data, DataFrame)
@@ -112,7 +122,7 @@ def _describe(field: Mapping[str, Any]) -> str:
     return f"{t} {'null' if field['nullable'] else 'not null'}"
 
 
-def conform_arrow(table: str, data: pa.Table | pd.DataFrame,
+def conform_arrow(table: str, data: pa.Table | pd.DataFrame,  # noqa: C901
                   columns: Sequence[str] | None = None) -> pa.Table:
     """Cast ``data`` to ``table``'s schema: same column order and types (only ``columns`` of
     it, in the schema's order, when given — e.g. all but ``run_id``).
@@ -226,7 +236,7 @@ class DeltaStore:
             raise ValueError(f"engine must be one of {', '.join(ENGINES)}; got {engine!r}")
         if spark is None:
             try:
-                from pyspark.sql import SparkSession
+                from pyspark.sql import SparkSession  # noqa: PLC0415
 
                 spark = SparkSession.getActiveSession()
             except ImportError:  # pragma: no cover
@@ -238,7 +248,7 @@ class DeltaStore:
         self.storage_options = dict(storage_options) if storage_options else None
         available = False
         if spark is not None:
-            from pipelines.spark_session import delta_spark_available
+            from pipelines.spark_session import delta_spark_available  # noqa: PLC0415
 
             available = delta_spark_available(spark)
         if engine == "delta-spark" and not available:
@@ -275,7 +285,7 @@ class DeltaStore:
         except Exception:
             if self.engine != "delta-spark":
                 raise
-        from delta.tables import DeltaTable as SparkDeltaTable
+        from delta.tables import DeltaTable as SparkDeltaTable  # noqa: PLC0415
 
         return bool(SparkDeltaTable.isDeltaTable(self.spark, self.path(table)))
 
@@ -374,7 +384,6 @@ class DeltaStore:
         """delta-rs append of a Spark DataFrame without holding it on the driver: the executors
         stage it as Parquet under ``<root>/_tmp_writes/<uuid>``, the driver streams those files
         into ONE commit (:meth:`_append_rs_parquet`); the staging folder is removed after."""
-        import uuid
 
         staging = posixpath.join(self.root, "_tmp_writes", f"{table}-{uuid.uuid4().hex}")
         data.write.mode("overwrite").parquet(staging)
@@ -393,8 +402,6 @@ class DeltaStore:
         committed as they are (:meth:`_adopt_files`; no rows pass through the driver). Other
         files are streamed one Arrow record batch at a time (only ``table``'s columns,
         ``constants`` added, each batch cast by :func:`conform_arrow`) into new files."""
-        import pyarrow.dataset as ds
-        import pyarrow.parquet as pq
 
         fs, base = arrow_filesystem(path)
         dataset = ds.dataset(base, filesystem=fs, format="parquet")
@@ -439,15 +446,10 @@ class DeltaStore:
         new names are derived from ``app_id``, ``version`` and the old name, so a re-run moves a
         file to the same place; a crash between the move and the commit leaves only
         unreferenced files (not data)."""
-        import hashlib
-        import time
-
-        from deltalake import Schema
-        from deltalake.transaction import AddAction, create_table_with_add_actions
 
         part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
         table_fs, table_base = arrow_filesystem(self.path(table))
-        actions = []
+        actions: list[AddAction] = []
         for f, meta in sorted(footers.items()):
             tag = hashlib.sha1(f"{app_id}:{version}:{posixpath.basename(f)}".encode()).hexdigest()
             rel = f"{part}/part-{version:020d}-{tag[:20]}.parquet"
@@ -461,8 +463,9 @@ class DeltaStore:
                 stats=_add_stats(meta)))
         props = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)])
         if self.exists(table):
+            changes: list[AddAction | RemoveAction] = list(actions)
             self._delta_table(table).create_write_transaction(
-                actions, mode="append", schema=arrow_schema(table),
+                changes, mode="append", schema=arrow_schema(table),
                 partition_by=list(PARTITION_COLUMNS), commit_properties=props)
         else:
             create_table_with_add_actions(
@@ -484,7 +487,7 @@ class DeltaStore:
         if self._committed(table, app_id, version):
             return False
         if self.engine == "delta-spark":
-            from pyspark.sql import functions as F
+            from pyspark.sql import functions as F  # noqa: PLC0415
 
             df = self.spark.read.parquet(path)
             keep = [c for c in arrow_schema(table).names if c in df.columns and c not in constants]
@@ -507,9 +510,8 @@ class DeltaStore:
         version = int(version)
         if not parts or self._committed(table, app_id, version):
             return False
-        from functools import reduce
 
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # noqa: PLC0415
 
         frames = []
         for run_id, path in sorted(parts.items()):
@@ -522,7 +524,7 @@ class DeltaStore:
 
     def _conform_spark(self, table: str, data: Any) -> Any:
         """``data`` as a Spark DataFrame with exactly ``table``'s columns and types."""
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # noqa: PLC0415
 
         schema = spark_schema(table)
         if not _is_spark_dataframe(data):
@@ -542,7 +544,7 @@ class DeltaStore:
 
     def _create_spark_table(self, table: str) -> str:
         """delta-spark: create ``table`` (schema, ``run_id`` partitions) if missing; its path."""
-        from delta.tables import DeltaTable as SparkDeltaTable
+        from delta.tables import DeltaTable as SparkDeltaTable  # noqa: PLC0415
 
         path = self.path(table)
         builder = (
@@ -615,7 +617,6 @@ class DeltaStore:
         exist yet are fine (they are created on first write). Read with delta-rs for both
         engines (the Delta log is engine-independent); ``[]`` when the output is compatible.
         """
-        from deltalake import Schema
 
         problems: list[str] = []
         for table in tables if tables is not None else table_names():
@@ -661,7 +662,7 @@ class DeltaStore:
         default_hours = 7 * 24
         enforce = retain_hours is None or retain_hours >= default_hours
         if self.engine == "delta-spark":
-            from delta.tables import DeltaTable as SparkDeltaTable
+            from delta.tables import DeltaTable as SparkDeltaTable  # noqa: PLC0415
 
             metrics = (SparkDeltaTable.forPath(self.spark, self.path(table)).optimize()
                        .executeCompaction().collect()[0]["metrics"])
@@ -698,7 +699,7 @@ class DeltaStore:
             return
         predicate = f"run_id = {_sql_string(run_id)}"
         if self.engine == "delta-spark":
-            from delta.tables import DeltaTable as SparkDeltaTable
+            from delta.tables import DeltaTable as SparkDeltaTable  # noqa: PLC0415
 
             SparkDeltaTable.forPath(self.spark, self.path(table)).delete(predicate)
         else:
@@ -750,7 +751,7 @@ class DeltaStore:
         """
         if self.spark is None:
             raise ValueError("read_spark needs a SparkSession (pass spark= to DeltaStore)")
-        from pyspark.sql import functions as F
+        from pyspark.sql import functions as F  # noqa: PLC0415
 
         schema = spark_schema(table)
         if not self.exists(table):
@@ -771,7 +772,7 @@ class DeltaStore:
             files_by_run.setdefault(run, []).append(uri)
         if not files_by_run:
             return self.spark.createDataFrame([], schema)
-        from pyspark.sql.types import StructType
+        from pyspark.sql.types import StructType  # noqa: PLC0415
 
         data_schema = StructType([f for f in schema.fields if f.name not in PARTITION_COLUMNS])
         frames = []

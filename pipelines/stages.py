@@ -32,9 +32,16 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from pipelines.config import ConfigError, ReplayConfig
+from pipelines.core.assignment import SubscriptionType
 from pipelines.core.batching import (
     BatchingConfig,
     BatchingMode,
@@ -47,13 +54,16 @@ from pipelines.core.controller import (
     ConsumerSpec,
     ControllerSettings,
     SubscriptionSpec,
-    SubscriptionType,
     TopicController,
     segment_rows,
 )
+from pipelines.core.dispatch import ConsumerSpec as DConsumer
+from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
-from pipelines.privacy import Pseudonymizer
+from pipelines.delta_io import conform_arrow
+from pipelines.privacy import Pseudonymizer, withheld_columns
 from pipelines.schemas import arrow_schema
+from pipelines.storage import arrow_filesystem
 
 _K = TypeVar("_K", str, tuple[str, str])
 """A :func:`topic_bins` key: a topic, or a (run_id, topic) pair."""
@@ -154,27 +164,27 @@ class StageSettings:
         return int(self.config.replay.consumer_window_s * 1000 / self.speed)
 
 
-def _sort_codes(s: pd.Series) -> np.ndarray:
+def _sort_codes(s: pd.Series) -> npt.NDArray[Any]:
     """A column as sortable numbers: strings by rank (``pd.factorize(sort=True)``), nulls last
     (as ``sort_values``)."""
     if pd.api.types.is_numeric_dtype(s.dtype):
-        return s.to_numpy()  # NaN sorts last in NumPy
+        return np.asarray(s.to_numpy())  # NaN sorts last in NumPy
     if pd.api.types.is_datetime64_any_dtype(s.dtype):  # as integers, NaT last
         return np.where(s.isna().to_numpy(), np.iinfo(np.int64).max, s.array.asi8)
     codes = pd.factorize(s, sort=True)[0]
     return np.where(codes < 0, np.iinfo(np.int64).max, codes)
 
 
-def _equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _equal(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Element-wise equality where NaN equals NaN (both sort last, as a tie)."""
-    eq = a == b
+    eq: npt.NDArray[Any] = np.asarray(a == b)
     if a.dtype.kind == "f":
         eq |= np.isnan(a) & np.isnan(b)
     return eq
 
 
 def stable_order(pdf: pd.DataFrame, keys: list[str],
-                 then: Sequence[str] = ()) -> np.ndarray:
+                 then: Sequence[str] = ()) -> npt.NDArray[Any]:
     """Row positions of ``pdf`` stably sorted by ``[*keys, *then]`` — the order of
     ``pdf.sort_values([*keys, *then], kind="stable")`` (nulls last) — by ``np.lexsort`` on
     numbers. The ``then`` keys are ranked only when rows tie on ``keys`` (tie-breaks: ranking
@@ -315,10 +325,10 @@ class BatchingState:
     rows of the open batches (the ``messages`` columns plus :data:`_PENDING_COLUMNS`), fed again
     with the next window; ``done_ms``: the seals before it have been applied."""
 
-    producers: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
-    next_ordinal: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    next_entry: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    next_sequence_id: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    producers: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=object))
+    next_ordinal: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    next_entry: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    next_sequence_id: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     containers: ContainerState = field(default_factory=ContainerState)
     pending: pd.DataFrame | None = None
     done_ms: int = -(2**62)
@@ -376,7 +386,8 @@ def batch_topic(routed: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
     return (conform_messages(messages), entries, pickle.dumps(st))
 
 
-def _producer_codes(st: BatchingState, producer_name: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def _producer_codes(st: BatchingState,
+                    producer_name: pd.Series) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
     """Extend ``st``'s producers with the window's (names stay sorted, codes are re-mapped in
     its containers and counters); returns the names and the window rows' codes."""
     seen = pd.unique(producer_name.to_numpy(object))
@@ -392,8 +403,8 @@ def _producer_codes(st: BatchingState, producer_name: pd.Series) -> tuple[np.nda
     return names, np.searchsorted(names, producer_name.to_numpy(object))
 
 
-def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: np.ndarray,
-              names: np.ndarray) -> pd.DataFrame:
+def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],
+              names: npt.NDArray[Any]) -> pd.DataFrame:
     """The window's messages as pending rows: default sequence ids and send ordinals from the
     producers' counters (replay order within each producer)."""
     n = len(routed)
@@ -421,7 +432,7 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: np.ndarray,
                         _resent=np.zeros(n, dtype=np.int64)).reset_index(drop=True)
 
 
-def _rank_within(codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def _rank_within(codes: npt.NDArray[Any], counts: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Each row's rank (int64, from 0, in row order) among the rows of its code; ``counts``:
     rows per code."""
     by_code = np.argsort(codes, kind="stable")
@@ -431,7 +442,7 @@ def _rank_within(codes: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return rank
 
 
-def _core_messages(rows: pd.DataFrame, codes: np.ndarray, key_based: bool) -> Messages:
+def _core_messages(rows: pd.DataFrame, codes: npt.NDArray[Any], key_based: bool) -> Messages:
     """Pending rows → the core's :class:`~pipelines.core.batching.Messages` columns."""
     keys = rows["key"]
     key_id = (np.where(keys.isna(), -1, pd.util.hash_array(
@@ -451,13 +462,12 @@ def _core_messages(rows: pd.DataFrame, codes: np.ndarray, key_based: bool) -> Me
 
 def conform_messages(table: Any) -> Any:
     """``messages`` rows (a ``pyarrow.Table``) cast to the table's columns and types."""
-    from pipelines.delta_io import conform_arrow
 
     return conform_arrow("messages", table, columns=table_columns("messages"))
 
 
-def _message_columns(routed: pd.DataFrame, pos: np.ndarray,
-                     extra: Mapping[str, np.ndarray]) -> dict[str, Any]:
+def _message_columns(routed: pd.DataFrame, pos: npt.NDArray[Any],
+                     extra: Mapping[str, npt.NDArray[Any]]) -> dict[str, Any]:
     """Rows ``pos`` of ``routed``'s :data:`MESSAGE_COLUMNS` (one take per column: no copy of the
     whole frame), with ``extra`` columns (aligned with ``pos``) replacing or following them.
     NumPy columns (strings are objects) are indexed as arrays: pandas' ``take`` would check
@@ -474,15 +484,15 @@ def _message_columns(routed: pd.DataFrame, pos: np.ndarray,
     return columns
 
 
-def _message_rows(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> pd.DataFrame:
+def _message_rows(routed: pd.DataFrame, pos: npt.NDArray[Any],
+                  **extra: npt.NDArray[Any]) -> pd.DataFrame:
     """:func:`_message_columns` as a pandas frame."""
     return pd.DataFrame(_message_columns(routed, pos, extra))
 
 
-def _message_table(routed: pd.DataFrame, pos: np.ndarray, **extra: np.ndarray) -> Any:
+def _message_table(routed: pd.DataFrame, pos: npt.NDArray[Any], **extra: npt.NDArray[Any]) -> Any:
     """:func:`_message_columns` as a ``pyarrow.Table`` (no pandas frame is made: its
     consolidation copies every column, and object strings would be converted back)."""
-    import pyarrow as pa
 
     return pa.table({c: pa.array(v, from_pandas=True)
                      for c, v in _message_columns(routed, pos, extra).items()})
@@ -508,8 +518,6 @@ def new_dispatchers(settings: StageSettings) -> list[Any]:
     subscription gets one per consumer instead (each reads every segment through a cursor of
     its own, reference §7.3), named :func:`~pipelines.core.dispatch.reader_subscription`.
     Reconnects are not dispatch events (the session never left, see ``ConsumerSpec``)."""
-    from pipelines.core.dispatch import ConsumerSpec as DConsumer
-    from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 
     out = []
     for sub in settings.subscriptions:
@@ -693,11 +701,6 @@ class FrameWriter:
     def write(self, topic: str, frames: Mapping[str, Any]) -> None:
         """Append a topic's window of output frames (``_kind`` → pandas frame or pyarrow
         table; empty ones skipped)."""
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        from pipelines.delta_io import conform_arrow
-        from pipelines.storage import arrow_filesystem
 
         for kind, df in frames.items():
             if not len(df):
@@ -770,7 +773,7 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
 
 
-def write_staging(batches: Iterable[Any], folder: str, part: int,
+def write_staging(batches: Iterable[Any], folder: str, part: int,  # noqa: C901
                   pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
     """Write one Spark partition of a micro-batch's accepted messages as staged Parquet.
 
@@ -784,11 +787,8 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,
     replaced by their pseudonyms once the key hashes are computed (routing is unchanged; no
     raw value is staged). Returns topic → messages written. pyarrow's C++ writer, on the
     Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from pipelines.storage import arrow_filesystem
-    from pipelines.udfs import key_hashes_arrow
+    from pipelines.udfs import key_hashes_arrow  # noqa: PLC0415
 
     fs, root = arrow_filesystem(folder)
     size = STAGING_ROW_GROUP_ROWS
@@ -843,10 +843,6 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,
 def staged_files(folder: str) -> Iterator[Any]:
     """Open pyarrow ``ParquetFile``s of the staged files under ``folder`` (recursively, path
     order; hidden and temporary files skipped), one at a time."""
-    import pyarrow.fs as pafs
-    import pyarrow.parquet as pq
-
-    from pipelines.storage import arrow_filesystem
 
     fs, path = arrow_filesystem(folder)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
@@ -862,7 +858,6 @@ def staged_files(folder: str) -> Iterator[Any]:
 def _event_ms_ranges(pf: Any) -> Iterator[tuple[int, int, int]]:
     """``(row group, min event_ms, max event_ms)`` of each non-empty row group of a staged
     file, from its footer statistics (the column is read when a writer left none)."""
-    import pyarrow.compute as pc
 
     col = pf.schema_arrow.get_field_index("event_ms")
     for i in range(pf.metadata.num_row_groups):
@@ -893,7 +888,7 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
     return out
 
 
-def staged_histogram(staging: str, bins: int) -> tuple[int, int, np.ndarray] | None:
+def staged_histogram(staging: str, bins: int) -> tuple[int, int, npt.NDArray[Any]] | None:
     """Every staged message's ``event_ms`` (all batches under ``staging``) counted in ``bins``
     equal bins: ``(lo, width, counts)`` — bin ``i`` holds ``lo + i * width <= event_ms <
     lo + (i + 1) * width`` (``lo`` the smallest ``event_ms``, ``width = (max - lo) // bins +
@@ -916,10 +911,6 @@ def staged_histogram(staging: str, bins: int) -> tuple[int, int, np.ndarray] | N
 
 def _staged_dataset(staging: str) -> Any:
     """The staging folder as a pyarrow dataset (its files listed once)."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    from pipelines.storage import arrow_filesystem
 
     fs, path = arrow_filesystem(staging)
     partitioning = ds.partitioning(
@@ -929,8 +920,6 @@ def _staged_dataset(staging: str) -> Any:
 
 
 def _read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
-    import pyarrow.compute as pc
-
     where = pc.field(STAGING_TOPIC_COLUMN) == topic_digest(topic)
     if lo_ms is not None:
         where = where & (pc.field("event_ms") >= lo_ms)
@@ -946,7 +935,6 @@ def _read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) 
 
 def _arrow_strings(t: Any) -> Any:
     """``to_pandas`` types mapper: Arrow strings → ``pd.ArrowDtype`` (others as pyarrow does)."""
-    import pyarrow as pa
 
     return pd.ArrowDtype(t) if pa.types.is_string(t) else None
 
@@ -983,10 +971,6 @@ def stage_batch(accepted: Any, staging: str, batch_id: int,
     :data:`STAGING_SOURCE_COLUMNS`) under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a
     re-run restages it), by :func:`write_staging` in each task (``pseudonymize``: see there).
     Returns topic → messages staged."""
-    import pyarrow as pa
-    import pyarrow.fs as pafs
-
-    from pipelines.storage import arrow_filesystem
 
     folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
     fs, path = arrow_filesystem(folder)
@@ -995,9 +979,11 @@ def stage_batch(accepted: Any, staging: str, batch_id: int,
     fs.create_dir(path, recursive=True)
 
     def run(batches: Iterable[Any]) -> Iterator[Any]:
-        from pyspark import TaskContext
+        from pyspark import TaskContext  # noqa: PLC0415
 
-        counts = write_staging(batches, folder, TaskContext.get().partitionId(), pseudonymize)
+        context = TaskContext.get()
+        assert context is not None  # a Spark task's function
+        counts = write_staging(batches, folder, context.partitionId(), pseudonymize)
         yield pa.RecordBatch.from_pydict({"topic": list(counts), "messages": list(counts.values())},
                                          schema=pa.schema([("topic", pa.string()),
                                                            ("messages", pa.int64())]))
@@ -1037,7 +1023,7 @@ def lane_dir(out_dir: str, run_id: str) -> str:
     return f"{out_dir.rstrip('/')}/{run_id}"
 
 
-def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
+def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],  # noqa: C901
                 windows: Sequence[StageWindow], out_dir: str,
                 lanes: Sequence[Lane]) -> list[dict[tuple[str, str], bytes]]:
     """Spark: :func:`topic_group` for every (lane, topic) of ``lanes`` × ``topics`` over
@@ -1060,7 +1046,6 @@ def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],
     batching blob, dispatcher, seconds))`` (:class:`StageStates`; the controller with that
     window's decisions and samples not yet taken), bounded by lanes × topics × windows, never
     by messages."""
-    from pipelines.privacy import withheld_columns
 
     if not topics or not windows or not lanes:
         return [{} for _ in windows]
