@@ -294,19 +294,20 @@ def _offset_us(z: str | float | None) -> int:
 
 def _iso_micros(s: pd.Series, tz: str) -> np.ndarray:
     """ISO-8601 strings → epoch µs (float, NaN when unparseable); a time without an offset is
-    a wall-clock time in ``tz``. The common ``yyyy-MM-ddTHH:mm:ss[.ffffff]Z`` shape is parsed
-    vectorized."""
+    a wall-clock time in ``tz``; a valid date beyond pandas' range (years before 1677 or after
+    2261) gives ±1e19 (out of range). The common ``yyyy-MM-ddTHH:mm:ss[.ffffff]Z`` shape is
+    parsed vectorized."""
+    out = np.full(len(s), np.nan)
     fast = s.str.fullmatch(_ISO_UTC_FAST).to_numpy(bool)
     if fast.any():
-        out = np.full(len(s), np.nan)
         parsed = pd.to_datetime(s[fast], format="ISO8601", utc=True, errors="coerce")
         good = parsed.notna().to_numpy(bool)
         vals = parsed.dt.tz_localize(None).astype("datetime64[us]").astype(np.int64).to_numpy()
         out[np.nonzero(fast)[0][good]] = vals[good]
-        if (~fast).any():
-            out[~fast] = _iso_micros_slow(s[~fast].reset_index(drop=True), tz)
-        return out
-    return _iso_micros_slow(s, tz)
+        fast[np.nonzero(fast)[0][~good]] = False  # the slow path tells bad from out of range
+    if (~fast).any():
+        out[~fast] = _iso_micros_slow(s[~fast].reset_index(drop=True), tz)
+    return out
 
 
 def _iso_micros_slow(s: pd.Series, tz: str) -> np.ndarray:
@@ -327,6 +328,12 @@ def _iso_micros_slow(s: pd.Series, tz: str) -> np.ndarray:
         idx = np.nonzero(ok)[0][good]
         us[idx] = b[good].astype("datetime64[us]").astype(np.int64) + frac_us.to_numpy()[idx]
         valid[idx] = True
+        p = parts[ok][~good]  # a real date pandas cannot hold: out of range
+        beyond = ((p["month"].between(1, 12) & p["day"].between(1, 31) & p["hour"].lt(24)
+                   & p["minute"].lt(60) & p["second"].lt(60)
+                   & ~p["year"].between(1678, 2261)).to_numpy(bool))
+        far = np.nonzero(ok)[0][~good][beyond]
+        us[far] = np.where(p["year"].to_numpy()[beyond] > 2000, 1e19, -1e19)
     zone = m[7]
     has_zone = zone.notna().to_numpy()
     local = valid & ~has_zone
