@@ -18,14 +18,17 @@ of line-based reading: a CSV field with an embedded line break is not supported 
 line is one record).
 
 :func:`parse_records` turns a *static* raw DataFrame (a micro-batch inside ``foreachBatch``, or
-a batch read) into ``(accepted, quarantine)``. It is meant for static DataFrames because the
-minute spreading of some presets (online-retail) uses a window function, which streaming
-DataFrames do not allow (it accepts a stream only for specs without spreading). Both outputs
-derive from the same input: cache the micro-batch when writing both.
+a batch read) into ``(accepted, quarantine)``: the format is parsed (``from_csv``,
+``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL, then the input rules
+of :mod:`pipelines.ingest_rules` — the same functions the local engine calls — run on the
+executors through :mod:`pipelines.udfs` (an Arrow UDF; minute spreading in ``applyInArrow`` per
+minute, which streams do not allow, so a stream is accepted only for specs without spreading).
+Both outputs derive from the same input: cache the micro-batch when writing both.
 
 Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
 record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
-the first failing rule in :data:`QUARANTINE_REASONS` order.
+the first failing rule in :data:`QUARANTINE_REASONS` order (constants re-exported from
+:mod:`pipelines.ingest_rules`).
 """
 
 from __future__ import annotations

@@ -181,6 +181,7 @@ def key_hashes_arrow(keys: pa.Array | pa.ChunkedArray) -> pa.StructArray:
 
 _NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 _MAX_DEC = decimal.Decimal(10) ** 29
+_EXACT = decimal.Context(prec=60)  # enough digits for any decimal(38,9) times 10^6
 _ISO = re.compile(
     r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:[.,](\d*))?)?"
     r"\s*(Z|z|UTC|GMT|[+-]\d{1,2}(?::?\d{2})?)?)?)?)?\s*$")
@@ -231,7 +232,7 @@ def _decimal(v: Any) -> decimal.Decimal | None:
     d = decimal.Decimal(t)
     if abs(d) >= _MAX_DEC:
         return None
-    return d.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_HALF_UP)
+    return d.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_HALF_UP, context=_EXACT)
 
 
 def _mapped_unique(s: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
@@ -266,7 +267,8 @@ def _integer(a: pa.Array) -> tuple[pa.Array, np.ndarray]:
 def _floor_micros(d: decimal.Decimal | None, unit: str) -> int | None:
     if d is None:
         return None
-    return int((d * TIME_UNITS[unit]).to_integral_value(rounding=decimal.ROUND_FLOOR))
+    return int(_EXACT.multiply(d, TIME_UNITS[unit]).to_integral_value(
+        rounding=decimal.ROUND_FLOOR))
 
 
 def _localize(naive_us: np.ndarray, ok: np.ndarray, tz: str) -> np.ndarray:

@@ -10,14 +10,17 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   topic's pandas group — no rule is duplicated.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under
   ``FINALIZE_WINDOW_MESSAGES``; outputs do not depend on the windows anyway.
-- **Ingest**: :func:`read_local` re-implements ``pipelines.ingest.parse_records`` in pandas
-  (same contract, same quarantine reasons in the same order, same spreading,
-  ``event_ms`` and hashes); the differential test proves equality on the sample and on the
-  online-retail trace. Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated
-  by a small interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is refused
-  up front by :func:`check_spec` (use ``--engine spark``). Known gaps to Spark's parser, all
-  on malformed or exotic input: Java-pattern field widths, Parquet ``raw_record`` JSON for
-  non-scalar types, ISO strings with a region-id zone.
+- **Ingest**: :func:`read_local` reads the files in Python (lines split as Spark's ``text``
+  source, CSV / JSON / regex parsing, Parquet with pyarrow) and maps them to the contract;
+  the input rules after the mapping — validation and quarantine reasons in their order,
+  timestamp and integer parsing, ``event_ms``, minute spreading, key hashes — are
+  :mod:`pipelines.ingest_rules`' functions, the very ones ``pipelines.ingest.parse_records``
+  runs on Spark's executors; the differential test proves the engines agree on the sample and
+  on the online-retail trace. Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are
+  evaluated by a small interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is
+  refused up front by :func:`check_spec` (use ``--engine spark``). Known gaps of the reader to
+  Spark's, all on malformed or exotic input: CSV quoting corner cases, Parquet ``raw_record``
+  JSON for non-scalar types.
 - **Output**: the same Delta tables (schemas, app-transaction versions) through
   :class:`pipelines.delta_io.DeltaStore` with delta-rs.
 """
