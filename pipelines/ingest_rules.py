@@ -29,6 +29,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -152,6 +153,9 @@ TIME_UNITS: dict[str, decimal.Decimal] = {
 
 MINUTE_US = 60_000_000
 
+Array = npt.NDArray[Any]
+"""A NumPy array (bool flags, int64 µs / ms, object values)."""
+
 
 # ------------------------------------------------------------------------------------ hashing
 
@@ -214,7 +218,7 @@ def arrow_strings(a: pa.Array) -> pa.Array:
     return pa.array(as_str(a.to_pandas()).tolist(), pa.string())
 
 
-def _blank(a: pa.Array) -> np.ndarray:
+def _blank(a: pa.Array) -> Array:
     """Null, or only whitespace (bool array)."""
     s = arrow_strings(a)
     out = pc.equal(pc.utf8_trim_whitespace(s), "")
@@ -244,7 +248,7 @@ def _mapped_unique(s: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
                      index=s.index, dtype=object)
 
 
-def _integer(a: pa.Array) -> tuple[pa.Array, np.ndarray]:
+def _integer(a: pa.Array) -> tuple[pa.Array, Array]:
     """(values as int64, null where absent or bad; is-bad) of an integer-valued field: an
     integer type as is; anything else read as a number that must be whole (``12``, ``12.0``,
     ``1.2e3``) and within int64. Null or blank is absent, not bad."""
@@ -271,7 +275,7 @@ def _floor_micros(d: decimal.Decimal | None, unit: str) -> int | None:
         rounding=decimal.ROUND_FLOOR))
 
 
-def _localize(naive_us: np.ndarray, ok: np.ndarray, tz: str) -> np.ndarray:
+def _localize(naive_us: Array, ok: Array, tz: str) -> Array:
     """Wall-clock µs in ``tz`` → UTC µs (an ambiguous time takes the earlier offset, a time in
     a gap moves forward by the gap, as Spark's ``to_utc_timestamp``)."""
     if tz in UTC_ZONES or not ok.any():
@@ -294,7 +298,7 @@ def _offset_us(z: str | float | None) -> int:
     return sign * (hours * 3600 + minutes * 60) * 1_000_000
 
 
-def _iso_micros(s: pd.Series, tz: str) -> np.ndarray:
+def _iso_micros(s: pd.Series, tz: str) -> Array:
     """ISO-8601 strings → epoch µs (float, NaN when unparseable); a time without an offset is
     a wall-clock time in ``tz``; a valid date beyond pandas' range (years before 1677 or after
     2261) gives ±1e19 (out of range). The common ``yyyy-MM-ddTHH:mm:ss[.ffffff]Z`` shape is
@@ -312,7 +316,7 @@ def _iso_micros(s: pd.Series, tz: str) -> np.ndarray:
     return out
 
 
-def _iso_micros_slow(s: pd.Series, tz: str) -> np.ndarray:
+def _iso_micros_slow(s: pd.Series, tz: str) -> Array:
     m = s.str.extract(_ISO)
     ok = m[0].notna().to_numpy()
     num = {k: pd.to_numeric(m[k], errors="coerce") for k in range(6)}
@@ -349,7 +353,7 @@ def _iso_micros_slow(s: pd.Series, tz: str) -> np.ndarray:
     return out
 
 
-def _pattern_micros(s: pd.Series, pattern: str, tz: str) -> np.ndarray:
+def _pattern_micros(s: pd.Series, pattern: str, tz: str) -> Array:
     """Strings in the Spark datetime ``pattern`` → epoch µs (float, NaN when unparseable)."""
     fmt, rest = "", re.split(r"('[^']*')", pattern)
     for piece in rest:
@@ -373,7 +377,7 @@ def _pattern_micros(s: pd.Series, pattern: str, tz: str) -> np.ndarray:
     return us
 
 
-def _int_micros(a: pa.Array, unit: str) -> tuple[np.ndarray, np.ndarray]:
+def _int_micros(a: pa.Array, unit: str) -> tuple[Array, Array]:
     """Epoch integers in ``unit`` → (µs int64, is-out-of-range): exact, floored for ns; a
     value whose µs overflow int64 is out of range."""
     v = np.asarray(a.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False))
@@ -385,7 +389,7 @@ def _int_micros(a: pa.Array, unit: str) -> tuple[np.ndarray, np.ndarray]:
     return np.where(over, 0, v) * factor, over
 
 
-def publish_micros(a: pa.Array, spec: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def publish_micros(a: pa.Array, spec: Any) -> tuple[Array, Array, Array]:
     """``(µs, missing, bad)`` of the mapped publish times ``a`` (any Arrow type):
 
     - ``µs``: int64 epoch microseconds (UTC), meaningful where neither flag is set; values
@@ -440,8 +444,8 @@ def publish_micros(a: pa.Array, spec: Any) -> tuple[np.ndarray, np.ndarray, np.n
     return us, missing, bad
 
 
-def _micros_of(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, np.ndarray,
-                                                                  np.ndarray]:
+def _micros_of(values: Array, missing: Array) -> tuple[Array, Array,
+                                                                  Array]:
     """Object array of Python ints / floats / None → ``(µs int64, missing, bad)``; None where
     not missing is bad; beyond int64 is clamped (out of range)."""
     bad = ~missing & pd.isna(values)
@@ -458,20 +462,20 @@ def _micros_of(values: np.ndarray, missing: np.ndarray) -> tuple[np.ndarray, np.
 # ------------------------------------------------------------------------------------ the rules
 
 
-def event_ms(us: np.ndarray, speed: float) -> np.ndarray:
+def event_ms(us: Array, speed: float) -> Array:
     """The emulated clock of publish times ``us`` (epoch µs, int64): ``floor(us / 1000 /
     speed)`` ms, exact (``speed`` taken as the decimal it prints as)."""
     if speed == 1.0:
-        return np.floor_divide(us, 1000)
+        return np.asarray(np.floor_divide(us, 1000), dtype=np.int64)
     ratio = Fraction(decimal.Decimal(repr(speed))) * 1000  # us per emulated ms
     num, den = ratio.numerator, ratio.denominator
     if np.abs(us).max(initial=0) < (2**63 - 1) // den:
-        return np.floor_divide(us * den, num)
+        return np.asarray(np.floor_divide(us * den, num), dtype=np.int64)
     return np.array([int(u) * den // num for u in us], dtype=np.int64)
 
 
-def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: np.ndarray,
-                  malformed: np.ndarray, spec: Any) -> pa.RecordBatch:
+def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: Array,
+                  malformed: Array, spec: Any) -> pa.RecordBatch:
     """Validate ``n`` mapped records: the rules of :data:`QUARANTINE_REASONS`.
 
     ``mapped``: :data:`MAPPED_COLUMNS` → Arrow arrays of length ``n``, values as the source
@@ -502,7 +506,7 @@ def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: np.ndarray,
     seq, seq_bad = _integer(col["sequence_id"])
     key_bytes = pc.fill_null(pc.binary_length(arrow_strings(col["key"])), 0)
 
-    def lt0(a: pa.Array) -> np.ndarray:
+    def lt0(a: pa.Array) -> Array:
         return np.asarray(pc.fill_null(pc.less(a, 0), False).to_numpy(zero_copy_only=False),
                           dtype=bool)
 
@@ -532,8 +536,8 @@ def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: np.ndarray,
         schema=CHECKED_FIELDS)
 
 
-def spread_minutes(us: np.ndarray, order: Sequence[pa.Array], raw: Sequence[str],
-                   speed: float) -> tuple[np.ndarray, np.ndarray]:
+def spread_minutes(us: Array, order: Sequence[pa.Array], raw: Sequence[str],
+                   speed: float) -> tuple[Array, Array]:
     """Minute spreading (``spread_within_minute``) of accepted records: ``(µs, event_ms)``.
 
     The ``n`` records sharing a publish-time minute (``us``: epoch µs, int64) get, in the order
