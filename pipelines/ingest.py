@@ -19,11 +19,17 @@ line is one record).
 
 :func:`parse_records` turns a *static* raw DataFrame (a micro-batch inside ``foreachBatch``, or
 a batch read) into ``(accepted, quarantine)``: the format is parsed (``from_csv``,
-``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL, then the input rules
-of :mod:`pipelines.ingest_rules` — the same functions the local engine calls — run on the
-executors through :mod:`pipelines.udfs` (an Arrow UDF; minute spreading in ``applyInArrow`` per
-minute, which streams do not allow, so a stream is accepted only for specs without spreading).
-Both outputs derive from the same input: cache the micro-batch when writing both.
+``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL; the input rules after
+the mapping are those of :mod:`pipelines.ingest_rules`, the functions the local engine calls.
+``shared_rules=True`` runs those very functions on the executors (:mod:`pipelines.udfs`: an
+Arrow UDF; minute spreading in ``applyInArrow`` per minute). By default (the replay) they run
+as their Spark SQL translation (:func:`_checked_sql`, :func:`_spread_sql`), because the Arrow
+UDF is one more Python pass over every record: 1 M bench messages took 11.4 → 15.0 s and
+7.6 → 26.2 s to parse and stage on the shared, loaded machine. ``tests/spark/test_ingest.py``
+checks the two paths give the same tables, and the local engine's differential test checks
+the replay against the shared functions. Minute spreading groups by minute, which streams do
+not allow, so a stream is accepted only for specs without spreading. Both outputs derive from
+the same input: cache the micro-batch when writing both.
 
 Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
 record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
@@ -34,12 +40,13 @@ the first failing rule in :data:`QUARANTINE_REASONS` order (constants re-exporte
 from __future__ import annotations
 
 import csv
+import decimal
 import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -81,6 +88,13 @@ _MALFORMED = "__tr_malformed"
 _HEADER = "__tr_header"
 _CORRUPT = "__tr_corrupt"
 _BAD_UTF8 = "__tr_bad_utf8"
+
+_NUMBER_DECIMAL = "decimal(38,9)"
+_EPOCH_FACTORS = {"epoch_s": 1_000_000, "epoch_ms": 1000, "epoch_us": 1, "epoch_ns": 0.001}
+_ZONE_AT_END = (
+    r"[0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]*)?)?\s*(Z|z|UTC|GMT|[+-][0-9]{1,2}(:?[0-9]{2})?)$"
+)
+
 
 # ----------------------------------------------------------------------------------- reading
 
@@ -405,6 +419,68 @@ def _mapped(value: str | None, available: set[str]) -> Column:
     return F.expr(value)
 
 
+def _integer(c: Column, dtype: T.DataType) -> tuple[Column, Column]:
+    """(value as bigint, is-bad) for an integer-valued field of any type; null → not bad."""
+    if isinstance(dtype, T.IntegralType):
+        return c.cast("bigint"), F.lit(False)
+    d = F.trim(c.cast("string")).try_cast(_NUMBER_DECIMAL)
+    value = F.when(d == F.floor(d), F.floor(d).try_cast("bigint"))
+    present = ~_blank(c.cast("string"))
+    return value, present & value.isNull()
+
+
+def _epoch_micros(number: Column, unit: str) -> Column:
+    """Epoch number (decimal) in ``unit`` → epoch microseconds (decimal, floored), null on
+    overflow."""
+    factor = F.lit(decimal.Decimal(str(_EPOCH_FACTORS[unit])))
+    return F.floor(F.try_multiply(number, factor))
+
+
+def _pattern_has_zone(pattern: str) -> bool:
+    unquoted = re.sub(r"'[^']*'", "", pattern)
+    return re.search(r"[XxZzOV]", unquoted) is not None
+
+
+def _publish_micros(c: Column, dtype: T.DataType, spec: InputSpec) -> tuple[Column, Column]:
+    """(epoch microseconds as decimal or bigint, is-missing) of the mapped publish time.
+
+    Null microseconds with not-missing means unparseable (``bad_publish_time``).
+    """
+    fmt = spec.publish_time_format
+    tz = spec.time_zone
+    local = tz not in UTC_ZONES
+
+    def from_local(ts: Column, has_zone: Column | bool) -> Column:
+        if not local:
+            return ts
+        if isinstance(has_zone, bool):
+            return ts if has_zone else F.to_utc_timestamp(ts, tz)
+        return F.when(has_zone, ts).otherwise(F.to_utc_timestamp(ts, tz))
+
+    if isinstance(dtype, T.TimestampType):
+        return F.unix_micros(c), c.isNull()
+    if isinstance(dtype, T.TimestampNTZType | T.DateType):
+        return F.unix_micros(from_local(c.cast("timestamp"), False)), c.isNull()
+    unit = fmt if fmt in _EPOCH_FACTORS else "epoch_ms"
+    if isinstance(dtype, T.NumericType):
+        return _epoch_micros(c.try_cast(_NUMBER_DECIMAL), unit), c.isNull()
+    s = F.trim(c.cast("string"))
+    missing = _blank(s)
+    number = s.try_cast(_NUMBER_DECIMAL)
+    if fmt in _EPOCH_FACTORS:
+        return _epoch_micros(number, fmt), missing
+    if fmt in ("auto", "iso"):
+        ts = from_local(F.try_to_timestamp(s), s.rlike(_ZONE_AT_END))
+        micros = F.unix_micros(ts)
+        if fmt == "auto":
+            micros = F.when(number.isNotNull(), _epoch_micros(number, "epoch_ms")).otherwise(
+                micros.cast("decimal(38,0)")
+            )
+        return micros, missing
+    ts = from_local(F.try_to_timestamp(s, F.lit(fmt)), _pattern_has_zone(fmt))
+    return F.unix_micros(ts), missing
+
+
 def _check_session_time_zone(df: DataFrame) -> None:
     try:
         tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
@@ -417,8 +493,121 @@ def _check_session_time_zone(df: DataFrame) -> None:
         )
 
 
-def parse_records(raw_df: DataFrame, spec: InputSpec,
-                  observation: Observation | None = None) -> tuple[DataFrame, DataFrame]:
+_CHECKED = ("__topic", "__producer_name", "__sequence_id", "__publish_us", "__payload_size")
+
+
+def _checked_sql(mapped: DataFrame, flags: list[Column], spec: InputSpec, n_order: int,
+                 present: list[str]) -> DataFrame:
+    """The input rules in Spark SQL (the replay's path: no Python pass besides staging's).
+    Must agree with :func:`pipelines.ingest_rules.check_records`: the local engine's
+    differential test and ``tests/spark/test_ingest.py``'s shared-rules cases compare them."""
+    types = {f.name: f.dataType for f in mapped.schema.fields}
+    topic_raw = F.col("__m_topic").cast("string")
+    topic = F.when(_blank(topic_raw), F.lit(spec.topic).cast("string")).otherwise(topic_raw)
+    producer_raw = F.col("__m_producer_name").cast("string")
+    producer = F.when(_blank(producer_raw), F.lit(spec.producer_name)).otherwise(producer_raw)
+    micros, time_missing = _publish_micros(
+        F.col("__m_publish_time"), types["__m_publish_time"], spec
+    )
+    size, size_bad = _integer(F.col("__m_payload_size"), types["__m_payload_size"])
+    size_type = types["__m_payload_size"]
+    # a number is never blank: no string form of every record's size
+    size_missing = (F.col("__m_payload_size").isNull() if isinstance(size_type, T.NumericType)
+                    else _blank(F.col("__m_payload_size").cast("string")))
+    seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
+    checked = mapped.select(
+        *flags,
+        F.col("__m_key").cast("string").alias("key"),
+        *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
+        topic.alias("__topic"),
+        producer.alias("__producer_name"),
+        seq.alias("__sequence_id"),
+        seq_bad.alias("__seq_bad"),
+        micros.alias("__micros"),
+        time_missing.alias("__time_missing"),
+        size.alias("__payload_size"),
+        size_bad.alias("__size_bad"),
+        size_missing.alias("__size_missing"),
+    )
+    m = F.col("__micros")
+    reason = (
+        F.when(F.col(_BAD_UTF8), F.lit(INVALID_UTF8))
+        .when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
+        .when(F.col("__topic").isNull(), F.lit(MISSING_TOPIC))
+        .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
+        .when(m.isNull(), F.lit(BAD_PUBLISH_TIME))
+        .when(
+            (m < F.lit(MIN_PUBLISH_MICROS)) | (m > F.lit(MAX_PUBLISH_MICROS)),
+            F.lit(PUBLISH_TIME_OUT_OF_RANGE),
+        )
+        .when(F.col("__size_missing"), F.lit(MISSING_PAYLOAD_SIZE))
+        .when(F.col("__size_bad"), F.lit(BAD_PAYLOAD_SIZE))
+        .when(F.col("__payload_size") < 0, F.lit(NEGATIVE_PAYLOAD_SIZE))
+        .when(F.col("__seq_bad") | (F.col("__sequence_id") < 0), F.lit(BAD_SEQUENCE_ID))
+        .when(F.octet_length(F.col("key")) > F.lit(MAX_KEY_BYTES), F.lit(KEY_TOO_LONG))
+    )
+    return checked.select(
+        *flags, "key", *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__p_{c}") for c in present],
+        "__topic", "__producer_name", "__sequence_id",
+        m.try_cast("bigint").alias("__publish_us"), "__payload_size",
+        reason.alias("__reason"),
+    )
+
+
+def _checked_shared(mapped: DataFrame, flags: list[Column], spec: InputSpec, n_order: int,
+                    present: list[str]) -> DataFrame:
+    """The input rules as :func:`pipelines.ingest_rules.check_records` in an Arrow UDF (the
+    functions the local engine calls; one more Python pass over the records)."""
+    rules = check_records_udf(spec)(*[F.col(f"__m_{c}") for c in MAPPED_COLUMNS],
+                                    F.col(_BAD_UTF8), F.col(_MALFORMED))
+    return mapped.select(
+        *flags,
+        F.col("__m_key").cast("string").alias("key"),
+        rules.alias("__c"),
+        *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
+    ).select(
+        *flags, "key", *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__p_{c}") for c in present],
+        *[F.col(f"__c.{f.name}").alias(f"__{f.name}") for f in CHECKED_FIELDS],
+    )
+
+
+def _event_ms_sql(us: Column, speed: float) -> Column:
+    """``floor(us / 1000 / speed)`` as bigint (:func:`pipelines.ingest_rules.event_ms`)."""
+    if speed == 1.0:
+        return F.floor(us / F.lit(1000)).cast("bigint")
+    divisor = decimal.Decimal(repr(speed)) * 1000
+    return F.floor(us.cast("decimal(20,0)") / F.lit(divisor)).cast("bigint")
+
+
+def _spread_sql(ok: DataFrame, n_order: int) -> DataFrame:
+    """Minute spreading as a window (see :func:`pipelines.ingest_rules.spread_minutes`)."""
+    minute_us = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
+    ok = ok.withColumn("__minute", minute_us)
+    order = [F.col(f"__o_{i}").asc_nulls_first() for i in range(n_order)]
+    raw_sha = F.sha2(F.col(_RAW), 256)  # last: a tie-break that does not depend on chunking
+    w = Window.partitionBy("__minute").orderBy(*order, raw_sha.asc())
+    n = F.count(F.lit(1)).over(Window.partitionBy("__minute"))
+    i = F.row_number().over(w) - 1
+    offset_ms = F.floor(i * F.lit(60_000) / n).cast("bigint")
+    return ok.withColumn("__publish_us", F.col("__minute") + offset_ms * 1000)
+
+
+def _spread_shared(ok: DataFrame, spec: InputSpec, n_order: int) -> DataFrame:
+    """Minute spreading by :func:`pipelines.ingest_rules.spread_minutes` in ``applyInArrow``
+    per minute."""
+    order = [f"__o_{i}" for i in range(n_order)]
+    ok = ok.select(_FILE, _RAW, "key", *order, *_CHECKED, "__event_ms")
+    minute = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
+    return ok.groupBy(minute.alias("__minute")).applyInArrow(
+        spread_minutes_fn(order, spec.speed), ok.schema)
+
+
+def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation | None = None,
+                  shared_rules: bool = False) -> tuple[DataFrame, DataFrame]:
     """Map a static raw DataFrame to the input contract: ``(accepted, quarantine)``.
 
     ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
@@ -427,11 +616,13 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     allow); the pipeline always calls it on the static micro-batch. The Spark session time zone
     must be UTC.
 
-    The source format is parsed and the mapping evaluated here, in Spark SQL; the input rules
-    are :mod:`pipelines.ingest_rules`' functions, the very ones the local engine calls:
-    :func:`~pipelines.ingest_rules.check_records` in an Arrow UDF, minute spreading
-    (:func:`~pipelines.ingest_rules.spread_minutes`) in ``applyInArrow`` per minute and the key
-    hashes (:func:`~pipelines.ingest_rules.key_hashes_arrow`) in an Arrow UDF.
+    The source format is parsed and the mapping evaluated here, in Spark SQL. The input rules
+    are :mod:`pipelines.ingest_rules`': with ``shared_rules`` those very functions run on the
+    executors (:func:`~pipelines.ingest_rules.check_records` in an Arrow UDF,
+    :func:`~pipelines.ingest_rules.spread_minutes` in ``applyInArrow`` per minute); without
+    (the default, the replay's: no extra Python pass) their Spark SQL translation, which tests
+    hold equal to them. Key hashes: :func:`~pipelines.ingest_rules.key_hashes_arrow` in an
+    Arrow UDF.
 
     ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),
     ``producer_name``, ``sequence_id`` (bigint, null = assign later), ``publish_time``
@@ -485,22 +676,9 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
                              if isinstance(f.dataType, T.NullType) else F.col(f.name)
                              for f in mapped.schema.fields])
 
-    rules = check_records_udf(spec)(*[F.col(f"__m_{c}") for c in MAPPED_COLUMNS],
-                                    F.col(_BAD_UTF8), F.col(_MALFORMED))
-    # JSON has no schema up front: count the records that have each mapped field the user
-    # relies on (see observation below).
     present = list(spec.checked_sources()) if spec.format == "json" else []
-    checked = mapped.select(
-        *flags,
-        F.col("__m_key").cast("string").alias("key"),
-        rules.alias("__c"),
-        *[F.col(f"__o_{i}") for i in range(len(spread))],
-        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
-    ).select(
-        *flags, "key", *[F.col(f"__o_{i}") for i in range(len(spread))],
-        *[F.col(f"__p_{c}") for c in present],
-        *[F.col(f"__c.{f.name}").alias(f"__{f.name}") for f in CHECKED_FIELDS],
-    )
+    checked = (_checked_shared(mapped, flags, spec, len(spread), present) if shared_rules
+               else _checked_sql(mapped, flags, spec, len(spread), present))
     if observation is not None:
         checked = checked.observe(
             observation, F.count(F.lit(1)).alias("records"),
@@ -514,13 +692,13 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     )
 
     ok = checked.where(F.col("__reason").isNull())
-    if spec.spread_within_minute:
-        order = [f"__o_{i}" for i in range(len(spread))]
-        ok = ok.select(_FILE, _RAW, "key", *order, "__topic", "__producer_name",
-                       "__sequence_id", "__publish_us", "__payload_size", "__event_ms")
-        minute = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
-        ok = ok.groupBy(minute.alias("__minute")).applyInArrow(
-            spread_minutes_fn(order, spec.speed), ok.schema)
+    if shared_rules:  # check_records / spread_minutes computed __event_ms
+        if spec.spread_within_minute:
+            ok = _spread_shared(ok, spec, len(spread))
+    else:
+        if spec.spread_within_minute:
+            ok = _spread_sql(ok, len(spread))
+        ok = ok.withColumn("__event_ms", _event_ms_sql(F.col("__publish_us"), spec.speed))
 
     hashes = key_hashes(F.col("key"))
     accepted = ok.select(
@@ -540,7 +718,6 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         F.col("__h.hash_b").alias("hash_b"),
     )
     return accepted, quarantine
-
 
 
 def ingest_batch(

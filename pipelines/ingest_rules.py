@@ -8,9 +8,11 @@ interpreter for mapping expressions) and hands the records, already mapped to th
 six source columns (:data:`MAPPED_COLUMNS`, values as the source gives them: strings, numbers,
 timestamps), plus a per-record ``invalid_utf8`` / ``malformed`` flag, to :func:`check_records`:
 
-- ``pipelines.ingest.parse_records`` runs it in an Arrow UDF (``check_records_udf``) on the
-  executors, and :func:`spread_minutes` in ``applyInArrow`` per publish-time minute;
-- ``pipelines.local.parse_local`` calls the same functions directly.
+- ``pipelines.local.parse_local`` calls them directly;
+- ``pipelines.ingest.parse_records(..., shared_rules=True)`` runs them on Spark's executors
+  (``pipelines.udfs``: :func:`check_records` in an Arrow UDF, :func:`spread_minutes` in
+  ``applyInArrow`` per minute). The replay's default is their Spark SQL translation in
+  ``pipelines.ingest`` (no extra Python pass over every record); tests hold the two equal.
 
 :func:`key_hashes_arrow` is the one key-hashing function (ingest's UDF, the staging writer, the
 local engine).

@@ -14,13 +14,14 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   source, CSV / JSON / regex parsing, Parquet with pyarrow) and maps them to the contract;
   the input rules after the mapping — validation and quarantine reasons in their order,
   timestamp and integer parsing, ``event_ms``, minute spreading, key hashes — are
-  :mod:`pipelines.ingest_rules`' functions, the very ones ``pipelines.ingest.parse_records``
-  runs on Spark's executors; the differential test proves the engines agree on the sample and
-  on the online-retail trace. Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are
-  evaluated by a small interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is
-  refused up front by :func:`check_spec` (use ``--engine spark``). Known gaps of the reader to
-  Spark's, all on malformed or exotic input: CSV quoting corner cases, Parquet ``raw_record``
-  JSON for non-scalar types.
+  :mod:`pipelines.ingest_rules`' functions (``pipelines.ingest.parse_records`` runs the same
+  ones with ``shared_rules=True``, and by default their Spark SQL translation); the
+  differential test proves the engines agree on the sample and on the online-retail trace.
+  Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated by a small
+  interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is refused up front
+  by :func:`check_spec` (use ``--engine spark``). Known gaps of the reader to Spark's, all on
+  malformed or exotic input: CSV quoting corner cases, Parquet ``raw_record`` JSON for
+  non-scalar types.
 - **Output**: the same Delta tables (schemas, app-transaction versions) through
   :class:`pipelines.delta_io.DeltaStore` with delta-rs.
 """
