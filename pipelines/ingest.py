@@ -18,14 +18,23 @@ of line-based reading: a CSV field with an embedded line break is not supported 
 line is one record).
 
 :func:`parse_records` turns a *static* raw DataFrame (a micro-batch inside ``foreachBatch``, or
-a batch read) into ``(accepted, quarantine)``. It is meant for static DataFrames because the
-minute spreading of some presets (online-retail) uses a window function, which streaming
-DataFrames do not allow (it accepts a stream only for specs without spreading). Both outputs
-derive from the same input: cache the micro-batch when writing both.
+a batch read) into ``(accepted, quarantine)``: the format is parsed (``from_csv``,
+``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL; the input rules after
+the mapping are those of :mod:`pipelines.ingest_rules`, the functions the local engine calls.
+``shared_rules=True`` runs those very functions on the executors (:mod:`pipelines.udfs`: an
+Arrow UDF; minute spreading in ``applyInArrow`` per minute). By default (the replay) they run
+as their Spark SQL translation (:func:`_checked_sql`, :func:`_spread_sql`), because the Arrow
+UDF is one more Python pass over every record: parsing and staging the 1 M-message bench
+input took 5.9 s with the translation and 10.6 s with the UDF (2 cores, load 2-3).
+``tests/spark/test_ingest.py`` checks the two paths give the same tables, and the local
+engine's differential test checks the replay against the shared functions. Minute spreading
+groups by minute, which streams do not allow, so a stream is accepted only for specs without
+spreading. Both outputs derive from the same input: cache the micro-batch when writing both.
 
 Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
 record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
-the first failing rule in :data:`QUARANTINE_REASONS` order.
+the first failing rule in :data:`QUARANTINE_REASONS` order (constants re-exported from
+:mod:`pipelines.ingest_rules`).
 """
 
 from __future__ import annotations
@@ -36,110 +45,41 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
-from pipelines.udfs import key_hashes
-
-INVALID_UTF8 = "invalid_utf8"
-MALFORMED_RECORD = "malformed_record"
-MISSING_TOPIC = "missing_topic"
-MISSING_PUBLISH_TIME = "missing_publish_time"
-BAD_PUBLISH_TIME = "bad_publish_time"
-PUBLISH_TIME_OUT_OF_RANGE = "publish_time_out_of_range"
-MISSING_PAYLOAD_SIZE = "missing_payload_size"
-BAD_PAYLOAD_SIZE = "bad_payload_size"
-NEGATIVE_PAYLOAD_SIZE = "negative_payload_size"
-BAD_SEQUENCE_ID = "bad_sequence_id"
-KEY_TOO_LONG = "key_too_long"
-UNREADABLE_FILE = "unreadable_file"
-TRUNCATED_FILE = "truncated_file"
-
-QUARANTINE_REASONS: tuple[str, ...] = (
-    INVALID_UTF8,
-    MALFORMED_RECORD,
-    MISSING_TOPIC,
-    MISSING_PUBLISH_TIME,
-    BAD_PUBLISH_TIME,
-    PUBLISH_TIME_OUT_OF_RANGE,
-    MISSING_PAYLOAD_SIZE,
+from pipelines.ingest_rules import (  # the rules' constants, re-exported for callers
+    ACCEPTED_COLUMNS,
     BAD_PAYLOAD_SIZE,
-    NEGATIVE_PAYLOAD_SIZE,
+    BAD_PUBLISH_TIME,
     BAD_SEQUENCE_ID,
+    CHECKED_FIELDS,
+    FILE_REASONS,
+    INVALID_UTF8,
     KEY_TOO_LONG,
+    LATE,
+    MALFORMED_RECORD,
+    MAPPED_COLUMNS,
+    MAX_KEY_BYTES,
+    MAX_PUBLISH_MICROS,
+    MIN_PUBLISH_MICROS,
+    MINUTE_US,
+    MISSING_PAYLOAD_SIZE,
+    MISSING_PUBLISH_TIME,
+    MISSING_TOPIC,
+    NEGATIVE_PAYLOAD_SIZE,
+    PRESENT_PREFIX,
+    PUBLISH_TIME_OUT_OF_RANGE,
+    QUARANTINE_COLUMNS,
+    QUARANTINE_REASONS,
+    TRUNCATED_FILE,
+    UNREADABLE_FILE,
+    UTC_ZONES,
 )
-"""Quarantine reasons assigned at ingest, in the order the rules are checked (a record gets the
-first that applies):
-
-- ``invalid_utf8``: the line (or a string column of a Parquet row) is not valid UTF-8; its
-  ``raw_record`` is stored with each invalid byte sequence replaced by U+FFFD
-  (``make_valid_utf8``; a Parquet row's JSON form already has them replaced).
-- ``malformed_record``: the line is not a record of the format: wrong CSV field count, invalid
-  or non-object JSON, a blank line, a ``text`` line not matching ``record_regex``.
-- ``missing_topic``: no topic (null or blank) and the spec has no constant ``topic``.
-- ``missing_publish_time``: publish time null or blank.
-- ``bad_publish_time``: publish time not parseable in the spec's ``publish_time_format``.
-- ``publish_time_out_of_range``: before 1970-01-01T00:00:00Z or after
-  2262-04-11T23:47:16.854775Z (the int64-nanosecond limit).
-- ``missing_payload_size``: payload size null or blank.
-- ``bad_payload_size``: payload size not an integer (``12``, ``12.0`` and ``1.2e3`` are) or
-  beyond int64.
-- ``negative_payload_size``: payload size < 0.
-- ``bad_sequence_id``: sequence id present but not an integer, beyond int64, or negative.
-- ``key_too_long``: the key's UTF-8 encoding is longer than :data:`MAX_KEY_BYTES` (Pulsar's
-  default ``maxMessageSize``: no broker would accept the message).
-
-File-level reasons (:data:`FILE_REASONS`, one quarantine row per file, ``raw_record`` = the read
-error): ``unreadable_file`` (nothing could be read: permissions, a corrupt Parquet footer, a
-gzip stream that is broken from the start) and ``truncated_file`` (the file broke part-way,
-e.g. a truncated gzip: the records before the break are processed, the rest is this row).
-
-(Later stages add :data:`LATE`: a record older than what the watermark already finalized.)
-"""
-
-PRESENT_PREFIX = "present_"
-"""Prefix of :func:`parse_records`' observation metrics counting, per checked contract column
-of a JSON spec, the records whose mapped field has a value."""
-
-LATE = "late"
-"""Quarantine reason added by the replay (not at ingest): the record is older than the horizon
-the watermark already finalized."""
-
-FILE_REASONS: tuple[str, ...] = (UNREADABLE_FILE, TRUNCATED_FILE)
-"""Quarantine reasons of a whole input file (see :func:`salvage_files`)."""
-
-MAX_KEY_BYTES = 5 * 1024 * 1024
-"""Longest accepted key, bytes (UTF-8): Pulsar's ``maxMessageSize`` default, 5 MiB."""
-
-MIN_PUBLISH_MICROS = 0
-"""1970-01-01T00:00:00Z in epoch microseconds (inclusive lower bound)."""
-MAX_PUBLISH_MICROS = (2**63 - 1) // 1000
-"""2262-04-11T23:47:16.854775Z in epoch microseconds (inclusive upper bound): the last
-microsecond representable as int64 nanoseconds (pandas ``datetime64[ns]``)."""
-
-ACCEPTED_COLUMNS: tuple[str, ...] = (
-    "topic",
-    "key",
-    "producer_name",
-    "sequence_id",
-    "publish_time",
-    "payload_size",
-    "source_file",
-    "event_ms",
-    "hash32",
-    "segment_hash",
-    "hash_b",
-)
-"""Columns of the accepted DataFrame, in order (see :func:`parse_records`)."""
-
-QUARANTINE_COLUMNS: tuple[str, ...] = ("source_file", "raw_record", "reason")
-"""Columns of the quarantine DataFrame (the job adds ``run_id`` and ``batch_id``)."""
-
-UTC_ZONES = frozenset({"UTC", "Etc/UTC", "GMT", "Etc/GMT", "Z", "+00:00", "UTC+0", "Zulu"})
+from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
+from pipelines.udfs import check_records_udf, key_hashes, spread_minutes_fn
 
 # Internal column names (prefixed so they cannot shadow source columns).
 _RAW = "__tr_raw"
@@ -473,7 +413,7 @@ def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]
 def _mapped(value: str | None, available: set[str]) -> Column:
     """Column for a mapping value: a source column, null for an absent one, or an expression."""
     if value is None:
-        return F.lit(None)
+        return F.lit(None).cast("string")
     if is_identifier(value):
         return F.col(_quote(value)) if value in available else F.lit(None).cast("string")
     return F.expr(value)
@@ -553,15 +493,136 @@ def _check_session_time_zone(df: DataFrame) -> None:
         )
 
 
-def parse_records(raw_df: DataFrame, spec: InputSpec,
-                  observation: Observation | None = None) -> tuple[DataFrame, DataFrame]:
+_CHECKED = ("__topic", "__producer_name", "__sequence_id", "__publish_us", "__payload_size")
+
+
+def _checked_sql(mapped: DataFrame, flags: list[Column], spec: InputSpec, n_order: int,
+                 present: list[str]) -> DataFrame:
+    """The input rules in Spark SQL (the replay's path: no Python pass besides staging's).
+    Must agree with :func:`pipelines.ingest_rules.check_records`: the local engine's
+    differential test and ``tests/spark/test_ingest.py``'s shared-rules cases compare them."""
+    types = {f.name: f.dataType for f in mapped.schema.fields}
+    topic_raw = F.col("__m_topic").cast("string")
+    topic = F.when(_blank(topic_raw), F.lit(spec.topic).cast("string")).otherwise(topic_raw)
+    producer_raw = F.col("__m_producer_name").cast("string")
+    producer = F.when(_blank(producer_raw), F.lit(spec.producer_name)).otherwise(producer_raw)
+    micros, time_missing = _publish_micros(
+        F.col("__m_publish_time"), types["__m_publish_time"], spec
+    )
+    size, size_bad = _integer(F.col("__m_payload_size"), types["__m_payload_size"])
+    size_type = types["__m_payload_size"]
+    # a number is never blank: no string form of every record's size
+    size_missing = (F.col("__m_payload_size").isNull() if isinstance(size_type, T.NumericType)
+                    else _blank(F.col("__m_payload_size").cast("string")))
+    seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
+    checked = mapped.select(
+        *flags,
+        F.col("__m_key").cast("string").alias("key"),
+        *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
+        topic.alias("__topic"),
+        producer.alias("__producer_name"),
+        seq.alias("__sequence_id"),
+        seq_bad.alias("__seq_bad"),
+        micros.alias("__micros"),
+        time_missing.alias("__time_missing"),
+        size.alias("__payload_size"),
+        size_bad.alias("__size_bad"),
+        size_missing.alias("__size_missing"),
+    )
+    m = F.col("__micros")
+    reason = (
+        F.when(F.col(_BAD_UTF8), F.lit(INVALID_UTF8))
+        .when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
+        .when(F.col("__topic").isNull(), F.lit(MISSING_TOPIC))
+        .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
+        .when(m.isNull(), F.lit(BAD_PUBLISH_TIME))
+        .when(
+            (m < F.lit(MIN_PUBLISH_MICROS)) | (m > F.lit(MAX_PUBLISH_MICROS)),
+            F.lit(PUBLISH_TIME_OUT_OF_RANGE),
+        )
+        .when(F.col("__size_missing"), F.lit(MISSING_PAYLOAD_SIZE))
+        .when(F.col("__size_bad"), F.lit(BAD_PAYLOAD_SIZE))
+        .when(F.col("__payload_size") < 0, F.lit(NEGATIVE_PAYLOAD_SIZE))
+        .when(F.col("__seq_bad") | (F.col("__sequence_id") < 0), F.lit(BAD_SEQUENCE_ID))
+        .when(F.octet_length(F.col("key")) > F.lit(MAX_KEY_BYTES), F.lit(KEY_TOO_LONG))
+    )
+    return checked.select(
+        *flags, "key", *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__p_{c}") for c in present],
+        "__topic", "__producer_name", "__sequence_id",
+        m.try_cast("bigint").alias("__publish_us"), "__payload_size",
+        reason.alias("__reason"),
+    )
+
+
+def _checked_shared(mapped: DataFrame, flags: list[Column], spec: InputSpec, n_order: int,
+                    present: list[str]) -> DataFrame:
+    """The input rules as :func:`pipelines.ingest_rules.check_records` in an Arrow UDF (the
+    functions the local engine calls; one more Python pass over the records)."""
+    rules = check_records_udf(spec)(*[F.col(f"__m_{c}") for c in MAPPED_COLUMNS],
+                                    F.col(_BAD_UTF8), F.col(_MALFORMED))
+    return mapped.select(
+        *flags,
+        F.col("__m_key").cast("string").alias("key"),
+        rules.alias("__c"),
+        *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
+    ).select(
+        *flags, "key", *[F.col(f"__o_{i}") for i in range(n_order)],
+        *[F.col(f"__p_{c}") for c in present],
+        *[F.col(f"__c.{f.name}").alias(f"__{f.name}") for f in CHECKED_FIELDS],
+    )
+
+
+def _event_ms_sql(us: Column, speed: float) -> Column:
+    """``floor(us / 1000 / speed)`` as bigint (:func:`pipelines.ingest_rules.event_ms`)."""
+    if speed == 1.0:
+        return F.floor(us / F.lit(1000)).cast("bigint")
+    divisor = decimal.Decimal(repr(speed)) * 1000
+    return F.floor(us.cast("decimal(20,0)") / F.lit(divisor)).cast("bigint")
+
+
+def _spread_sql(ok: DataFrame, n_order: int) -> DataFrame:
+    """Minute spreading as a window (see :func:`pipelines.ingest_rules.spread_minutes`)."""
+    minute_us = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
+    ok = ok.withColumn("__minute", minute_us)
+    order = [F.col(f"__o_{i}").asc_nulls_first() for i in range(n_order)]
+    raw_sha = F.sha2(F.col(_RAW), 256)  # last: a tie-break that does not depend on chunking
+    w = Window.partitionBy("__minute").orderBy(*order, raw_sha.asc())
+    n = F.count(F.lit(1)).over(Window.partitionBy("__minute"))
+    i = F.row_number().over(w) - 1
+    offset_ms = F.floor(i * F.lit(60_000) / n).cast("bigint")
+    return ok.withColumn("__publish_us", F.col("__minute") + offset_ms * 1000)
+
+
+def _spread_shared(ok: DataFrame, spec: InputSpec, n_order: int) -> DataFrame:
+    """Minute spreading by :func:`pipelines.ingest_rules.spread_minutes` in ``applyInArrow``
+    per minute."""
+    order = [f"__o_{i}" for i in range(n_order)]
+    ok = ok.select(_FILE, _RAW, "key", *order, *_CHECKED, "__event_ms")
+    minute = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
+    return ok.groupBy(minute.alias("__minute")).applyInArrow(
+        spread_minutes_fn(order, spec.speed), ok.schema)
+
+
+def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation | None = None,
+                  shared_rules: bool = False) -> tuple[DataFrame, DataFrame]:
     """Map a static raw DataFrame to the input contract: ``(accepted, quarantine)``.
 
     ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
     :func:`read_raw_stream`. A streaming ``raw_df`` is accepted only for specs that do not
-    spread minutes (``spread_within_minute`` uses a window function, which streams do not
+    spread minutes (``spread_within_minute`` groups records by minute, which streams do not
     allow); the pipeline always calls it on the static micro-batch. The Spark session time zone
     must be UTC.
+
+    The source format is parsed and the mapping evaluated here, in Spark SQL. The input rules
+    are :mod:`pipelines.ingest_rules`': with ``shared_rules`` those very functions run on the
+    executors (:func:`~pipelines.ingest_rules.check_records` in an Arrow UDF,
+    :func:`~pipelines.ingest_rules.spread_minutes` in ``applyInArrow`` per minute); without
+    (the default, the replay's: no extra Python pass) their Spark SQL translation, which tests
+    hold equal to them. Key hashes: :func:`~pipelines.ingest_rules.key_hashes_arrow` in an
+    Arrow UDF.
 
     ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),
     ``producer_name``, ``sequence_id`` (bigint, null = assign later), ``publish_time``
@@ -585,7 +646,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
                          "foreachBatch on the micro-batch of read_raw_stream")
     if raw_df.isStreaming and spec.spread_within_minute:
         raise ValueError(
-            f"preset {spec.preset!r} spreads records within a minute (a window function, not "
+            f"preset {spec.preset!r} spreads records within a minute (grouped by minute, not "
             "allowed on streams): call parse_records inside foreachBatch on the micro-batch "
             "of read_raw_stream"
         )
@@ -607,64 +668,17 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
     scope = parsed.select(*flags, *scope_cols)
 
     mapping = spec.columns
-    m_cols = {
-        c: _mapped(mapping.get(c), available).alias(f"__m_{c}")
-        for c in ("topic", "key", "producer_name", "sequence_id", "publish_time", "payload_size")
-    }
+    m_cols = [_mapped(mapping.get(c), available).alias(f"__m_{c}") for c in MAPPED_COLUMNS]
     spread = [_mapped(v, available).alias(f"__o_{i}") for i, v in enumerate(spec.spread_order)]
-    mapped = scope.select(*flags, *m_cols.values(), *spread)
-    types = {f.name: f.dataType for f in mapped.schema.fields}
+    mapped = scope.select(*flags, *m_cols, *spread)
+    # a column the mapping makes null (NullType) goes to the rules as strings
+    mapped = mapped.select(*[F.col(f.name).cast("string").alias(f.name)
+                             if isinstance(f.dataType, T.NullType) else F.col(f.name)
+                             for f in mapped.schema.fields])
 
-    topic_raw = F.col("__m_topic").cast("string")
-    topic = F.when(_blank(topic_raw), F.lit(spec.topic).cast("string")).otherwise(topic_raw)
-    producer_raw = F.col("__m_producer_name").cast("string")
-    producer = F.when(_blank(producer_raw), F.lit(spec.producer_name)).otherwise(producer_raw)
-    micros, time_missing = _publish_micros(
-        F.col("__m_publish_time"), types["__m_publish_time"], spec
-    )
-    size, size_bad = _integer(F.col("__m_payload_size"), types["__m_payload_size"])
-    size_type = types["__m_payload_size"]
-    # a number is never blank: no string form of every record's size
-    size_missing = (F.col("__m_payload_size").isNull() if isinstance(size_type, T.NumericType)
-                    else _blank(F.col("__m_payload_size").cast("string")))
-    seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
-
-    # JSON has no schema up front: count the records that have each mapped field the user
-    # relies on (see observation below).
     present = list(spec.checked_sources()) if spec.format == "json" else []
-    checked = mapped.select(
-        *flags,
-        topic.alias("topic"),
-        F.col("__m_key").cast("string").alias("key"),
-        producer.alias("producer_name"),
-        seq.alias("sequence_id"),
-        seq_bad.alias("__seq_bad"),
-        micros.alias("__micros"),
-        time_missing.alias("__time_missing"),
-        size.alias("payload_size"),
-        size_bad.alias("__size_bad"),
-        size_missing.alias("__size_missing"),
-        *[F.col(f"__o_{i}") for i in range(len(spread))],
-        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
-    )
-    m = F.col("__micros")
-    reason = (
-        F.when(F.col(_BAD_UTF8), F.lit(INVALID_UTF8))
-        .when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
-        .when(F.col("topic").isNull(), F.lit(MISSING_TOPIC))
-        .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
-        .when(m.isNull(), F.lit(BAD_PUBLISH_TIME))
-        .when(
-            (m < F.lit(MIN_PUBLISH_MICROS)) | (m > F.lit(MAX_PUBLISH_MICROS)),
-            F.lit(PUBLISH_TIME_OUT_OF_RANGE),
-        )
-        .when(F.col("__size_missing"), F.lit(MISSING_PAYLOAD_SIZE))
-        .when(F.col("__size_bad"), F.lit(BAD_PAYLOAD_SIZE))
-        .when(F.col("payload_size") < 0, F.lit(NEGATIVE_PAYLOAD_SIZE))
-        .when(F.col("__seq_bad") | (F.col("sequence_id") < 0), F.lit(BAD_SEQUENCE_ID))
-        .when(F.octet_length(F.col("key")) > F.lit(MAX_KEY_BYTES), F.lit(KEY_TOO_LONG))
-    )
-    checked = checked.withColumn("__reason", reason)
+    checked = (_checked_shared(mapped, flags, spec, len(spread), present) if shared_rules
+               else _checked_sql(mapped, flags, spec, len(spread), present))
     if observation is not None:
         checked = checked.observe(
             observation, F.count(F.lit(1)).alias("records"),
@@ -677,34 +691,25 @@ def parse_records(raw_df: DataFrame, spec: InputSpec,
         F.col("__reason").alias("reason"),
     )
 
-    ok = checked.where(F.col("__reason").isNull()).select("*", m.try_cast("bigint").alias("__us"))
-    if spec.spread_within_minute:
-        minute_us = F.col("__us") - F.pmod(F.col("__us"), F.lit(60_000_000))
-        ok = ok.withColumn("__minute", minute_us)
-        order = [F.col(f"__o_{i}").asc_nulls_first() for i in range(len(spread))]
-        raw_sha = F.sha2(F.col(_RAW), 256)  # last: a tie-break that does not depend on chunking
-        w = Window.partitionBy("__minute").orderBy(*order, raw_sha.asc())
-        n = F.count(F.lit(1)).over(Window.partitionBy("__minute"))
-        i = F.row_number().over(w) - 1
-        offset_ms = F.floor(i * F.lit(60_000) / n).cast("bigint")
-        ok = ok.withColumn("__us", F.col("__minute") + offset_ms * 1000)
-
-    us = F.col("__us")
-    if spec.speed == 1.0:
-        event_ms = F.floor(us / F.lit(1000))
+    ok = checked.where(F.col("__reason").isNull())
+    if shared_rules:  # check_records / spread_minutes computed __event_ms
+        if spec.spread_within_minute:
+            ok = _spread_shared(ok, spec, len(spread))
     else:
-        divisor = decimal.Decimal(repr(spec.speed)) * 1000
-        event_ms = F.floor(us.cast("decimal(20,0)") / F.lit(divisor))
+        if spec.spread_within_minute:
+            ok = _spread_sql(ok, len(spread))
+        ok = ok.withColumn("__event_ms", _event_ms_sql(F.col("__publish_us"), spec.speed))
+
     hashes = key_hashes(F.col("key"))
     accepted = ok.select(
-        "topic",
+        F.col("__topic").alias("topic"),
         "key",
-        "producer_name",
-        "sequence_id",
-        F.timestamp_micros(us).alias("publish_time"),
-        "payload_size",
+        F.col("__producer_name").alias("producer_name"),
+        F.col("__sequence_id").alias("sequence_id"),
+        F.timestamp_micros(F.col("__publish_us")).alias("publish_time"),
+        F.col("__payload_size").alias("payload_size"),
         F.col(_FILE).alias("source_file"),
-        event_ms.cast("bigint").alias("event_ms"),
+        F.col("__event_ms").alias("event_ms"),
         hashes.alias("__h"),
     ).select(
         *ACCEPTED_COLUMNS[:-3],
@@ -724,16 +729,36 @@ def ingest_batch(
     return parse_records(read_raw_batch(spark, paths, spec.format, spec.file_glob), spec)
 
 
-__all__: list[Any] = [
+__all__ = [
     "ACCEPTED_COLUMNS",
+    "BAD_PAYLOAD_SIZE",
+    "BAD_PUBLISH_TIME",
+    "BAD_SEQUENCE_ID",
+    "FILE_REASONS",
+    "INVALID_UTF8",
+    "KEY_TOO_LONG",
+    "LATE",
+    "MALFORMED_RECORD",
+    "MAX_KEY_BYTES",
+    "MAX_PUBLISH_MICROS",
+    "MIN_PUBLISH_MICROS",
+    "MISSING_PAYLOAD_SIZE",
+    "MISSING_PUBLISH_TIME",
+    "MISSING_TOPIC",
+    "NEGATIVE_PAYLOAD_SIZE",
+    "PRESENT_PREFIX",
+    "PUBLISH_TIME_OUT_OF_RANGE",
     "QUARANTINE_COLUMNS",
     "QUARANTINE_REASONS",
+    "TRUNCATED_FILE",
+    "UNREADABLE_FILE",
+    "UTC_ZONES",
     "ingest_batch",
+    "micro_batch_files",
     "parse_records",
     "read_csv_header",
     "read_raw_batch",
     "read_raw_stream",
     "resolve_input_spec",
     "salvage_files",
-    "micro_batch_files",
 ]

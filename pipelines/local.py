@@ -10,14 +10,18 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   topic's pandas group — no rule is duplicated.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under
   ``FINALIZE_WINDOW_MESSAGES``; outputs do not depend on the windows anyway.
-- **Ingest**: :func:`read_local` re-implements ``pipelines.ingest.parse_records`` in pandas
-  (same contract, same quarantine reasons in the same order, same spreading,
-  ``event_ms`` and hashes); the differential test proves equality on the sample and on the
-  online-retail trace. Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated
-  by a small interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is refused
-  up front by :func:`check_spec` (use ``--engine spark``). Known gaps to Spark's parser, all
-  on malformed or exotic input: Java-pattern field widths, Parquet ``raw_record`` JSON for
-  non-scalar types, ISO strings with a region-id zone.
+- **Ingest**: :func:`read_local` reads the files in Python (lines split as Spark's ``text``
+  source, CSV / JSON / regex parsing, Parquet with pyarrow) and maps them to the contract;
+  the input rules after the mapping — validation and quarantine reasons in their order,
+  timestamp and integer parsing, ``event_ms``, minute spreading, key hashes — are
+  :mod:`pipelines.ingest_rules`' functions (``pipelines.ingest.parse_records`` runs the same
+  ones with ``shared_rules=True``, and by default their Spark SQL translation); the
+  differential test proves the engines agree on the sample and on the online-retail trace.
+  Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated by a small
+  interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is refused up front
+  by :func:`check_spec` (use ``--engine spark``). Known gaps of the reader to Spark's, all on
+  malformed or exotic input: CSV quoting corner cases, Parquet ``raw_record`` JSON for
+  non-scalar types.
 - **Output**: the same Delta tables (schemas, app-transaction versions) through
   :class:`pipelines.delta_io.DeltaStore` with delta-rs.
 """
@@ -27,7 +31,6 @@ from __future__ import annotations
 import csv
 import decimal
 import gzip
-import hashlib
 import json
 import re
 import time
@@ -43,25 +46,16 @@ import pyarrow.parquet as pq
 
 from pipelines import stages
 from pipelines.config import ReplayConfig
-from pipelines.core.hashing import hash32_array, hash_b_array, segment_hash_array
-from pipelines.ingest import (
+from pipelines.ingest_rules import (
     ACCEPTED_COLUMNS,
-    BAD_PAYLOAD_SIZE,
-    BAD_PUBLISH_TIME,
-    BAD_SEQUENCE_ID,
-    INVALID_UTF8,
-    KEY_TOO_LONG,
-    MALFORMED_RECORD,
-    MAX_KEY_BYTES,
-    MAX_PUBLISH_MICROS,
-    MIN_PUBLISH_MICROS,
-    MISSING_PAYLOAD_SIZE,
-    MISSING_PUBLISH_TIME,
-    MISSING_TOPIC,
-    NEGATIVE_PAYLOAD_SIZE,
-    PUBLISH_TIME_OUT_OF_RANGE,
-    UTC_ZONES,
+    FILE_REASONS,
+    MAPPED_COLUMNS,
+    arrow_strings,
+    check_records,
+    key_hashes_arrow,
+    spread_minutes,
 )
+from pipelines.ingest_rules import as_str as _as_str
 from pipelines.presets import InputSpec, is_identifier
 
 FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.replay
@@ -392,220 +386,20 @@ def resolve_local_spec(spec: InputSpec, inputs: Sequence[str]) -> InputSpec:
 
 # ------------------------------------------------------------------------------------ parsing
 
-_NUMBER = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
-_MAX_DEC = decimal.Decimal(10) ** 29
-_EPOCH_FACTORS = {"epoch_s": decimal.Decimal(1_000_000), "epoch_ms": decimal.Decimal(1000),
-                  "epoch_us": decimal.Decimal(1), "epoch_ns": decimal.Decimal("0.001")}
-_ISO = re.compile(
-    r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:[.,](\d*))?)?"
-    r"\s*(Z|z|UTC|GMT|[+-]\d{1,2}(?::?\d{2})?)?)?)?)?\s*$")
-_JAVA_PATTERN = [("yyyy", "%Y"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"),
-                 ("mm", "%M"), ("ss", "%S"), ("SSSSSS", "%f"), ("SSS", "%f"), ("XXX", "%z"),
-                 ("Z", "%z"), ("EEE", "%a")]
 
-
-def _as_str(s: pd.Series) -> pd.Series:
-    if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
-        return s.where(s.notna(), None)
+def _arrow(s: pd.Series) -> pa.Array:
+    """A mapped column as Arrow (the input of the shared rules)."""
     if s.dtype == object:
-        return s.map(lambda v: None if v is None else (v if isinstance(v, str) else str(v)),
-                     na_action="ignore").astype(object)
-    return s.astype(object).where(s.notna(), None).map(
-        lambda v: v if v is None else str(v), na_action="ignore")
-
-
-def _decimal(v: Any) -> decimal.Decimal | None:
-    """Spark ``try_cast(trim(v) as decimal(38,9))``: None when not a number."""
-    if v is None:
-        return None
-    t = str(v).strip()
-    if not _NUMBER.match(t):
-        return None
-    d = decimal.Decimal(t)
-    if abs(d) >= _MAX_DEC:
-        return None
-    return d.quantize(decimal.Decimal("1e-9"), rounding=decimal.ROUND_HALF_UP)
-
-
-def _mapped_unique(s: pd.Series, fn: Callable[[Any], Any]) -> pd.Series:
-    """``s.map(fn)`` computed once per distinct value."""
-    uniq = pd.unique(s)
-    table = {u: fn(u) for u in uniq if u is not None and u == u}
-    return s.map(lambda v: table.get(v) if v is not None and v == v else fn(None)).astype(object)
-
-
-def _integer(s: pd.Series) -> tuple[pd.Series, np.ndarray]:
-    """(values as Python ints / None, is-bad) of an integer-valued field, like ingest's."""
-    if pd.api.types.is_integer_dtype(s.dtype):
-        return s.astype(object), np.zeros(len(s), dtype=bool)
-
-    def conv(v: Any) -> int | None:
-        d = _decimal(v)
-        if d is None or d != d.to_integral_value(rounding=decimal.ROUND_FLOOR):
-            return None
-        i = int(d)
-        return i if -(2**63) <= i < 2**63 else None
-
-    strs = _as_str(s)
-    value = _mapped_unique(strs, conv)
-    present = strs.map(lambda v: v is not None and v.strip() != "").astype(bool).to_numpy()
-    return value, present & value.isna().to_numpy()
-
-
-def _floor_micros(d: decimal.Decimal | None, unit: str) -> int | None:
-    if d is None:
-        return None
-    return int((d * _EPOCH_FACTORS[unit]).to_integral_value(rounding=decimal.ROUND_FLOOR))
-
-
-def _localize(naive_us: np.ndarray, ok: np.ndarray, tz: str) -> np.ndarray:
-    """Wall-clock µs in ``tz`` → UTC µs (Spark ``to_utc_timestamp``: an ambiguous time takes the
-    earlier offset, a time in a gap moves forward by the gap)."""
-    if tz in UTC_ZONES or not ok.any():
-        return naive_us
-    idx = pd.DatetimeIndex(pd.to_datetime(naive_us[ok], unit="us"))
-    utc = idx.tz_localize(tz, ambiguous=np.ones(len(idx), dtype=bool),
-                          nonexistent=pd.Timedelta(hours=1)).tz_convert("UTC")
-    out = naive_us.copy()
-    out[ok] = utc.as_unit("us").asi8
-    return out
-
-
-def _offset_us(z: str | float | None) -> int:
-    if not isinstance(z, str) or z in ("Z", "z", "UTC", "GMT"):
-        return 0
-    sign = -1 if z[0] == "-" else 1
-    digits = z[1:].replace(":", "")
-    hours = int(digits[:-2]) if len(digits) > 2 else int(digits)
-    minutes = int(digits[-2:]) if len(digits) > 2 else 0
-    return sign * (hours * 3600 + minutes * 60) * 1_000_000
-
-
-_ISO_UTC_FAST = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z"
-
-
-def _iso_micros(s: pd.Series, tz: str) -> np.ndarray:
-    """ISO-8601 strings → epoch µs (float, NaN when unparseable), Spark's cast rules.
-
-    Fast path: the common ``yyyy-MM-ddTHH:mm:ss[.ffffff]Z`` shape is parsed vectorized."""
-    fast = s.str.fullmatch(_ISO_UTC_FAST).to_numpy(bool)
-    if fast.any():
-        out = np.full(len(s), np.nan)
-        parsed = pd.to_datetime(s[fast], format="ISO8601", utc=True, errors="coerce")
-        good = parsed.notna().to_numpy(bool)
-        vals = parsed.dt.tz_localize(None).astype("datetime64[us]").astype(np.int64).to_numpy()
-        out[np.nonzero(fast)[0][good]] = vals[good]
-        if (~fast).any():
-            out[~fast] = _iso_micros_slow(s[~fast].reset_index(drop=True), tz)
-        return out
-    return _iso_micros_slow(s, tz)
-
-
-def _iso_micros_slow(s: pd.Series, tz: str) -> np.ndarray:
-    m = s.str.extract(_ISO)
-    ok = m[0].notna().to_numpy()
-    num = {k: pd.to_numeric(m[k], errors="coerce") for k in range(6)}
-    parts = pd.DataFrame({"year": num[0], "month": num[1].fillna(1), "day": num[2].fillna(1),
-                          "hour": num[3].fillna(0), "minute": num[4].fillna(0),
-                          "second": num[5].fillna(0)})
-    base = pd.to_datetime(parts[ok], errors="coerce") if ok.any() else pd.Series(dtype="M8[ns]")
-    frac = m[6].fillna("").str.slice(0, 6).str.ljust(6, "0")
-    frac_us = pd.to_numeric(frac.where(frac != "", "0"), errors="coerce").fillna(0)
-    us = np.full(len(s), np.nan)
-    valid = np.zeros(len(s), dtype=bool)
-    if ok.any():
-        b = base.to_numpy()
-        good = ~pd.isna(b)
-        idx = np.nonzero(ok)[0][good]
-        us[idx] = b[good].astype("datetime64[us]").astype(np.int64) + frac_us.to_numpy()[idx]
-        valid[idx] = True
-    zone = m[7]
-    has_zone = zone.notna().to_numpy()
-    local = valid & ~has_zone
-    out = us.copy()
-    if local.any():
-        out[local] = _localize(us[local].astype(np.int64), np.ones(int(local.sum()), bool), tz)
-    zoned = valid & has_zone
-    if zoned.any():
-        offs = zone[zoned].map(_offset_us).to_numpy(np.int64)
-        out[zoned] = us[zoned] - offs
-    return out
-
-
-def _pattern_micros(s: pd.Series, pattern: str, tz: str) -> np.ndarray:
-    fmt, rest = "", re.split(r"('[^']*')", pattern)
-    for piece in rest:
-        if piece.startswith("'"):
-            fmt += piece.strip("'").replace("%", "%%")
-            continue
-        for java, py in _JAVA_PATTERN:
-            piece = piece.replace(java, "\0" + py[1:] + "\0")
-        fmt += re.sub("\0(.)\0", r"%\1", piece)
-    has_zone = "%z" in fmt
-    parsed = pd.to_datetime(s, format=fmt, errors="coerce", utc=has_zone)
-    us = np.full(len(s), np.nan)
-    good = parsed.notna().to_numpy()
-    vals = parsed[good]
-    if has_zone:
-        us[good] = vals.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[us]") \
-            .astype(np.int64).to_numpy()
-    else:
-        naive = vals.astype("datetime64[us]").astype(np.int64).to_numpy()
-        us[good] = _localize(naive, np.ones(len(naive), bool), tz)
-    return us
-
-
-def _publish_micros(s: pd.Series, spec: InputSpec) -> tuple[np.ndarray, np.ndarray]:
-    """(epoch µs as float with NaN = unparseable, is-missing) of the mapped publish time."""
-    fmt, tz = spec.publish_time_format, spec.time_zone
-    n = len(s)
-    if pd.api.types.is_datetime64_any_dtype(s.dtype):
-        null = s.isna().to_numpy()
-        if getattr(s.dt, "tz", None) is not None:  # Spark TIMESTAMP: an instant
-            us = s.dt.tz_convert("UTC").dt.tz_localize(None).astype("datetime64[us]")
-            out = us.astype(np.int64).astype(float).to_numpy()
-        else:  # Spark TIMESTAMP_NTZ: a wall-clock time in the spec's zone
-            naive = s.astype("datetime64[us]").astype(np.int64).to_numpy()
-            out = _localize(naive, ~null, tz).astype(float)
-        out[null] = np.nan
-        return out, null
-    unit = fmt if fmt in _EPOCH_FACTORS else "epoch_ms"
-    if pd.api.types.is_numeric_dtype(s.dtype):
-        vals = _mapped_unique(s.astype(object).where(s.notna(), None),
-                              lambda v: _floor_micros(_decimal(v), unit))
-        return vals.astype(float).to_numpy(), s.isna().to_numpy()
-    strs = _as_str(s)
-    strs = strs.str.strip().where(strs.notna(), None)
-    missing = (strs.isna() | (strs == "")).to_numpy(bool)
-    number = pd.Series(np.nan, index=strs.index)
-    if fmt in _EPOCH_FACTORS or fmt == "auto":
-        looks = strs.fillna("").str.fullmatch(_NUMBER.pattern).to_numpy(bool)
-        if looks.any():
-            number[looks] = _mapped_unique(strs[looks], lambda v: _floor_micros(_decimal(v),
-                                                                                 unit)
-                                           ).astype(float).to_numpy()
-    if fmt in _EPOCH_FACTORS:
-        return number.to_numpy(), missing
-    text = strs.fillna("")
-    if fmt in ("auto", "iso"):
-        parsed = _iso_micros(text, tz)
-        if fmt == "auto":
-            isnum = number.notna().to_numpy()
-            parsed = np.where(isnum, number.to_numpy(), parsed)
-        return parsed, missing
-    return _pattern_micros(text, fmt, tz), missing if n else missing
-
-
-def _blank(s: pd.Series) -> np.ndarray:
-    """Null or only whitespace (``s``: strings or None)."""
-    strs = _as_str(s)
-    return (strs.isna() | (strs.fillna("").str.strip() == "")).to_numpy(bool)
+        s = s.where(s.notna(), None)
+    return pa.Array.from_pandas(s)
 
 
 def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
                 parquet_raw: ParquetRaw | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """pandas version of ``pipelines.ingest.parse_records`` over :func:`_source_frame`
-    output: ``(accepted, quarantine)`` with the same columns, reasons and values.
+    """Map :func:`_source_frame` output to the input contract and apply the input rules
+    (:func:`pipelines.ingest_rules.check_records`, :func:`~pipelines.ingest_rules.spread_minutes`
+    and :func:`~pipelines.ingest_rules.key_hashes_arrow`, the functions the Spark path runs):
+    ``(accepted, quarantine)`` as ``pipelines.ingest.parse_records`` makes them.
     ``parquet_raw``: the Parquet rows' ``raw_record`` (``None``: the frame's column)."""
     header = frame["_header"].to_numpy(bool)
     if header.any():  # CSV only (Parquet frames have no header rows to drop)
@@ -618,96 +412,50 @@ def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
                                         dtype=object)
     scope.setdefault("source_file", frame["source_file"])
 
-    def mapped(value: str | None) -> pd.Series:
+    def mapped(value: str | None) -> pa.Array:
         if value is None:
-            return pd.Series([None] * n, dtype=object)
+            return pa.nulls(n, pa.string())
         if is_identifier(value):
-            return scope.get(value, pd.Series([None] * n, dtype=object))
-        return _eval(_parse(value), scope, n)
+            return _arrow(scope[value]) if value in scope else pa.nulls(n, pa.string())
+        return _arrow(_eval(_parse(value), scope, n))
 
-    m = {c: mapped(spec.columns.get(c)) for c in ("topic", "key", "producer_name",
-                                                  "sequence_id", "publish_time",
-                                                  "payload_size")}
-    topic_raw = _as_str(m["topic"])
-    topic = topic_raw.where(~_blank(topic_raw), spec.topic)
-    producer_raw = _as_str(m["producer_name"])
-    producer = producer_raw.where(~_blank(producer_raw), spec.producer_name)
-    micros, time_missing = _publish_micros(m["publish_time"], spec)
-    size, size_bad = _integer(m["payload_size"])
-    size_missing = _blank(_as_str(m["payload_size"]))
-    seq, seq_bad = _integer(m["sequence_id"])
-
-    malformed = frame["_malformed"].to_numpy(bool)
-    size_f = size.astype(float).to_numpy()
-    seq_f = seq.astype(float).to_numpy()
-    key_bytes = _as_str(m["key"]).map(lambda k: len(k.encode("utf-8")) if isinstance(k, str)
-                                      else 0).to_numpy()
-    rules = [
-        (frame["_invalid_utf8"].to_numpy(bool), INVALID_UTF8),
-        (malformed, MALFORMED_RECORD),
-        (topic.isna().to_numpy(), MISSING_TOPIC),
-        (time_missing, MISSING_PUBLISH_TIME),
-        (np.isnan(micros), BAD_PUBLISH_TIME),
-        ((micros < MIN_PUBLISH_MICROS) | (micros > MAX_PUBLISH_MICROS),
-         PUBLISH_TIME_OUT_OF_RANGE),
-        (size_missing, MISSING_PAYLOAD_SIZE),
-        (size_bad, BAD_PAYLOAD_SIZE),
-        (size_f < 0, NEGATIVE_PAYLOAD_SIZE),
-        (seq_bad | (seq_f < 0), BAD_SEQUENCE_ID),
-        (key_bytes > MAX_KEY_BYTES, KEY_TOO_LONG),
-    ]
-    reason = np.full(n, None, dtype=object)
-    for cond, name in reversed(rules):  # the first rule that applies wins
-        reason[np.asarray(cond, dtype=bool)] = name
-    bad = pd.notna(reason)
+    m = {c: mapped(spec.columns.get(c)) for c in MAPPED_COLUMNS}
+    checked = check_records(m, frame["_invalid_utf8"].to_numpy(bool),
+                            frame["_malformed"].to_numpy(bool), spec)
+    bad = np.asarray(checked.column("reason").is_valid().to_numpy(zero_copy_only=False),
+                     dtype=bool)
     quarantine = pd.DataFrame({"source_file": frame["source_file"][bad].to_numpy(),
                                "raw_record": _raw_records(frame, parquet_raw, bad),
-                               "reason": reason[bad]})
+                               "reason": checked.column("reason").filter(bad).to_numpy(
+                                   zero_copy_only=False)})
     ok = ~bad
-    us = micros[ok].astype(np.int64)
+    acc = checked.filter(pa.array(ok))
+    us = acc.column("publish_us").to_numpy()
+    event = acc.column("event_ms").to_numpy()
     if spec.spread_within_minute:
-        raw_sha = [hashlib.sha256(r.encode("utf-8")).hexdigest()
-                   for r in _raw_records(frame, parquet_raw, ok)]
-        minute = us - us % 60_000_000
-        order = pd.DataFrame({"_minute": minute})
-        for i, v in enumerate(spec.spread_order):
-            order[f"_o{i}"] = _as_str(mapped(v))[ok].to_numpy()
-        order["_k"] = raw_sha
-        keys = ["_minute", *[f"_o{i}" for i in range(len(spec.spread_order))], "_k"]
-        order = order.sort_values(keys, na_position="first", kind="stable")
-        i_in = order.groupby("_minute").cumcount().to_numpy()
-        cnt = order.groupby("_minute")["_k"].transform("size").to_numpy()
-        spread = np.empty(len(order), dtype=np.int64)
-        spread[order.index.to_numpy()] = order["_minute"].to_numpy() + (
-            i_in * 60_000 // cnt) * 1000
-        us = spread
-    if spec.speed == 1.0:
-        event_ms = us // 1000
-    else:
-        divisor = decimal.Decimal(repr(spec.speed)) * 1000
-        event_ms = np.array([int((decimal.Decimal(int(u)) / divisor).to_integral_value(
-            rounding=decimal.ROUND_FLOOR)) for u in us], dtype=np.int64)
-    keys_s = _as_str(m["key"])[ok]
-    karr = pa.array(keys_s.tolist(), type=pa.string())
-    h32 = hash32_array(karr)
-    mask = np.ma.getmaskarray(h32)
-    seg, hb = segment_hash_array(h32), hash_b_array(h32)
+        order = [mapped(v).filter(pa.array(ok)) for v in spec.spread_order]
+        us, event = spread_minutes(us, order, _raw_records(frame, parquet_raw, ok).tolist(),
+                                   spec.speed)
+    keys = arrow_strings(m["key"]).filter(pa.array(ok))
+    hashes = key_hashes_arrow(keys)
     accepted = pd.DataFrame({
-        "topic": topic[ok].to_numpy(),
-        "key": keys_s.to_numpy(),
-        "producer_name": producer[ok].to_numpy(),
-        "sequence_id": pd.array(seq[ok].tolist(), dtype="Int64"),
+        "topic": acc.column("topic").to_numpy(zero_copy_only=False),
+        "key": keys.to_numpy(zero_copy_only=False),
+        "producer_name": acc.column("producer_name").to_numpy(zero_copy_only=False),
+        "sequence_id": acc.column("sequence_id").to_pandas(types_mapper={
+            pa.int64(): pd.Int64Dtype()}.get),
         "publish_time": pd.to_datetime(us, unit="us", utc=True),
-        "payload_size": np.asarray(size[ok].tolist(), dtype=np.int64),
+        "payload_size": acc.column("payload_size").to_numpy(zero_copy_only=False)
+        .astype(np.int64),
         "source_file": frame["source_file"][ok].to_numpy(),
-        "event_ms": event_ms.astype(np.int64),
-        "hash32": pd.array(np.where(mask, 0, np.ma.getdata(h32)).astype(np.int64),
-                           dtype="Int64"),
-        "segment_hash": pd.array(np.ma.getdata(seg).astype(np.int32), dtype="Int32"),
-        "hash_b": pd.array(np.ma.getdata(hb).astype(np.int32), dtype="Int32"),
+        "event_ms": np.asarray(event, dtype=np.int64),
+        "hash32": hashes.field("hash32").to_pandas(types_mapper={
+            pa.int64(): pd.Int64Dtype()}.get),
+        "segment_hash": hashes.field("segment_hash").to_pandas(types_mapper={
+            pa.int32(): pd.Int32Dtype()}.get),
+        "hash_b": hashes.field("hash_b").to_pandas(types_mapper={
+            pa.int32(): pd.Int32Dtype()}.get),
     })
-    for c in ("hash32", "segment_hash", "hash_b"):
-        accepted.loc[mask, c] = pd.NA
     return accepted[list(ACCEPTED_COLUMNS)], quarantine
 
 
@@ -766,7 +514,6 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
     from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
-    from pipelines.ingest import FILE_REASONS
     from pipelines.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
     from pipelines.replay import run_summary, runs_row
 

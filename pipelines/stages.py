@@ -61,6 +61,7 @@ from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.delta_io import conform_arrow
+from pipelines.ingest_rules import key_hashes_arrow
 from pipelines.privacy import Pseudonymizer, withheld_columns
 from pipelines.schemas import arrow_schema
 from pipelines.storage import arrow_filesystem
@@ -749,7 +750,7 @@ micro-batch outside the window (one row group per file would make every window o
 micro-batch read all of it)."""
 
 KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
-"""Staged columns the staging writer adds (``pipelines.udfs.key_hashes_arrow`` of ``key``)."""
+"""Staged columns the staging writer adds (``ingest_rules.key_hashes_arrow`` of ``key``)."""
 
 STAGING_SOURCE_COLUMNS = [c for c in STAGE_INPUT_COLUMNS if c not in KEY_HASH_COLUMNS]
 """Accepted-message columns :func:`stage_batch` takes from Spark (the hashes are added as the
@@ -779,7 +780,7 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,  # noqa: C901
 
     ``batches``: pyarrow ``RecordBatch``es of :data:`STAGING_SOURCE_COLUMNS` (any topics, any
     order). Each gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
-    ``pipelines.udfs.key_hashes_arrow``, the same function as ingest's UDF) and goes, split by
+    ``pipelines.ingest_rules.key_hashes_arrow``, the one hashing function) and goes, split by
     topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
     groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
     under a hidden temporary name and moved into place, so a retried task replaces it whole
@@ -787,9 +788,6 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,  # noqa: C901
     replaced by their pseudonyms once the key hashes are computed (routing is unchanged; no
     raw value is staged). Returns topic → messages written. pyarrow's C++ writer, on the
     Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
-
-    from pipelines.udfs import key_hashes_arrow  # noqa: PLC0415
-
     fs, root = arrow_filesystem(folder)
     size = STAGING_ROW_GROUP_ROWS
     pending: dict[str, list[Any]] = {}

@@ -564,3 +564,32 @@ def test_stream_reads_a_single_file_given_as_input(spark, tmp_path):
     q.awaitTermination()
     rows = spark.sql("select raw_record from single_file").collect()
     assert sorted(r[0] for r in rows) == ['{"n": 1}', '{"n": 2}']
+
+
+# ------------------------------------------------------------------ the two Spark rule paths
+
+
+@pytest.mark.parametrize(("name", "preset", "lines"), [
+    ("a.json", "contract", [
+        json.dumps({"topic": "t", "key": "k", "publish_time": 1704067200000,
+                    "payload_size": "1.2e2", "sequence_id": "7.0"}),
+        '{"topic": "t", "publish_time": "2024-01-01 01:00:00.5+01:00", "payload_size": 3}',
+        '{"topic": "t", "publish_time": "9999-12-31T00:00:00Z", "payload_size": 1}',
+        *BAD_RECORDS.values()]),
+    ("2010-12-01.csv", "online-retail", [
+        ONLINE_RETAIL_HEADER,
+        _retail("536366", "B", "2010-12-01 08:26:00", "17850.0"),
+        _retail("536365", "Z", "2010-12-01 08:26:00", ""),
+        _retail("536365", "A", "2010-07-01 08:26:00", "17850.0"),
+        "536365,85123A,WHITE HANGING HEART"]),
+])
+def test_spark_sql_rules_agree_with_the_shared_rules(spark, tmp_path, name, preset, lines):
+    path = _write(tmp_path, name, lines)
+    spec = resolve_input_spec(get_preset(preset), spark, str(path))
+    raw = read_raw_batch(spark, str(path), spec.format)
+
+    sql = parse_records(raw, spec)
+    shared = parse_records(raw, spec, shared_rules=True)
+
+    for sql_df, shared_df in zip(sql, shared, strict=True):
+        assert_df_equality(sql_df, shared_df, ignore_row_order=True)
