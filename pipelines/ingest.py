@@ -46,6 +46,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -212,8 +213,6 @@ def micro_batch_files(spark: SparkSession, checkpoint: str, batch_id: int) -> li
     so any filesystem works; ``[]`` when the log has no entry. Used only after a micro-batch
     failed to read (a micro-batch DataFrame does not expose its files).
     """
-    from pyspark.errors import AnalysisException
-
     pattern = f"{checkpoint.rstrip('/')}/sources/*/{{{batch_id},{batch_id}.compact}}"
     try:
         lines = [r[0] for r in spark.read.text(pattern).collect()]
@@ -235,7 +234,7 @@ def _read_error(exc: BaseException) -> str:
     text = str(exc)
     causes = re.findall(r"Caused by: ([\w.$]+(?:Exception|Error)\b[^\n]*)", text)
     if causes:
-        return causes[-1].strip()
+        return str(causes[-1]).strip()
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0][:500] if lines else type(exc).__name__
 

@@ -40,12 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines import stages
 from pipelines.config import ReplayConfig
+from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
 from pipelines.ingest_rules import (
     ACCEPTED_COLUMNS,
     FILE_REASONS,
@@ -57,6 +59,7 @@ from pipelines.ingest_rules import (
 )
 from pipelines.ingest_rules import as_str as _as_str
 from pipelines.presets import InputSpec, is_identifier
+from pipelines.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
 
 FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.replay
 
@@ -85,7 +88,7 @@ def _tokens(expr: str) -> list[tuple[str, str]]:
     return out
 
 
-def _parse(expr: str) -> Any:
+def _parse(expr: str) -> Any:  # noqa: C901
     """Expression → tree: ('col', name) | ('lit', value) | ('call', fn, [args])."""
     toks = _tokens(expr)
     i = 0
@@ -131,7 +134,7 @@ def _java_replacement(rep: str) -> str:
     return re.sub(r"\$(\d+)", r"\\g<\1>", rep.replace("\\", "\\\\"))
 
 
-def _eval(tree: Any, scope: dict[str, pd.Series], n: int) -> pd.Series:
+def _eval(tree: Any, scope: dict[str, pd.Series], n: int) -> pd.Series:  # noqa: PLR0911
     kind = tree[0]
     if kind == "col":
         return scope.get(tree[1], pd.Series([None] * n, dtype=object))
@@ -200,7 +203,7 @@ def input_files(inputs: Sequence[str], spec: InputSpec) -> list[Path]:
                   key=lambda f: (f.stat().st_mtime, str(f)))
 
 
-def _lines(path: Path) -> tuple[list[str], np.ndarray]:
+def _lines(path: Path) -> tuple[list[str], npt.NDArray[Any]]:
     """The file's lines (split like Spark's text source) and which were not valid UTF-8 (those
     decoded with U+FFFD replacements, as ``ingest`` stores them)."""
     opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
@@ -227,7 +230,7 @@ def _json_value(v: Any) -> str | None:
     return json.dumps(v, separators=(",", ":"))
 
 
-def _source_frame(path: Path,
+def _source_frame(path: Path,  # noqa: PLR0915, PLR0912, C901
                   spec: InputSpec) -> tuple[pd.DataFrame, list[str], ParquetRaw | None]:
     """One file → frame with ``source_file``, ``raw_record``, ``_malformed``, ``_header`` and the
     source columns (strings; Parquet keeps its column types, and its ``raw_record`` is the
@@ -299,7 +302,7 @@ def _source_frame(path: Path,
                       _invalid_utf8=invalid_utf8), names, None
 
 
-def _valid_utf8(table: pa.Table) -> tuple[pa.Table, np.ndarray]:
+def _valid_utf8(table: pa.Table) -> tuple[pa.Table, npt.NDArray[Any]]:
     """A Parquet table whose string columns may hold invalid UTF-8 → the table with each
     invalid byte sequence replaced by U+FFFD, and which rows had one (bool array), as Spark's
     ingest flags them (``is_valid_utf8`` per string column)."""
@@ -331,7 +334,7 @@ class ParquetRaw:
     def __init__(self, tables: list[pa.Table]) -> None:
         self.tables = tables
 
-    def rows(self, positions: np.ndarray) -> np.ndarray:
+    def rows(self, positions: npt.NDArray[Any]) -> npt.NDArray[Any]:
         """The JSON strings (object array) of rows ``positions`` (ascending, frame order)."""
         out = np.empty(len(positions), dtype=object)
         start = 0
@@ -346,11 +349,12 @@ class ParquetRaw:
         return out
 
 
-def _raw_records(frame: pd.DataFrame, raw: ParquetRaw | None, rows: np.ndarray) -> np.ndarray:
+def _raw_records(frame: pd.DataFrame, raw: ParquetRaw | None,
+                  rows: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """``raw_record`` of ``frame``'s rows where the bool mask ``rows`` is set (object array):
     from ``raw`` for Parquet, else the frame's column."""
     if raw is None:
-        return frame["raw_record"][rows].to_numpy()
+        return np.asarray(frame["raw_record"][rows].to_numpy())
     return raw.rows(np.flatnonzero(rows))
 
 
@@ -498,10 +502,11 @@ def read_local(spec: InputSpec, inputs: Sequence[str],
 def _groups(pdf: pd.DataFrame, keys: list[str]) -> Iterable[tuple[Any, pd.DataFrame]]:
     if not len(pdf):
         return []
-    return pdf.groupby(keys, sort=True, dropna=False)
+    groups: Iterable[tuple[Any, pd.DataFrame]] = pdf.groupby(keys, sort=True, dropna=False)
+    return groups
 
 
-def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str], output: str,
+def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str], output: str,  # noqa: PLR0915, C901
               run_id: str, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Replay ``inputs`` in this process and write the run's tables under ``output``.
 
@@ -513,9 +518,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     in the Spark replay. Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
-    from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
-    from pipelines.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
-    from pipelines.replay import run_summary, runs_row
+    from pipelines.replay import run_summary, runs_row  # noqa: PLC0415 - replay imports pyspark
 
     pseudonymize = pseudonymizer(config)  # PrivacyError when its secret is missing
     withheld = withheld_columns(config)
@@ -579,9 +582,9 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     write("segment_load", ctl.samples, version)
     write("autoscale_decisions", ctl.decisions, version)
     write("segments", ctl.segments, version)
-    for kind, table in stages.STAGE_KINDS.items():
+    for kind, staged in stages.STAGE_KINDS.items():
         parts = [f for f in frames[kind] if len(f)]
-        write(table, (pa.concat_tables(parts) if isinstance(parts[0], pa.Table)
+        write(staged, (pa.concat_tables(parts) if isinstance(parts[0], pa.Table)
                       else pd.concat(parts, ignore_index=True)) if parts else None, version)
     counts["entries"] = sum(len(f) for f in frames["entry"])
     counts["dispatched"] = sum(len(f) for f in frames["dispatch"])

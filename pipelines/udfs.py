@@ -22,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 from pyspark.sql import Column
 from pyspark.sql import types as T
-from pyspark.sql.functions import arrow_udf
+from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]  # not in the stubs
 
 from pipelines.ingest_rules import (
     CHECKED_FIELDS,
@@ -53,7 +54,7 @@ __all__ = ["KEY_HASHES_STRUCT", "check_records_udf", "key_hashes", "key_hashes_a
            "spread_minutes_fn"]
 
 
-def _flags(a: pa.Array) -> np.ndarray:
+def _flags(a: pa.Array) -> npt.NDArray[np.bool_]:
     return np.asarray(a.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -71,7 +72,7 @@ def check_records_udf(spec: Any) -> Callable[..., Column]:
                               _flags(invalid_utf8), _flags(malformed), spec)
         return pa.StructArray.from_arrays(batch.columns, fields=list(batch.schema))
 
-    return arrow_udf(check, CHECKED_STRUCT)  # type: ignore[call-overload,no-any-return]
+    return arrow_udf(check, CHECKED_STRUCT)  # type: ignore[no-any-return]
 
 
 def spread_minutes_fn(order: Sequence[str], speed: float) -> Callable[[pa.Table], pa.Table]:
@@ -100,5 +101,5 @@ def _key_hashes_batch(keys: pa.Array) -> pa.Array:
 
 def key_hashes(key: Column | str) -> Column:
     """Spark column: struct ``hash32, segment_hash, hash_b`` of the string column ``key``."""
-    udf = arrow_udf(_key_hashes_batch, KEY_HASHES_STRUCT)  # type: ignore[call-overload]
+    udf = arrow_udf(_key_hashes_batch, KEY_HASHES_STRUCT)
     return udf(key)  # type: ignore[no-any-return]
