@@ -235,6 +235,7 @@ def copy_dir(source: str, destination: str) -> None:
     delete_dir(destination)
     src_fs, src = arrow_filesystem(source)
     dst_fs, dst = arrow_filesystem(destination)
+    dst_fs.create_dir(dst, recursive=True)  # a local destination must exist to copy into
     pafs.copy_files(src, dst, source_filesystem=src_fs, destination_filesystem=dst_fs)
 
 

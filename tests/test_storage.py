@@ -114,6 +114,14 @@ def test_folders_copy_and_delete_on_an_s3_store(bucket):
     assert storage.is_dir(f"{work}/quarantine/0.b")
 
 
+def test_a_local_folder_copies_into_a_new_folder_hidden_files_included(tmp_path):
+    storage.write_bytes(str(tmp_path / "quarantine" / "0" / "part-0.parquet"), b"x")
+    storage.write_bytes(str(tmp_path / "quarantine" / "0" / "._SUCCESS.crc"), b"c")
+    storage.copy_dir(str(tmp_path / "quarantine" / "0"), str(tmp_path / "quarantine" / "0.b"))
+    assert sorted(p.name for p in (tmp_path / "quarantine" / "0.b").iterdir()) == [
+        "._SUCCESS.crc", "part-0.parquet"]
+
+
 def test_a_missing_folder_lists_nothing_and_counts_no_rows(bucket):
     assert storage.list_files(f"s3a://{bucket}/nothing") == []
     assert storage.count_rows(f"s3a://{bucket}/nothing") == 0
