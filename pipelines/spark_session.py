@@ -58,6 +58,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
@@ -229,8 +230,6 @@ S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 def pyspark_hadoop_version() -> str | None:
     """The Hadoop version pyspark bundles (``hadoop-client-api-<v>.jar`` in its ``jars``
     folder), e.g. ``"3.4.2"``; ``None`` when not found."""
-    import pyspark  # noqa: PLC0415
-
     for jar in (Path(pyspark.__file__).parent / "jars").glob("hadoop-client-api-*.jar"):
         return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
     return None
@@ -254,7 +253,6 @@ def require_s3a(spark: SparkSession, location: str) -> None:
     """Raise :class:`pipelines.storage.StorageError` (one sentence) when ``spark``'s driver
     cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
     ``s3://`` URL) needs."""
-
     jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
     if jvm is not None and _jvm_class_loadable(jvm, S3A_CLASS):
         return
