@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
+from pipelines.delta_io import DeltaStore
+from pipelines.diff import diff_runs
 from pipelines.spark_session import ensure_java
 
 LOOPBACK = "127.0.0.1"
@@ -209,3 +211,17 @@ def write_orders_log(folder: Path, files: int) -> Path:
         lines.insert(10, '{"topic": "orders", "publish_time": "soon", "payload_size": 1}')
         (folder / f"part-{f}.json").write_text("\n".join(lines) + "\n")
     return folder
+
+
+REPLAY_TABLES = {"messages", "entries", "segments", "segment_load", "autoscale_decisions",
+                 "dispatch", "consumer_load", "runs"}
+"""Tables every replay of the sample fills (an equality of empty tables proves nothing)."""
+
+
+def assert_replays_equal(output_a: Path, output_b: Path, run_id: str = "sample") -> None:
+    """Every table of run ``run_id`` equal in the two outputs (``pipelines.diff.diff_runs``: all
+    columns but the wall-clock ones of ``runs``), and :data:`REPLAY_TABLES` not empty."""
+    diffs = diff_runs(DeltaStore(str(output_a), engine="delta-rs"), run_id, run_id,
+                      store_b=DeltaStore(str(output_b), engine="delta-rs"))
+    assert {d.table: (d.rows_a, d.only_a, d.only_b) for d in diffs if not d.identical} == {}
+    assert {d.table for d in diffs if d.rows_a} >= REPLAY_TABLES

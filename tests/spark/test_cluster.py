@@ -23,9 +23,9 @@ import pytest
 
 from pipelines.config import load_config
 from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
 from pipelines.presets import get_preset
 from pipelines.replay import OutputConflictError, Replay, check_output_path
+from tests.spark.conftest import assert_replays_equal
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample"
@@ -83,12 +83,7 @@ def test_cluster_replay_accepts_every_sample_message(runs):
 @pytest.mark.slow
 def test_cluster_replay_tables_equal_the_local_replay_tables(runs):
     cwd, _ = runs
-    diffs = diff_runs(DeltaStore(str(cwd / "local"), engine="delta-rs"), "sample", "sample",
-                      store_b=DeltaStore(str(cwd / "cluster"), engine="delta-rs"))
-    assert {d.table: (d.rows_a, d.only_a, d.only_b) for d in diffs if not d.identical} == {}
-    assert {d.table for d in diffs if d.rows_a} >= {
-        "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-        "consumer_load", "runs"}
+    assert_replays_equal(cwd / "local", cwd / "cluster")
 
 
 # ---- what the cluster run needed (fast) ---------------------------------------------------------
