@@ -424,6 +424,10 @@ class ReplaySection(_Model):
     # Bytes of input per streaming micro-batch (whole files; Spark's ``maxBytesPerTrigger``);
     # when set it replaces ``max_files_per_trigger``. null = bound by file count.
     max_bytes_per_trigger: PositiveInt | None = None
+    # Producer shards per topic: batching runs per (topic, shard) on the Spark runtime, so a
+    # hot topic's producers spread over this many tasks. A run constant (the state store's keys
+    # depend on it); the tables do not depend on it.
+    producer_shards: Annotated[int, Field(ge=1, le=4096)] = 4
 
 
 class TopicSection(_Model):

@@ -8,15 +8,12 @@ Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
    staging is idempotent).
 2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``; a staged record older
    than the horizon that was already finalized is quarantined as ``late``.
-3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by the topic
-   stage (``pipelines.stages.topic_stage``: one Spark job for one or more consecutive windows,
-   tasks reading whole topics) whose
-   per-topic state (controller, producer batchers, subscription dispatchers) is carried between
-   micro-batches in :class:`ReplayState`; per topic, in one task:
-   control plane → routing + ``segment_load`` + ``autoscale_decisions`` + ``segments``;
-   batching per producer → ``entries`` + ``messages``;
-   dispatch → ``dispatch``, ``consumer_load``, ``bucket_handoffs``, ``subscription_stats``,
-   ``segment_drains``.
+3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by the
+   emulation query (:mod:`pipelines.spark.emulation`: chained grouped stateful operators whose
+   state lives in Spark's state store): control plane per topic → routing + ``segment_load`` +
+   ``autoscale_decisions`` + ``segments``; batching per producer shard → ``entries`` +
+   ``messages``; dispatch per subscription → ``dispatch``, ``consumer_load``,
+   ``bucket_handoffs``, ``subscription_stats``, ``segment_drains``.
 4. every table write is an idempotent Delta append keyed by (run_id, table) and version ``k``;
    the state of batch ``k`` is stored last, so a restart re-runs batch ``k`` from the state of
    ``k-1`` and the tables skip what they already hold (exactly-once).
@@ -29,9 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
-import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -42,12 +37,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
+import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines import stages, storage
 from pipelines.config import ReplayConfig, run_identity
 from pipelines.delta_io import DeltaStore, table_app_id
+from pipelines.faults import fault
 from pipelines.ingest import (
     FILE_REASONS,
     LATE,
@@ -61,30 +58,27 @@ from pipelines.presets import InputSpec
 from pipelines.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.progress import BatchProgress
 from pipelines.schemas import arrow_schema
+from pipelines.spark import handover
+from pipelines.spark.emulation import (
+    FINAL_VERSION,
+    Receipt,
+    emulation_dir,
+    read_receipt,
+    remove_versions,
+    run_emulation,
+    write_feed,
+)
 from pipelines.spark_session import is_connect
 from pipelines.validation import latest_validation
 
 STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
 """Stages timed into the ``runs`` table's ``timings`` as ``<stage>_s`` (exclusive seconds)."""
 
-FINAL_VERSION_OFFSET = 1 << 40
+FINAL_VERSION_OFFSET = FINAL_VERSION
 """Version of the end-of-input finalization commit (above any micro-batch id)."""
 
-FAULT_ENV = "TOPIC_REPLAY_FAULT"
-"""Test hook (crash tests only): when this environment variable equals a fault point's name,
-the process SIGKILLs itself there. Points: ``after_staging:<batch>``,
-``after_quarantine:<batch>``, ``after_state:<batch>`` (between the replay's state commit and
-Spark's checkpoint commit), ``after_write:<table>:<batch|final>`` (after that table's Delta
-commit) and ``before_final_state`` (finalization written, state not yet saved)."""
-
-
-def _fault(point: str) -> None:
-    if os.environ.get(FAULT_ENV) == point:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def _after_write(table: str, version: int) -> None:
-    _fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
+    fault(f"after_write:{table}:{'final' if version >= FINAL_VERSION_OFFSET else version}")
 
 
 class ReplayStopped(RuntimeError):
@@ -167,13 +161,12 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
             f"--run-id or --output (or delete the run's rows and "
             f"{storage.join(output, '_work', run_id)})")
 
-FINALIZE_WINDOWS_PER_JOB = 16
-"""End-of-input windows run per Spark job and committed together
-(:meth:`Replay._finalize_windows`): a job costs about 0.2 s on these machines whatever it
-does, plus the idle cores while its last tasks finish (0.2-0.3 s at 10 M messages), and a
-topic's windows are sequential anyway. The driver holds the job's state blobs (topics ×
-windows) until their windows are written; a crash recomputes at most this many windows
-(about 8 M messages)."""
+FINALIZE_WINDOWS_PER_JOB = 64
+"""End-of-input windows run per micro-batch of the emulation query and committed together
+(:meth:`Replay._finalize_windows`): a micro-batch of the three stateful operators costs about
+4.5 s on these machines whatever it does (planning, state store loads and commits); memory
+is bounded by one window whatever the count, since each operator reads its windows' input
+itself. A crash recomputes at most this many windows (about 32 M messages)."""
 
 FINALIZE_WINDOW_MESSAGES = 500_000
 """A batch replay finalizes at most about this many staged messages per window. Memory bound:
@@ -187,7 +180,7 @@ class RunSpec:
     """One run a replay writes: its ``run_id`` and config. A replay writes one; a sweep
     (``topic-replay sweep``) one per scenario from a single ingest: the scenarios share the
     ingest settings (``input``, ``output``, ``replay`` speed, lateness and trigger sizes) and
-    differ in what the topic stage does (``pipelines.sweep.INGEST_KEYS``)."""
+    differ in what the emulation does (``pipelines.sweep.INGEST_KEYS``)."""
 
     run_id: str
     config: ReplayConfig
@@ -195,12 +188,9 @@ class RunSpec:
 
 @dataclass
 class LaneState:
-    """What one run (lane) of a replay carries between windows: per-topic state blobs of the
-    topic stage and the run's own counts (entries, dispatched)."""
+    """What one run (lane) of a replay carries between windows: the run's own counts (entries,
+    dispatched). The emulation's state lives in the emulation query's state store."""
 
-    controllers: dict[str, bytes] = field(default_factory=dict)
-    batchers: dict[str, bytes] = field(default_factory=dict)  # topic → batching state
-    dispatchers: dict[str, bytes] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
 
     def add(self, name: str, n: int) -> None:
@@ -522,7 +512,7 @@ class Replay:
             quarantine = quarantine.unionByName(bad_files)
             staged, late = self._split_late(accepted, horizon)
             self._stage(staged, batch_id)
-        _fault(f"after_staging:{batch_id}")
+        fault(f"after_staging:{batch_id}")
         stats = self._staged_stats(batch_id)
         self.state.add("keyless", _staged_keyless(self.staging, batch_id))
         if not salvaged and not self.state.fields_checked:
@@ -538,7 +528,7 @@ class Replay:
                 q = q.unionByName(late.select("source_file", as_json.alias("raw_record"),
                                               F.lit(LATE).alias("reason")))
             n_quarantined, n_late = self._quarantine(q, batch_id)
-        _fault(f"after_quarantine:{batch_id}")
+        fault(f"after_quarantine:{batch_id}")
         self.state.add("quarantined", n_quarantined)
         self.state.add("late", n_late)
         self.state.add("accepted", stats["n"])
@@ -560,7 +550,7 @@ class Replay:
             self._finalize_window(new_horizon, batch_id, final=False)
         self.state.batch_id = batch_id
         state_bytes = self._save_state()
-        _fault(f"after_state:{batch_id}")
+        fault(f"after_state:{batch_id}")
         self._tock("ingest_hash")
         self.progress(BatchProgress(
             line=f"batch {batch_id}: accepted {stats['n']}, quarantined {n_quarantined}, "
@@ -625,8 +615,8 @@ keeps its read error): the executors write them as Parquet under
 
     def _stage(self, staged: DataFrame, batch_id: int) -> None:
         """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
-        only the columns the topic stage reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
-        topic (``stages.STAGING_TOPIC_COLUMN``) so a topic stage task reads its topic alone:
+        only the columns the emulation reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
+        topic (``stages.STAGING_TOPIC_COLUMN``) so the control plane reads a topic alone:
         ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function), then
         pseudonymizes ``input.pseudonymize``'s columns."""
         stages.stage_batch(staged, self.staging, batch_id, self.pseudonymize)
@@ -718,7 +708,7 @@ keeps its read error): the executors write them as Parquet under
         # The batch id stays that of the last micro-batch: a later micro-batch (new files on
         # a re-run) is then processed, as late, instead of being mistaken for a re-delivery.
         self._write_runs(FINAL_VERSION_OFFSET + max(self.state.batch_id, 0))
-        _fault("before_final_state")
+        fault("before_final_state")
         self._save_state()
 
     def _final_windows(self) -> list[int | None]:
@@ -750,82 +740,53 @@ keeps its read error): the executors write them as Parquet under
         self._finalize_windows([hi], version, final)
 
     def _finalize_windows(self, bounds: Sequence[int | None], version: int, final: bool) -> None:
-        """Run consecutive windows of staged messages through the topic stage, in one Spark job
-        (:func:`pipelines.stages.topic_stage`: control plane, batching and dispatch per topic, in
-        tasks that read their topics' staged messages themselves and carry their states from
-        window to window), then write their tables, each in ONE commit with ``version``
-        (:meth:`_commit_windows`), and advance the replay's state past the last window.
+        """Run consecutive windows of staged messages through the emulation query
+        (:mod:`pipelines.spark.emulation`: control plane per topic, batching per producer shard,
+        dispatch per subscription, as grouped stateful operators whose state lives in Spark's
+        state store), then commit their tables, each in ONE commit with ``version``, and
+        advance the horizon past the last window.
 
         ``bounds``: the windows' upper bounds (emulated ms, exclusive; ``None`` = +∞), in order;
         the first window starts at the finalized horizon, each next one where the previous
-        ended. ``final``: the last window is the end of input. Each task writes its topics'
-        output rows as Parquet files, one per topic and kind for all the windows, under
-        ``_work/<run_id>/windows/<version>`` (narrow, typed files: no wide union of the tables
-        passes through Spark); each big table (messages, entries, dispatch, …) is then
-        committed from that folder (:meth:`DeltaStore.append_parquet`), and only the per-topic
-        state blobs and the control plane's small tables reach the driver. The folder is
-        removed once written; the caller saves the state, so a crash recomputes the windows
-        (the stage is deterministic and the commits are idempotent)."""
-        lanes = [stages.Lane(r.run_id,
-                             stages.StageSettings.from_config(r.config, self.state.first_event_ms),
-                             lane.controllers, lane.batchers, lane.dispatchers)
-                 for r in self.runs for lane in [self.state.lane(r.run_id)]]
-        out_dir = storage.join(self.work_dir, "windows", str(version))
-        storage.delete_dir(out_dir)  # files of a run that crashed here
+        ended. ``final``: the last window is the end of input. The windows go to the query as
+        one feed file (one micro-batch); its operators write the tables' rows as Parquet files
+        under ``_work/<run_id>/emulation/v=<version>/out/``, which the driver commits
+        (:meth:`DeltaStore.append_parquet`) and then removes. The micro-batch's receipt (row
+        counts, seconds) is written before any commit, so a restart after a crash finds the
+        counts, re-runs an unfinished micro-batch from the state before it, and the commits skip
+        what they hold (idempotent by version)."""
+        settings = {r.run_id: stages.StageSettings.from_config(r.config, self.state.first_event_ms)
+                    for r in self.runs}
         windows, lo = [], self.state.horizon_ms
         for w, hi in enumerate(bounds):
             windows.append(stages.StageWindow(lo, hi, final and w == len(bounds) - 1))
             lo = hi
+        emulation = emulation_dir(self.work_dir)
         t0 = time.perf_counter()
         self._tick()
         # every topic with a controller has staged messages: state.staged lists them all
-        results = stages.topic_stage(self.spark, self.staging, self.state.staged, windows,
-                                     out_dir, lanes)
-        seconds: dict[str, float] = {}
-        by_lane = {}
-        for lane in lanes:
-            by_lane[lane.run_id] = [stages.StageStates.of(stages.lane_rows(rows, lane.run_id))
-                                    for rows in results]
-            for states in by_lane[lane.run_id]:
-                for stage, s in states.seconds.items():
-                    seconds[stage] = seconds.get(stage, 0.0) + s
-        self._attribute(time.perf_counter() - t0, seconds)
-        folders = {lane.run_id: stages.lane_dir(out_dir, lane.run_id) for lane in lanes}
-        small = {lane.run_id: self._advance_lane(lane, by_lane[lane.run_id], windows,
-                                                 folders[lane.run_id]) for lane in lanes}
-        for table in ("segment_load", "autoscale_decisions"):
-            self._write_rows(table, {r: f[table] for r, f in small.items()}, version)
-        self._write_rows("segments", {r: f["segments"] for r, f in small.items()
-                                      if f["segments"] is not None}, version, replace=True)
+        if write_feed(emulation, version, windows, list(settings), list(self.state.staged),
+                      snapshot=self.streaming):
+            run_emulation(self.spark, emulation, self.staging, settings,
+                          self.config.replay.producer_shards)
+            receipt = read_receipt(emulation, version)
+        else:
+            receipt = Receipt({}, {})
+        self._attribute(time.perf_counter() - t0, receipt.seconds)
+        out = {r: handover.out_dir(emulation, version, r) for r in settings}
+        for r, counts in receipt.counts.items():
+            for name, n in counts.items():
+                self.state.lane(r).add(name, n)
+        # the control plane's tables are small (topics × samples): appended as frames
+        for kind, table in stages.CONTROL_KINDS.items():
+            self._write_rows(table, {r: _read_rows(storage.join(f, kind))
+                                     for r, f in out.items()}, version,
+                             replace=table == "segments")
         for kind, table in stages.STAGE_KINDS.items():
-            self._append_files(table, {r: storage.join(f, kind) for r, f in folders.items()},
+            self._append_files(table, {r: storage.join(f, kind) for r, f in out.items()},
                                version)
-        storage.delete_dir(out_dir)
+        remove_versions(emulation, version)
         self.state.horizon_ms = windows[-1].hi_ms
-
-    def _advance_lane(self, lane: stages.Lane, results: Sequence[stages.StageStates],
-                      windows: Sequence[stages.StageWindow],
-                      out_dir: str) -> dict[str, pd.DataFrame | None]:
-        """Advance one run's state past consecutive windows (their state blobs ``results``,
-        their files under ``out_dir``) and return its control-plane rows of them:
-        ``segment_load``, ``autoscale_decisions`` and ``segments`` (the DAG's snapshot, or
-        ``None`` when no window replaces it)."""
-        samples, decisions, segments = [], [], None
-        state = self.state.lane(lane.run_id)
-        for states, window in zip(results, windows, strict=True):
-            ctl = stages.control_outputs(states.controllers, lane.settings.speed)
-            state.controllers = ctl.states
-            state.batchers = {**state.batchers, **states.batching}
-            state.dispatchers = {**state.dispatchers, **states.dispatchers}
-            samples.append(ctl.samples)
-            decisions.append(ctl.decisions)
-            if window.final or self.streaming:  # a snapshot of the DAG: replace the run's rows
-                segments = ctl.segments
-        # counted before the commit: committing may move the files into the tables
-        state.add("entries", _staged_rows(storage.join(out_dir, "entry")))
-        state.add("dispatched", _staged_rows(storage.join(out_dir, "dispatch")))
-        return {"segment_load": _concat(samples), "autoscale_decisions": _concat(decisions),
-                "segments": segments}
 
     @property
     def _one_commit(self) -> bool:
@@ -875,9 +836,9 @@ keeps its read error): the executors write them as Parquet under
         _after_write(table, version)
 
     def _attribute(self, wall_s: float, task_s: Mapping[str, float]) -> None:
-        """Close the timer opened for a topic stage: its ``wall_s`` (Spark job, shuffle and
-        tasks) is split over ``control_plane`` / ``batching`` / ``dispatch`` in proportion to
-        the seconds the tasks spent in each (the three run fused in one task per topic)."""
+        """Close the timer opened for a finalization: its ``wall_s`` (the emulation query and
+        its operators) is split over ``control_plane`` / ``batching`` / ``dispatch`` in
+        proportion to the seconds the operators spent in each (the receipt's)."""
         self._clock.pop()
         total = sum(task_s.values())
         for stage in ("control_plane", "batching", "dispatch"):
@@ -887,7 +848,7 @@ keeps its read error): the executors write them as Parquet under
             self._clock[-1][1] += wall_s
 
     def write_staged(self, table: str, path: str, version: int, run_id: str) -> None:
-        """Idempotent append of the Parquet files under ``path`` (one kind of the topic stage's
+        """Idempotent append of the Parquet files under ``path`` (one kind of the emulation's
         output, or a batch's quarantine) to ``table`` for run ``run_id``; nothing when the
         folder is missing."""
         if table not in self.config.output.tables or not storage.is_dir(path):
@@ -960,6 +921,14 @@ def _nothing_quarantined(parsed: Observation, staged: int) -> bool:
     except Exception:  # py4j: no metrics row for this observation
         return False
     return seen.get("quarantined") == 0 and seen.get("records") == staged
+
+
+def _read_rows(folder: str) -> pd.DataFrame:
+    """The rows of the Parquet files under ``folder`` (none when it does not exist)."""
+    if not storage.is_dir(folder):
+        return pd.DataFrame()
+    fs, path = storage.arrow_filesystem(folder)
+    return ds.dataset(path, filesystem=fs, format="parquet").to_table().to_pandas()
 
 
 def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:

@@ -7,14 +7,10 @@
   calls :func:`topic_group` on pandas groups, the Spark wrapper below in its tasks. Every
   emulation rule lives in ``pipelines.core``; these only sort, slice and convert (emulated ms →
   UTC timestamps in log time).
-- the **Spark wrapper** :func:`topic_stage` — one Spark job for consecutive windows, its tasks
-  each running whole topics (:func:`topic_bins`) through the windows in order: a task reads its
-  topics' staged messages itself (:func:`read_staged`; the staging is partitioned by topic, so
-  no shuffle), writes their output rows as Parquet files by table
-  (:class:`FrameWriter`) and returns one state blob per topic and window (``mapInPandas``
-  over ``spark.range``: DataFrame APIs only); the driver collects
-  only those (bounded by topics × windows, never by messages) and commits the files per table
-  and job.
+- **staging and output files** — the staged messages partitioned by topic
+  (:func:`write_staging`, :func:`read_topic`) and the typed Parquet files of output rows
+  (:class:`FrameWriter`) that the Spark runtime (:mod:`pipelines.spark`: the group functions as
+  grouped stateful operators) writes and the driver commits to Delta.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
@@ -29,7 +25,7 @@ import pickle
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -62,12 +58,9 @@ from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.delta_io import conform_arrow
 from pipelines.ingest_rules import key_hashes_arrow
-from pipelines.privacy import Pseudonymizer, withheld_columns
+from pipelines.privacy import Pseudonymizer
 from pipelines.schemas import arrow_schema
 from pipelines.storage import arrow_filesystem
-
-_K = TypeVar("_K", str, tuple[str, str])
-"""A :func:`topic_bins` key: a topic, or a (run_id, topic) pair."""
 
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
 """Replay order of a topic's messages (``_seq_sort``: ``sequence_id``, null as -1)."""
@@ -623,7 +616,14 @@ class TopicResult:
 
 STAGE_KINDS = {"msg": "messages", "entry": "entries", **DISPATCH_TABLES}
 """``_kind`` of a topic-stage output row → its output table (the data plane's and dispatch's
-tables; the control plane's small tables come from the controllers on the driver)."""
+tables; the control plane's small tables come from :func:`control_outputs`)."""
+
+CONTROL_KINDS = {"sample": "segment_load", "decision": "autoscale_decisions",
+                 "segment": "segments"}
+"""Kinds of the control plane's tables (:class:`ControlResult`'s frames) → their tables."""
+
+OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS}
+"""Every kind :class:`FrameWriter` writes → its table."""
 
 
 def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
@@ -669,7 +669,7 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
 
 STAGE_INPUT_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
                        "payload_size", "event_ms", "hash32", "segment_hash", "hash_b"]
-"""Accepted-message columns the topic stage reads (``source_file`` is not shipped)."""
+"""Accepted-message columns the emulation reads (``source_file`` is not shipped)."""
 
 
 def staged_file(out_dir: str, kind: str, topic: str) -> str:
@@ -706,7 +706,7 @@ class FrameWriter:
         for kind, df in frames.items():
             if not len(df):
                 continue
-            table = STAGE_KINDS[kind]
+            table = OUTPUT_KINDS[kind]
             columns = table_columns(table)
             withheld = self.withheld.get(table, ())
             # a withheld column is left out: conform_arrow fills it with nulls
@@ -771,7 +771,7 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     :data:`STAGE_INPUT_COLUMNS` in file order (the stages sort; strings as
     ``pd.ArrowDtype(pa.string())``, which the stages take as they take object strings); no
     rows when none match."""
-    return _read_topic(_staged_dataset(staging), topic, lo_ms, hi_ms)
+    return read_topic(staged_dataset(staging), topic, lo_ms, hi_ms)
 
 
 def write_staging(batches: Iterable[Any], folder: str, part: int,  # noqa: C901
@@ -907,7 +907,7 @@ def staged_histogram(staging: str, bins: int) -> tuple[int, int, npt.NDArray[Any
     return lo, width, counts
 
 
-def _staged_dataset(staging: str) -> Any:
+def staged_dataset(staging: str) -> Any:
     """The staging folder as a pyarrow dataset (its files listed once)."""
 
     fs, path = arrow_filesystem(staging)
@@ -917,7 +917,7 @@ def _staged_dataset(staging: str) -> Any:
     return ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning)
 
 
-def _read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
+def read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
     where = pc.field(STAGING_TOPIC_COLUMN) == topic_digest(topic)
     if lo_ms is not None:
         where = where & (pc.field("event_ms") >= lo_ms)
@@ -928,35 +928,13 @@ def _read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) 
     # is made and converted back (a fifth of a busy topic's read and write time). One chunk
     # per column: taking rows across a chunk per row group is several times slower.
     return dataset.to_table(columns=STAGE_INPUT_COLUMNS, filter=where).combine_chunks().to_pandas(
-        types_mapper=_arrow_strings)
+        types_mapper=arrow_strings)
 
 
-def _arrow_strings(t: Any) -> Any:
+def arrow_strings(t: Any) -> Any:
     """``to_pandas`` types mapper: Arrow strings → ``pd.ArrowDtype`` (others as pyarrow does)."""
 
     return pd.ArrowDtype(t) if pa.types.is_string(t) else None
-
-
-def topic_bins(weights: Mapping[_K, int], slots: int) -> list[list[_K]]:
-    """Topics packed into at most ``slots`` tasks, heaviest first (longest-processing-time
-    first: each topic, by weight descending then name, joins the lightest bin so far, the one
-    with fewest topics among equals).
-
-    ``weights``: topic (or any sortable key, e.g. ``(run_id, topic)``) → staged messages. One
-    topic per bin when they fit; bins ordered by
-    total weight descending, so the scheduler starts the longest work first. ``ValueError``
-    when ``slots < 1``."""
-    if slots < 1:
-        raise ValueError(f"slots must be >= 1, got {slots}")
-    order = sorted(weights, key=lambda t: (-weights[t], t))
-    n = min(len(order), slots)
-    bins: list[list[_K]] = [[] for _ in range(n)]
-    load = [0] * n
-    for topic in order:
-        i = min(range(n), key=lambda j: (load[j], len(bins[j]), j))
-        bins[i].append(topic)
-        load[i] += weights[topic]
-    return [bins[i] for i in sorted(range(n), key=lambda j: (-load[j], j))]
 
 
 # ---- Spark wrapper ----------------------------------------------------------------------------
@@ -995,140 +973,10 @@ def stage_batch(accepted: Any, staging: str, batch_id: int,
 
 @dataclass(frozen=True)
 class StageWindow:
-    """One window of :func:`topic_stage`: staged messages with ``lo_ms <= event_ms < hi_ms``
-    (emulated ms; ``None`` = unbounded), ``final`` = end of input."""
+    """One window of a finalization (:mod:`pipelines.spark.emulation`): staged messages with
+    ``lo_ms <= event_ms < hi_ms`` (emulated ms; ``None`` = unbounded), ``final`` = end of
+    input."""
 
     lo_ms: int | None
     hi_ms: int | None
     final: bool
-
-
-@dataclass(frozen=True)
-class Lane:
-    """One run of a replay's topic stage: its ``run_id``, its settings and its carried state
-    blobs (topic → blob, as in ``ReplayState``). A replay has one lane; a sweep
-    (``topic-replay sweep``) has one per scenario, all fed by the same staged messages."""
-
-    run_id: str
-    settings: StageSettings
-    controllers: Mapping[str, bytes] = field(default_factory=dict)
-    batchers: Mapping[str, bytes] = field(default_factory=dict)
-    dispatchers: Mapping[str, bytes] = field(default_factory=dict)
-
-
-def lane_dir(out_dir: str, run_id: str) -> str:
-    """Where :func:`topic_stage` writes a lane's output files: ``<out_dir>/<run_id>``."""
-    return f"{out_dir.rstrip('/')}/{run_id}"
-
-
-def topic_stage(spark: Any, staging: str, topics: Mapping[str, int],  # noqa: C901
-                windows: Sequence[StageWindow], out_dir: str,
-                lanes: Sequence[Lane]) -> list[dict[tuple[str, str], bytes]]:
-    """Spark: :func:`topic_group` for every (lane, topic) of ``lanes`` × ``topics`` over
-    consecutive staged ``windows``, in ONE Spark job: the pairs are spread over tasks
-    (:func:`topic_bins`, up to four per core) and each task runs its pairs through the windows
-    in order, carrying their states from one window to the next itself (a topic's windows
-    depend on each other; topics and lanes do not), so a busy topic's chain of windows keeps
-    one core busy without a job per window (about 0.2 s of job overhead each on these
-    machines, more than a quarter of a 500k-message window), and a sweep's scenarios spread
-    over the cores like topics.
-
-    ``topics``: topic → staged messages so far (its weight); every known topic runs, so
-    topics without messages in a window still advance. Each task reads its topics' messages
-    from ``staging`` itself (:func:`read_staged`: no shuffle, no message passes through the
-    JVM; once per window and topic for all its lanes) and writes their output rows as Parquet
-    under ``lane_dir(out_dir, run_id)``, a file per topic and table for all the windows
-    (:class:`FrameWriter`). The lanes' state blobs are the replay's before the first window.
-    Only DataFrame APIs (``spark.range(...).mapInPandas``), no SparkContext: Spark Connect
-    sessions have none. Returns, per window, ``(run_id, topic)`` → ``pickle((controller,
-    batching blob, dispatcher, seconds))`` (:class:`StageStates`; the controller with that
-    window's decisions and samples not yet taken), bounded by lanes × topics × windows, never
-    by messages."""
-
-    if not topics or not windows or not lanes:
-        return [{} for _ in windows]
-    by_id = {lane.run_id: lane for lane in lanes}
-    weights = {(lane.run_id, t): n for lane in lanes for t, n in topics.items()}
-    work = [[(r, t, by_id[r].controllers.get(t), by_id[r].batchers.get(t),
-              by_id[r].dispatchers.get(t)) for r, t in b]
-            for b in topic_bins(weights, 4 * task_slots(spark))]
-    settings = {lane.run_id: lane.settings for lane in lanes}
-
-    def run(i: int) -> list[tuple[int, str, str, bytes]]:
-        out, dataset = [], _staged_dataset(staging)  # listed once for the task's topics
-        carried = {(r, t): (ctl, bat, disp) for r, t, ctl, bat, disp in work[i]}
-        files = {r: FrameWriter(lane_dir(out_dir, r), withheld_columns(settings[r].config))
-                 for r in {r for r, _ in carried}}
-        for w, window in enumerate(windows):
-            for topic in sorted({t for _, t in carried}):
-                pdf = _read_topic(dataset, topic, window.lo_ms, window.hi_ms)
-                for r in sorted(r for r, t in carried if t == topic):
-                    ctl, bat, disp = carried[(r, topic)]
-                    res = topic_group(topic, pdf, ctl, bat, disp, settings[r], window.hi_ms,
-                                      window.final)
-                    files[r].write(topic, res.frames)
-                    out.append((w, r, topic, pickle.dumps(
-                        (res.controller, res.batching, res.dispatch, res.seconds))))
-                    res.controller.take_outputs()  # the driver takes them from the blob above
-                    carried[(r, topic)] = (pickle.dumps(res.controller), res.batching,
-                                           disp if res.dispatch is None else res.dispatch)
-        for f in files.values():
-            f.close()
-        return out
-
-    def tasks(batches: Iterable[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        for b in batches:
-            for i in b["id"].tolist():
-                yield pd.DataFrame(run(int(i)), columns=["window", "run_id", "topic", "state"])
-
-    # One task per bin: ``spark.range`` with a partition per row (a shuffle could put two bins
-    # in one task). DataFrame API only, no SparkContext (Spark Connect has none); the bins'
-    # state blobs travel in the function's closure, which Spark broadcasts when it is large.
-    n = len(work)
-    states: list[dict[tuple[str, str], bytes]] = [{} for _ in windows]
-    for row in (spark.range(0, n, 1, n)
-                .mapInPandas(tasks, "window int, run_id string, topic string, state binary")
-                .collect()):
-        states[row["window"]][(row["run_id"], row["topic"])] = bytes(row["state"])
-    return states
-
-
-def task_slots(spark: Any) -> int:
-    """Tasks the session runs at once: the classic session's default parallelism (cores of
-    ``local[N]`` or of the cluster's executors); under Spark Connect, which has no
-    SparkContext, ``spark.default.parallelism`` when set, else ``spark.sql.shuffle.partitions``."""
-    try:
-        return int(spark.sparkContext.defaultParallelism)
-    except Exception:  # pyspark.errors: no SparkContext under Spark Connect
-        conf = spark.conf.get("spark.default.parallelism", None)
-        return max(1, int(conf or spark.conf.get("spark.sql.shuffle.partitions")))
-
-
-@dataclass
-class StageStates:
-    """The state blobs of one lane and one window of :func:`topic_stage`, unpacked on the
-    driver."""
-
-    controllers: dict[str, TopicController]
-    batching: dict[str, bytes]
-    dispatchers: dict[str, bytes]
-    seconds: dict[str, float]  # per stage, summed over the topics' tasks
-
-    @classmethod
-    def of(cls, rows: Mapping[str, bytes]) -> StageStates:
-        """``rows``: topic → its state blob (one lane's part of one window of
-        :func:`topic_stage`'s result, :func:`lane_rows`)."""
-        out = cls({}, {}, {}, {})
-        for topic, blob in rows.items():
-            out.controllers[topic], batching, disp, seconds = pickle.loads(blob)
-            out.batching[topic] = batching
-            if disp is not None:
-                out.dispatchers[topic] = disp
-            for stage, s in seconds.items():
-                out.seconds[stage] = out.seconds.get(stage, 0.0) + s
-        return out
-
-
-def lane_rows(window: Mapping[tuple[str, str], bytes], run_id: str) -> dict[str, bytes]:
-    """One lane's topic → blob of one window of :func:`topic_stage`'s result."""
-    return {t: blob for (r, t), blob in window.items() if r == run_id}

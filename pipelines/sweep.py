@@ -4,9 +4,9 @@
 --grid topic.bucket_budget=4,8 [--scenario NAME=FILE_OR_SETS] [--html FILE]`` replays the
 Cartesian product of the ``--grid`` axes (and any named scenarios) as runs of the same tables,
 each ``run_id`` a readable name of its settings (:func:`scenario_name`). The log is read,
-validated, hashed and staged once; the scenarios then go through the topic stage together, the
-scenario being part of the stage's grouping key (``pipelines.stages.Lane``), so they spread over
-the cluster's cores. Each scenario's tables equal a ``topic-replay run`` of it alone.
+validated, hashed and staged once; the scenarios then go through the emulation query together,
+the scenario's ``run_id`` being part of every operator's grouping key (:mod:`pipelines.spark`),
+so they spread over the cluster's cores. Each scenario's tables equal a ``topic-replay run`` of it alone.
 
 The ``sweeps`` table gets one row per scenario (:func:`sweep_rows`): its settings, the metrics
 ``topic-replay compare`` prints (``pipelines.compare.run_metrics``), flapping (:func:`flaps`)

@@ -1,5 +1,4 @@
-"""The topic stage's input side: messages staged by topic, topics packed into tasks, a topic's
-window read from staging."""
+"""The emulation's input side: messages staged by topic, a topic's window read from staging."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from pipelines import stages
 from pipelines.stages import (
@@ -20,40 +17,10 @@ from pipelines.stages import (
     read_staged,
     staged_batch_stats,
     staged_histogram,
-    topic_bins,
     topic_digest,
     write_staging,
 )
 from pipelines.udfs import key_hashes_arrow
-
-
-@pytest.mark.parametrize(("weights", "slots", "expected"), [
-    ({}, 4, []),
-    ({"a": 5}, 4, [["a"]]),
-    ({"a": 1, "b": 9, "c": 3}, 8, [["b"], ["c"], ["a"]]),          # one per task, heaviest first
-    ({"a": 1, "b": 9, "c": 3}, 2, [["b"], ["c", "a"]]),            # LPT: a joins the lighter bin
-    ({"x": 2, "y": 2, "z": 2}, 2, [["x", "z"], ["y"]]),            # ties by name, then bin index
-    ({"a": 4, "b": 3, "c": 3, "d": 2}, 2, [["a", "d"], ["b", "c"]]),
-    ({"a": 0, "b": 0, "c": 0}, 2, [["a", "c"], ["b"]]),              # no weight: still spread
-])
-def test_topic_bins_packs_heaviest_first_into_the_lightest_bin(
-        weights: dict[str, int], slots: int, expected: list[list[str]]) -> None:
-    assert topic_bins(weights, slots) == expected
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.dictionaries(st.text(min_size=1, max_size=4), st.integers(0, 100), max_size=12),
-       st.integers(1, 6))
-def test_topic_bins_places_every_topic_exactly_once(weights: dict[str, int], slots: int) -> None:
-    bins = topic_bins(weights, slots)
-    assert sorted(t for b in bins for t in b) == sorted(weights)
-    assert len(bins) == min(len(weights), slots)
-    assert all(bins)
-
-
-def test_topic_bins_rejects_zero_slots() -> None:
-    with pytest.raises(ValueError, match="slots must be >= 1"):
-        topic_bins({"a": 1}, 0)
 
 
 @pytest.mark.parametrize("topic", ["orders", "persistent://t/ns/a b", "Ünïcode/=%"])

@@ -1,7 +1,7 @@
 """Exactly-once across crashes (docs/design.md invariant 6, issue #4).
 
 A replay runs as a subprocess (``python -m jobs.replay run …``) that SIGKILLs itself at a named
-fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.replay.FAULT_ENV``): during a micro-batch,
+fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.faults``): during a micro-batch,
 after a micro-batch's Delta commit, between the replay's state commit and Spark's checkpoint
 commit, and at several points of end-of-input finalization. It is restarted with the same
 arguments; every table must then equal that of an uninterrupted run (delta-rs's, whichever
@@ -38,6 +38,8 @@ FAULT_POINTS = [
     "after_write:segments:final",   # finalization: the segments snapshot written, rest not
     "after_write:messages:final",   # finalization: half of the tables written
     "before_final_state",           # finalization written, its state not saved
+    "before_receipt:final",         # emulation micro-batch: operators done, nothing recorded
+    "after_receipt:final",          # emulation micro-batch recorded, Spark's commit not yet
 ]
 
 
@@ -68,7 +70,7 @@ def reference(logs, tmp_path_factory) -> DeltaStore:
 
 
 DELTA_SPARK_FAULT_POINTS = ["after_staging:1", "after_quarantine:1", "after_state:2",
-                            "after_write:messages:final"]
+                            "after_write:messages:final", "after_receipt:final"]
 """The fault points also run under delta-spark (its commits are slower): a micro-batch's
 commits, between the state and the checkpoint, and a half-written finalization — each a restart
 that must skip what Delta's app transactions already hold."""

@@ -1,0 +1,97 @@
+"""Dispatch as a grouped stateful operator, keyed by ``(run_id, topic, dispatcher)``.
+
+A dispatcher (one subscription, or one consumer's cursor of an ungrouped checkpoint
+subscription: :func:`pipelines.stages.new_dispatchers`) sees every entry of its topic: per
+window in order it reads the entries all producer shards handed over (the batching stage of
+the same micro-batch has finished: a shuffle lies between) and the window's layout, and feeds
+them to :func:`pipelines.stages.dispatch_group` (drains on seals, bucket handoffs, consumers).
+Its tables (``dispatch``, ``consumer_load``, ``bucket_handoffs``, ``subscription_stats``,
+``segment_drains``) go to files the driver commits. State: the pickled dispatcher and the last
+layout change it has seen.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+
+from pipelines import stages, storage
+from pipelines.privacy import withheld_columns
+from pipelines.spark import handover
+
+DISPATCH_OUT_DDL = ("run_id string, topic string, dispatcher int, window int, version long, "
+                    "control_s double, batching_s double, dispatch_s double")
+"""One row per (run, topic, dispatcher, window): the window is dispatched; the stages' seconds
+(the driver's timings)."""
+
+
+class DispatchProcessor(StatefulProcessor):
+    """``transformWithStateInPandas`` processor of dispatch (see the module); arguments as
+    :class:`~pipelines.spark.control.ControlProcessor`'s."""
+
+    def __init__(self, settings: Mapping[str, stages.StageSettings], emulation: str) -> None:
+        self.settings = dict(settings)
+        self.emulation = emulation
+
+    def init(self, handle: Any) -> None:
+        self.dispatcher = handle.getValueState("dispatcher", handover.STATE_DDL)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
+        run_id, topic, d = str(key[0]), str(key[1]), int(key[2])
+        tokens = pd.concat(list(rows), ignore_index=True)
+        # one row per shard and window: the window's seconds summed, its bounds from any row
+        windows = tokens.groupby("window", sort=True).agg(
+            hi_ms=("hi_ms", "first"), final=("final", "first"), version=("version", "first"),
+            control_s=("control_s", "sum"), batching_s=("batching_s", "sum"))
+        settings = self.settings[run_id]
+        blob = handover.load_state(self.dispatcher)
+        writers: dict[int, stages.FrameWriter] = {}
+        out: list[tuple[Any, ...]] = []
+        for window, w in windows.iterrows():
+            t0 = time.perf_counter()
+            version = int(w["version"])
+            layout = handover.read_layout(handover.window_dir(
+                self.emulation, version, "routed", run_id, topic, int(window)))
+            if d >= 0 and layout is not None:
+                if blob is None:  # this dispatcher alone, as dispatch_group carries a topic's
+                    blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
+                entries = _read_entries(handover.window_dir(
+                    self.emulation, version, "handover", run_id, topic, int(window)))
+                hi = None if pd.isna(w["hi_ms"]) else int(w["hi_ms"])
+                tables, blob = stages.dispatch_group(topic, entries, blob, settings, layout, hi,
+                                                     bool(w["final"]))
+                if version not in writers:
+                    writers[version] = stages.FrameWriter(
+                        handover.out_dir(self.emulation, version, run_id),
+                        withheld_columns(settings.config))
+                writers[version].write(f"{topic}\x00{d}", tables)
+            out.append((run_id, topic, d, int(window), version, float(w["control_s"]),
+                        float(w["batching_s"]), time.perf_counter() - t0))
+        for writer in writers.values():
+            writer.close()
+        if blob is not None:
+            handover.save_state(self.dispatcher, blob)
+        yield pd.DataFrame(out, columns=["run_id", "topic", "dispatcher", "window", "version",
+                                         "control_s", "batching_s", "dispatch_s"])
+
+    def close(self) -> None:
+        pass
+
+
+def _read_entries(folder: str) -> pd.DataFrame:
+    """Every shard's handed-over entries of a window (:data:`handover.ENTRY_HANDOVER`), in
+    shard order; no rows when no shard sent any."""
+    fs, path = storage.arrow_filesystem(folder)
+    names = storage.list_files(folder, ".parquet")
+    tables = [pq.read_table(f"{path}/{n}", filesystem=fs) for n in names
+              if not n.startswith((".", "_"))]
+    table = pa.concat_tables(tables) if tables else handover.ENTRY_HANDOVER.empty_table()
+    return table.to_pandas(types_mapper=stages.arrow_strings)

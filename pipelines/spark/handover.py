@@ -1,0 +1,138 @@
+"""What the emulation operators hand each other, and where (docs/architecture.md, "Emulation
+query").
+
+Everything of one finalization (one feed file, one micro-batch of the emulation query) lives
+under ``<emulation>/v=<version>/``:
+
+- ``routed/<run>/<topic sha1>/w-<window>/shard-<s>.parquet`` — the control plane's routed
+  messages of producer shard ``s`` (replay order), ``layout.pkl`` beside them (the topic's
+  layout DAG after the window);
+- ``handover/<run>/<topic sha1>/w-<window>/shard-<s>.parquet`` — a shard's entries of the window
+  with what dispatch needs (:data:`ENTRY_HANDOVER`);
+- ``out/<run>/<kind>/part-<sha1>.parquet`` — table rows (:class:`pipelines.stages.FrameWriter`),
+  committed to Delta by the driver.
+
+File names depend only on (run, topic, shard or dispatcher, window): a re-run of a micro-batch
+rewrites the same files whole. Operator state is one ``(format, blob)`` row per key in a
+``ValueState`` (:data:`STATE_DDL`); :func:`load_state` refuses a format it does not know.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pipelines import storage
+from pipelines.core.layout import SegmentLayout
+from pipelines.storage import arrow_filesystem
+
+STATE_FORMAT = 1
+"""Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.stages``
+objects). Bumped whenever those classes change shape: a checkpoint of another format is refused
+(:func:`load_state`) instead of unpickling old objects into new classes."""
+
+STATE_DDL = "format int, blob binary"
+"""Schema of every operator's ``ValueState``: the blob's format and the blob."""
+
+ENTRY_HANDOVER = pa.schema([("producer_name", pa.string()), ("segment_id", pa.int64()),
+                            ("entry_id", pa.int64()), ("entry_hash_min", pa.int64()),
+                            ("num_messages", pa.int64()), ("payload_bytes", pa.int64()),
+                            ("emu_publish_ms", pa.int64())])
+"""Columns of the entries batching hands to dispatch (``pipelines.stages.dispatch_group``)."""
+
+
+class StateFormatError(RuntimeError):
+    """A checkpoint holds operator state of another :data:`STATE_FORMAT`."""
+
+
+def load_state(state: Any) -> bytes | None:
+    """The blob of a ``ValueState`` of :data:`STATE_DDL` (``None`` when it has none).
+    :class:`StateFormatError` when it was written in another format."""
+    if not state.exists():
+        return None
+    fmt, blob = state.get()
+    if int(fmt) != STATE_FORMAT:
+        raise StateFormatError(f"the emulation checkpoint holds state of format {fmt}, this "
+                               f"version reads format {STATE_FORMAT}: replay into a new --output "
+                               f"or --run-id")
+    return bytes(blob)
+
+
+def save_state(state: Any, blob: bytes) -> None:
+    """Store ``blob`` in the ``ValueState`` ``state`` (format :data:`STATE_FORMAT`)."""
+    state.update((STATE_FORMAT, blob))
+
+
+def digest(name: str) -> str:
+    """SHA-1 hex of ``name`` (a folder name for any topic)."""
+    return hashlib.sha1(name.encode("utf-8")).hexdigest()
+
+
+def version_dir(emulation: str, version: int) -> str:
+    """Everything of finalization ``version``: ``<emulation>/v=<version>``."""
+    return storage.join(emulation, f"v={version}")
+
+
+def window_dir(emulation: str, version: int, part: str, run_id: str, topic: str,
+               window: int) -> str:
+    """``<version dir>/<part>/<run>/<topic sha1>/w-<window>`` (``part``: routed, handover)."""
+    return storage.join(version_dir(emulation, version), part, run_id, digest(topic),
+                        f"w-{window:06d}")
+
+
+def out_dir(emulation: str, version: int, run_id: str) -> str:
+    """Where a run's table rows of finalization ``version`` go: ``<version dir>/out/<run>``."""
+    return storage.join(version_dir(emulation, version), "out", run_id)
+
+
+def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
+    """Producer shard (int64, ``0 <= s < shards``) of each producer name: pandas' stable
+    SipHash of the name (the same in every process, unlike ``hash()``) modulo ``shards``,
+    computed once per distinct name."""
+    codes, names = pd.factorize(producers)
+    if not len(names):
+        return np.zeros(len(producers), dtype=np.int64)
+    hashed = pd.util.hash_array(np.asarray(names, dtype=object))
+    by_name = (hashed % np.uint64(shards)).astype(np.int64)
+    return by_name[codes]
+
+
+def write_frame(path: str, table: pa.Table) -> None:
+    """Write ``table`` to the Parquet file ``path`` whole (a hidden temporary file, then moved:
+    a re-run replaces it)."""
+    fs, p = arrow_filesystem(path)
+    folder, name = p.rsplit("/", 1)
+    fs.create_dir(folder, recursive=True)
+    tmp = f"{folder}/.{name}.tmp"
+    pq.write_table(table, tmp, filesystem=fs, compression="zstd")
+    fs.move(tmp, p)
+
+
+def read_frame(path: str) -> pa.Table | None:
+    """The Parquet file ``path`` as a table, ``None`` when it does not exist."""
+    fs, p = arrow_filesystem(path)
+    if not storage.is_file(path):
+        return None
+    return pq.read_table(p, filesystem=fs)
+
+
+def write_layout(folder: str, layout: SegmentLayout | None) -> None:
+    """The topic's layout after a window (``layout.pkl`` in the window's routed folder)."""
+    if layout is not None:
+        storage.write_bytes(storage.join(folder, "layout.pkl"), pickle.dumps(layout))
+
+
+def read_layout(folder: str) -> SegmentLayout | None:
+    """What :func:`write_layout` wrote, ``None`` when the topic has no layout yet."""
+    path = storage.join(folder, "layout.pkl")
+    if not storage.is_file(path):
+        return None
+    layout: SegmentLayout = pickle.loads(storage.read_bytes(path))
+    return layout

@@ -1,0 +1,103 @@
+"""The emulation operators' hand-over: producer shards, the state format, feed files
+(pure: no Spark)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from pipelines.spark import handover
+from pipelines.spark.emulation import FEED_SCHEMA, write_feed
+from pipelines.stages import StageWindow
+
+
+class FakeValueState:
+    """A ``ValueState`` of :data:`handover.STATE_DDL` in memory."""
+
+    def __init__(self, value: tuple[int, bytes] | None = None) -> None:
+        self.value = value
+
+    def exists(self) -> bool:
+        return self.value is not None
+
+    def get(self) -> tuple[int, bytes]:
+        assert self.value is not None
+        return self.value
+
+    def update(self, value: tuple[int, bytes]) -> None:
+        self.value = value
+
+
+def test_producer_shard_is_the_same_in_another_process() -> None:
+    names = [f"device-{i}" for i in range(200)]
+    here = handover.producer_shard(pd.Series(names), 7).tolist()
+    code = ("import pandas as pd; from pipelines.spark.handover import producer_shard; "
+            f"print(producer_shard(pd.Series({names!r}), 7).tolist())")
+    there = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, env={"PYTHONHASHSEED": "123"}).stdout
+    assert there.strip() == str(here)
+
+
+@pytest.mark.parametrize("dtype", [object, pd.ArrowDtype(pa.string())])
+def test_producer_shard_depends_only_on_the_name(dtype: object) -> None:
+    shards = handover.producer_shard(pd.Series(["a", "b", "a", "c", "b"], dtype=dtype), 3)
+    assert shards[0] == shards[2] and shards[1] == shards[4]
+    assert shards.min() >= 0 and shards.max() < 3
+
+
+def test_producer_shard_spreads_many_producers_over_every_shard() -> None:
+    shards = handover.producer_shard(pd.Series([f"p{i}" for i in range(10_000)]), 4)
+    counts = pd.Series(shards).value_counts()
+    assert sorted(counts.index) == [0, 1, 2, 3]
+    assert counts.min() > 2_000  # about 2,500 each
+
+
+def test_producer_shard_of_no_rows_is_empty() -> None:
+    assert handover.producer_shard(pd.Series([], dtype=object), 4).tolist() == []
+
+
+def test_state_round_trips_with_its_format() -> None:
+    state = FakeValueState()
+    assert handover.load_state(state) is None
+    handover.save_state(state, b"blob")
+    assert state.value == (handover.STATE_FORMAT, b"blob")
+    assert handover.load_state(state) == b"blob"
+
+
+def test_state_of_another_format_is_refused_in_one_sentence() -> None:
+    state = FakeValueState((handover.STATE_FORMAT + 1, b"old"))
+    with pytest.raises(handover.StateFormatError, match="replay into a new --output"):
+        handover.load_state(state)
+
+
+def test_feed_has_a_row_per_run_topic_and_window(tmp_path) -> None:
+    windows = [StageWindow(None, 100, False), StageWindow(100, None, True)]
+    assert write_feed(str(tmp_path), 7, windows, ["r1", "r2"], ["b", "a"], snapshot=False)
+    table = pq.read_table(tmp_path / "feed" / f"v-{7:020d}.parquet")
+    assert table.schema.equals(FEED_SCHEMA)
+    rows = table.to_pylist()
+    assert [(r["run_id"], r["topic"], r["window"]) for r in rows] == [
+        ("r1", "a", 0), ("r1", "a", 1), ("r1", "b", 0), ("r1", "b", 1),
+        ("r2", "a", 0), ("r2", "a", 1), ("r2", "b", 0), ("r2", "b", 1)]
+    assert [(r["lo_ms"], r["hi_ms"], r["final"]) for r in rows[:2]] == [
+        (None, 100, False), (100, None, True)]
+    assert {r["version"] for r in rows} == {7}
+
+
+def test_feed_is_written_once_per_version(tmp_path) -> None:
+    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], ["t"], snapshot=False)
+    path = tmp_path / "feed" / f"v-{7:020d}.parquet"
+    before = path.stat().st_mtime_ns
+    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], ["t"], snapshot=False)
+    assert path.stat().st_mtime_ns == before
+
+
+def test_no_topics_means_nothing_to_feed(tmp_path) -> None:
+    assert not write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], [],
+                          snapshot=False)
+    assert not (tmp_path / "feed").exists()
