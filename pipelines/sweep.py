@@ -6,7 +6,8 @@ Cartesian product of the ``--grid`` axes (and any named scenarios) as runs of th
 each ``run_id`` a readable name of its settings (:func:`scenario_name`). The log is read,
 validated, hashed and staged once; the scenarios then go through the emulation query together,
 the scenario's ``run_id`` being part of every operator's grouping key (:mod:`pipelines.spark`),
-so they spread over the cluster's cores. Each scenario's tables equal a ``topic-replay run`` of it alone.
+so they spread over the cluster's cores. Each scenario's tables equal a ``topic-replay run`` of
+it alone.
 
 The ``sweeps`` table gets one row per scenario (:func:`sweep_rows`): its settings, the metrics
 ``topic-replay compare`` prints (``pipelines.compare.run_metrics``), flapping (:func:`flaps`)

@@ -100,7 +100,7 @@ def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
     if not len(names):
         return np.zeros(len(producers), dtype=np.int64)
     hashed = pd.util.hash_array(np.asarray(names, dtype=object))
-    by_name = (hashed % np.uint64(shards)).astype(np.int64)
+    by_name: npt.NDArray[np.int64] = (hashed % np.uint64(shards)).astype(np.int64)
     return by_name[codes]
 
 
