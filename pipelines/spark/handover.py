@@ -101,7 +101,8 @@ def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
         return np.zeros(len(producers), dtype=np.int64)
     hashed = pd.util.hash_array(np.asarray(names, dtype=object))
     by_name: npt.NDArray[np.int64] = (hashed % np.uint64(shards)).astype(np.int64)
-    return by_name[codes]
+    shard: npt.NDArray[np.int64] = by_name[np.asarray(codes)]
+    return shard
 
 
 def write_frame(path: str, table: pa.Table) -> None:
