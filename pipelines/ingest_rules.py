@@ -26,9 +26,11 @@ from __future__ import annotations
 import decimal
 import hashlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+from urllib.parse import quote, unquote
 
 import numpy as np
 import numpy.typing as npt
@@ -222,8 +224,8 @@ def arrow_strings(a: pa.Array) -> pa.Array:
 
 def _blank(a: pa.Array) -> Array:
     """Null, or only whitespace (bool array)."""
-    s = arrow_strings(a)
-    out = pc.equal(pc.utf8_trim_whitespace(s), "")
+    s = arrow_strings(a)  # empty, or Unicode whitespace only (what utf8_trim_whitespace trims)
+    out = pc.or_(pc.equal(pc.binary_length(s), 0), pc.utf8_is_space(s))
     return np.asarray(pc.fill_null(out, True).to_numpy(zero_copy_only=False), dtype=bool)
 
 
@@ -476,6 +478,17 @@ def event_ms(us: Array, speed: float) -> Array:
     return np.array([int(u) * den // num for u in us], dtype=np.int64)
 
 
+def _or_constant(values: pa.Array, constant: str | None) -> pa.Array:
+    """``values`` (strings) with ``constant`` where blank (null where ``constant`` is None; as
+    an array: ``if_else`` with a null scalar corrupts a sliced array's offsets, pyarrow 21)."""
+    blank = _blank(values)
+    if not blank.any():
+        return values
+    fill = (pa.nulls(len(values), pa.string()) if constant is None
+            else pa.scalar(constant, pa.string()))
+    return pc.if_else(blank, fill, values)
+
+
 def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: Array,
                   malformed: Array, spec: Any) -> pa.RecordBatch:
     """Validate ``n`` mapped records: the rules of :data:`QUARANTINE_REASONS`.
@@ -494,11 +507,8 @@ def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: Array,
     """
     n = len(invalid_utf8)
     col = {c: mapped.get(c, pa.nulls(n)) for c in MAPPED_COLUMNS}
-    topic = arrow_strings(col["topic"])
-    topic = pc.if_else(_blank(topic), pa.scalar(spec.topic, pa.string()), topic)
-    producer = arrow_strings(col["producer_name"])
-    producer = pc.if_else(_blank(producer), pa.scalar(spec.producer_name, pa.string()),
-                          producer)
+    topic = _or_constant(arrow_strings(col["topic"]), spec.topic)
+    producer = _or_constant(arrow_strings(col["producer_name"]), spec.producer_name)
     us, time_missing, time_bad = publish_micros(col["publish_time"], spec)
     size_col = col["payload_size"]
     size, size_bad = _integer(size_col)
@@ -527,38 +537,325 @@ def check_records(mapped: Mapping[str, pa.Array], invalid_utf8: Array,
     ]
     codes = np.zeros(n, dtype=np.int8)  # 0 = accepted, i + 1 = rules[i]
     for i in range(len(rules) - 1, -1, -1):  # the first rule that applies wins
-        codes[np.asarray(rules[i][0], dtype=bool)] = i + 1
-    names = pa.array([None, *[name for _, name in rules]], pa.string())
-    reason = names.take(pa.array(codes))
-    ok = codes == 0
-    us = np.where(ok, us, 0)
+        fails = np.asarray(rules[i][0], dtype=bool)
+        if fails.any():
+            codes[fails] = i + 1
+    if codes.any():
+        names = pa.array([None, *[name for _, name in rules]], pa.string())
+        reason = names.take(pa.array(codes))
+        us = np.where(codes == 0, us, 0)
+    else:  # every record accepted (the common case): no reason to look up
+        reason = pa.nulls(n, pa.string())
     return pa.RecordBatch.from_arrays(
         [topic, producer, seq, pa.array(us, pa.int64()), size,
          pa.array(event_ms(us, spec.speed), pa.int64()), reason],
         schema=CHECKED_FIELDS)
 
 
-def spread_minutes(us: Array, order: Sequence[pa.Array], raw: Sequence[str],
+def spread_minutes(us: Array, order: Sequence[pa.Array], raw: pa.Array,
                    speed: float) -> tuple[Array, Array]:
     """Minute spreading (``spread_within_minute``) of accepted records: ``(µs, event_ms)``.
 
     The ``n`` records sharing a publish-time minute (``us``: epoch µs, int64) get, in the order
     of the ``order`` columns (ascending, nulls first, compared as strings) then the SHA-256 of
-    their ``raw`` record text (a tie-break that does not depend on how the input was chunked),
-    ``minute + floor(i * 60000 / n)`` ms for the ``i``-th (0-based). Records of one minute must
-    all be in one call."""
+    their ``raw`` record text (strings; a tie-break that does not depend on how the input was
+    chunked, computed only for records equal in the other keys), ``minute + floor(i * 60000 /
+    n)`` ms for the ``i``-th (0-based). Records of one minute must all be in one call."""
     n = len(us)
     if not n:
         return us, event_ms(us, speed)
     minute = us - us % MINUTE_US
-    frame = pd.DataFrame({"_minute": minute})
-    for i, a in enumerate(order):
-        frame[f"_o{i}"] = as_str(arrow_strings(a).to_pandas()).to_numpy()
-    frame["_k"] = [hashlib.sha256(r.encode("utf-8")).hexdigest() for r in raw]
-    keys = ["_minute", *[f"_o{i}" for i in range(len(order))], "_k"]
-    frame = frame.sort_values(keys, na_position="first", kind="stable")
-    i_in = frame.groupby("_minute").cumcount().to_numpy()
-    cnt = frame.groupby("_minute")["_k"].transform("size").to_numpy()
+    keys = {"minute": pa.array(minute, pa.int64()),
+            **{f"order_{i}": arrow_strings(a) for i, a in enumerate(order)}}
+    at = _sorted_positions(keys)
+    tied = _tied(keys, at)
+    if tied.any():  # the digest decides among them (any value does for the others)
+        digests = np.full(n, "", dtype=object)
+        rows = at[tied]
+        digests[rows] = [hashlib.sha256(r.encode("utf-8")).hexdigest()
+                         for r in raw.take(pa.array(rows)).to_pylist()]
+        at = _sorted_positions({**keys, "digest": pa.array(digests, pa.string())})
+    ordered = minute[at]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    counts = np.diff(np.r_[starts, n])
+    i_in = np.arange(n) - np.repeat(starts, counts)
     spread = np.empty(n, dtype=np.int64)
-    spread[frame.index.to_numpy()] = frame["_minute"].to_numpy() + (i_in * 60_000 // cnt) * 1000
+    spread[at] = ordered + (i_in * 60_000 // np.repeat(counts, counts)) * 1000
     return spread, event_ms(spread, speed)
+
+
+def _sorted_positions(keys: Mapping[str, pa.Array]) -> npt.NDArray[np.int64]:
+    """Positions of the rows in the stable ascending order of ``keys`` (nulls first; strings
+    by their UTF-8 bytes, i.e. by code point)."""
+    table = pa.table(dict(keys))
+    order = pc.sort_indices(table, sort_keys=[(k, "ascending") for k in keys],
+                            null_placement="at_start")
+    return np.asarray(order.to_numpy(), dtype=np.int64)
+
+
+def _tied(keys: Mapping[str, pa.Array], at: npt.NDArray[np.int64]) -> Array:
+    """Which rows of the order ``at`` (bool, in that order) equal a neighbour in every key."""
+    n = len(at)
+    same = np.ones(n - 1, dtype=bool)
+    for a in keys.values():
+        s = a.take(pa.array(at))
+        before, after = s.slice(0, n - 1), s.slice(1)
+        both_null = pc.and_(before.is_null(), after.is_null())
+        equal = pc.or_(pc.fill_null(pc.equal(before, after), False), both_null)
+        same &= np.asarray(equal.to_numpy(zero_copy_only=False), dtype=bool)
+    tied = np.zeros(n, dtype=bool)
+    tied[:-1] |= same
+    tied[1:] |= same
+    return tied
+
+
+# ------------------------------------------------------------------- records in, verdict out
+
+SOURCE_FILE = "source_file"
+RAW_RECORD = "raw_record"
+SOURCE_ROW = "record"
+INVALID_UTF8_FLAG = "invalid_utf8"
+MALFORMED_FLAG = "malformed"
+MINUTE_HINT = "minute_hint"
+"""Columns of the mapped records an engine hands to :func:`ingest_records` (one Arrow batch):
+
+- ``source_file`` (string): the file the record was read from;
+- ``raw_record`` (string): the record's text (a line; a Parquet row's JSON) — needed by text
+  formats (the quarantine keeps it) and by minute spreading (its SHA-256 breaks ties);
+- ``record:<field>`` (:func:`row_field`, Parquet only): each field of the source row, in the
+  file's order (a quarantined row's JSON is made from them); a contract column mapped to one of
+  them by name has no ``m_<column>`` and is taken from it (no second copy is shipped);
+- ``invalid_utf8``, ``malformed`` (bool): the reader's verdicts;
+- ``m_<column>`` (:func:`mapped_name`) for each contract column of :data:`MAPPED_COLUMNS` (any
+  Arrow type; absent and not in ``record``: all null);
+- ``o_<i>`` (:func:`order_name`): the ``spread_order`` values (spreading specs);
+- ``minute_hint`` (int64 epoch µs of a minute, or null): the engine's guess at the record's
+  publish-time minute, by which Spark puts a minute's records in one task before the rules run
+  (:func:`minutes_misplaced` checks it; the rules never read it)."""
+
+ACCEPTED_FIELDS = pa.schema([
+    ("topic", pa.string()),
+    ("key", pa.string()),
+    ("producer_name", pa.string()),
+    ("sequence_id", pa.int64()),
+    ("publish_time", pa.timestamp("us", tz="UTC")),
+    ("payload_size", pa.int64()),
+    ("event_ms", pa.int64()),
+])
+"""Columns of :attr:`Ingested.accepted`: the accepted messages as the rules make them (the
+staged columns before key hashing; ``publish_time`` after minute spreading)."""
+
+VERDICT_FIELDS = pa.schema([
+    ("source_file", pa.string()),
+    ("reason", pa.string()),
+    ("raw_record", pa.string()),
+    *[(f.name, f.type) for f in ACCEPTED_FIELDS if f.name != "event_ms"],
+    ("event_ms", pa.int64()),
+    ("hash32", pa.int64()),
+    ("segment_hash", pa.int32()),
+    ("hash_b", pa.int32()),
+])
+"""Columns of :func:`verdict_rows` (then the ``record`` struct of the Parquet row's fields when
+the records have them): a row per
+record. ``reason`` null: accepted, with every message column; a rule's reason: rejected, with
+``raw_record`` (text formats) or ``record`` (Parquet) and no message column; :data:`LATE`: an
+accepted record older than the replay's horizon, with its message columns but no event time
+or hashes (the replay quarantines it with those columns as its JSON)."""
+
+
+def row_field(name: str) -> str:
+    """The records' column holding field ``name`` of a Parquet source row: ``record:<name>``,
+    the name percent-encoded (dots too: Spark would read a dot as a field access)."""
+    return f"{SOURCE_ROW}:{quote(name, safe='').replace('.', '%2E')}"
+
+
+def row_fields(names: Sequence[str]) -> list[str]:
+    """The source-row fields among column ``names`` (:func:`row_field`), in order."""
+    prefix = f"{SOURCE_ROW}:"
+    return [unquote(n.removeprefix(prefix)) for n in names if n.startswith(prefix)]
+
+
+def mapped_name(column: str) -> str:
+    """The records' column holding contract column ``column`` as mapped: ``m_<column>``."""
+    return f"m_{column}"
+
+
+def order_name(i: int) -> str:
+    """The records' column holding the ``i``-th ``spread_order`` value: ``o_<i>``."""
+    return f"o_{i}"
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """The rules' verdict on ``n`` mapped records (:func:`ingest_records`).
+
+    ``accepted``: one row per accepted record, in input order (:data:`ACCEPTED_FIELDS`);
+    ``accepted_rows`` / ``rejected_rows``: int64 positions in the input of the accepted and of
+    the rejected records (ascending; together every position once); ``reasons``: the string
+    reason of each rejected record (the first failing rule of :data:`QUARANTINE_REASONS`)."""
+
+    accepted: pa.Table
+    accepted_rows: npt.NDArray[np.int64]
+    rejected_rows: npt.NDArray[np.int64]
+    reasons: pa.Array
+
+
+def _column(records: pa.RecordBatch, name: str) -> pa.Array | None:
+    i = records.schema.get_field_index(name)
+    return None if i < 0 else records.column(i)
+
+
+def mapped_array(records: pa.RecordBatch, spec: Any, column: str) -> pa.Array:
+    """Contract column ``column`` of ``records``: its ``m_<column>``, else the Parquet row's
+    field its mapping names, else all null (strings)."""
+    a = _column(records, mapped_name(column))
+    if a is None and column in spec.columns:
+        a = _column(records, row_field(spec.columns[column]))
+    return pa.nulls(records.num_rows, pa.string()) if a is None else a
+
+
+def _flag(records: pa.RecordBatch, name: str) -> Array:
+    a = _column(records, name)
+    if a is None:
+        return np.zeros(records.num_rows, dtype=bool)
+    return np.asarray(a.fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def ingest_records(records: pa.RecordBatch, spec: Any) -> Ingested:
+    """The input rules on ``n`` mapped records (columns: :data:`SOURCE_FILE` and the others
+    listed there), under ``spec`` (an ``InputSpec``): :func:`check_records`, then, for a spec
+    that spreads minutes, :func:`spread_minutes` — so every record of a publish-time minute
+    must be in this call — and the accepted messages' columns. Both engines call it: the local
+    engine on a micro-batch's files, Spark's staging pass on each task's records."""
+    mapped = {c: mapped_array(records, spec, c) for c in MAPPED_COLUMNS}
+    checked = check_records(mapped, _flag(records, INVALID_UTF8_FLAG),
+                            _flag(records, MALFORMED_FLAG), spec)
+    reason = checked.column("reason")
+    bad = np.asarray(reason.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    rejected = bool(bad.any())
+    ok = pa.array(~bad)
+
+    def accepted_of(a: pa.Array) -> pa.Array:
+        return a.filter(ok) if rejected else a
+
+    us, event = accepted_of(checked.column("publish_us")), accepted_of(checked.column("event_ms"))
+    if spec.spread_within_minute:
+        order = [accepted_of(records.column(order_name(i))) for i in range(len(spec.spread_order))]
+        spread_us, spread_ms = spread_minutes(us.to_numpy(), order,
+                                              accepted_of(records.column(RAW_RECORD)), spec.speed)
+        us, event = pa.array(spread_us, pa.int64()), pa.array(spread_ms, pa.int64())
+    accepted = pa.Table.from_arrays(
+        [accepted_of(checked.column("topic")), accepted_of(arrow_strings(mapped["key"])),
+         accepted_of(checked.column("producer_name")), accepted_of(checked.column("sequence_id")),
+         us.cast(ACCEPTED_FIELDS.field("publish_time").type),
+         accepted_of(checked.column("payload_size")), event], schema=ACCEPTED_FIELDS)
+    return Ingested(accepted, np.flatnonzero(~bad), np.flatnonzero(bad),
+                    reason.filter(pa.array(bad)) if rejected else pa.array([], pa.string()))
+
+
+RULE_CHUNK_ROWS = 65_536
+"""Records :func:`ingest_batches` gives the rules at a time (Spark's Arrow batches hold 10,000:
+each call has a fixed cost, and a larger chunk halves the rules' time per record)."""
+
+
+def ingest_batches(batches: Iterable[pa.RecordBatch], spec: Any
+                   ) -> Iterator[tuple[pa.RecordBatch, Ingested]]:
+    """:func:`ingest_records` over a stream of record batches, in chunks of consecutive batches
+    of at least :data:`RULE_CHUNK_ROWS` records (the last one smaller), or, for a spec that
+    spreads minutes, all of them as one (a minute's records may be in any batch). Yields
+    ``(records, verdict)`` per chunk; nothing for empty input."""
+    chunk: list[pa.RecordBatch] = []
+    rows = 0
+    for records in batches:
+        if records.num_rows:
+            chunk.append(records)
+            rows += records.num_rows
+        if rows >= RULE_CHUNK_ROWS and not spec.spread_within_minute:
+            yield _ingest_chunk(chunk, spec)
+            chunk, rows = [], 0
+    if chunk:
+        yield _ingest_chunk(chunk, spec)
+
+
+def _ingest_chunk(chunk: list[pa.RecordBatch], spec: Any) -> tuple[pa.RecordBatch, Ingested]:
+    records = chunk[0] if len(chunk) == 1 else pa.concat_batches(chunk)
+    return records, ingest_records(records, spec)
+
+
+def minutes_misplaced(records: pa.RecordBatch, verdict: Ingested) -> bool:
+    """Whether an accepted record's :data:`MINUTE_HINT` is not its publish-time minute: then
+    Spark may have put another record of that minute in another task, and the spreading of
+    this call cannot be trusted (the caller spreads again with every record in one task)."""
+    hint = records.column(MINUTE_HINT).take(pa.array(verdict.accepted_rows))
+    us = verdict.accepted.column("publish_time").cast(pa.int64()).to_numpy()
+    same = pc.equal(hint, pa.array(us - us % MINUTE_US, pa.int64()))
+    return bool(len(us)) and not pc.all(pc.fill_null(same, False)).as_py()
+
+
+def late_rows(verdict: Ingested, horizon_ms: int | None, finalized: bool) -> Array:
+    """Which accepted messages are late (bool array over ``verdict.accepted``): every one after
+    end-of-input finalization (``finalized``), those with ``event_ms < horizon_ms`` before it,
+    none while nothing is finalized (``horizon_ms`` None)."""
+    n = verdict.accepted.num_rows
+    if finalized:
+        return np.ones(n, dtype=bool)
+    if horizon_ms is None:
+        return np.zeros(n, dtype=bool)
+    return np.asarray(verdict.accepted.column("event_ms").to_numpy() < horizon_ms, dtype=bool)
+
+
+def verdict_rows(records: pa.RecordBatch, verdict: Ingested, late: Array | None = None,
+                 accepted: bool = False) -> pa.RecordBatch:
+    """The verdict on ``records`` as rows of :data:`VERDICT_FIELDS` (plus ``record``, the
+    struct of the Parquet row's fields, when the records have them): each rejected record; each
+    late one (``late``: bool array over ``verdict.accepted``, :func:`late_rows`); with
+    ``accepted``, each other accepted one (its key hashes from :func:`key_hashes_arrow`).
+    Rejected rows first, then late, then accepted, each in input order."""
+    fields = row_fields(records.schema.names)
+    schema = VERDICT_FIELDS if not fields else VERDICT_FIELDS.append(pa.field(
+        SOURCE_ROW, pa.struct([records.schema.field(row_field(f)).with_name(f)
+                               for f in fields])))
+    files = records.column(SOURCE_FILE)
+    late = np.zeros(verdict.accepted.num_rows, dtype=bool) if late is None else late
+    parts = [_rejected(records, verdict, schema)] if len(verdict.rejected_rows) else []
+    if late.any():
+        rows = pa.array(verdict.accepted_rows[late])
+        parts.append(_message_rows(schema, files.take(rows), verdict.accepted.filter(late),
+                                   LATE))
+    if accepted and not late.all():
+        kept = verdict.accepted.filter(pa.array(~late)) if late.any() else verdict.accepted
+        rows = pa.array(verdict.accepted_rows[~late])
+        parts.append(_message_rows(schema, files.take(rows), kept, None))
+    return pa.concat_batches(parts) if parts else _rows(schema, 0, {})
+
+
+def _rows(schema: pa.Schema, n: int, columns: Mapping[str, Any]) -> pa.RecordBatch:
+    """``n`` rows of ``schema``: ``columns`` as given, every other one null."""
+    return pa.RecordBatch.from_arrays(
+        [columns[f.name] if f.name in columns else pa.nulls(n, f.type) for f in schema],
+        schema=schema)
+
+
+def _rejected(records: pa.RecordBatch, verdict: Ingested, schema: pa.Schema) -> pa.RecordBatch:
+    rows = pa.array(verdict.rejected_rows, pa.int64())
+    taken = {c: a.take(rows) for c in (SOURCE_FILE, RAW_RECORD)
+             if (a := _column(records, c)) is not None}
+    fields = row_fields(records.schema.names)
+    if fields:  # the source row again, as one struct
+        taken[SOURCE_ROW] = pa.StructArray.from_arrays(
+            [records.column(row_field(f)).take(rows) for f in fields],
+            fields=list(schema.field(SOURCE_ROW).type))
+    return _rows(schema, len(rows), {**taken, "reason": verdict.reasons})
+
+
+def _message_rows(schema: pa.Schema, files: pa.Array, messages: pa.Table,
+                  reason: str | None) -> pa.RecordBatch:
+    """Rows of ``messages`` (:data:`ACCEPTED_FIELDS`) from ``files``: late ones (``reason``
+    :data:`LATE`, no hashes) or accepted ones (``reason`` None, with their key hashes)."""
+    columns = {f.name: messages.column(f.name).combine_chunks() for f in ACCEPTED_FIELDS}
+    if reason is None:
+        hashes = key_hashes_arrow(columns["key"])
+        columns.update({c: hashes.field(c) for c in ("hash32", "segment_hash", "hash_b")})
+    n = messages.num_rows
+    return _rows(schema, n, {**columns, "source_file": files,
+                             "reason": pa.array([reason] * n, pa.string())})

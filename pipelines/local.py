@@ -51,11 +51,16 @@ from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
 from pipelines.ingest_rules import (
     ACCEPTED_COLUMNS,
     FILE_REASONS,
+    INVALID_UTF8_FLAG,
+    MALFORMED_FLAG,
     MAPPED_COLUMNS,
-    arrow_strings,
-    check_records,
+    RAW_RECORD,
+    SOURCE_FILE,
+    Ingested,
+    ingest_records,
     key_hashes_arrow,
-    spread_minutes,
+    mapped_name,
+    order_name,
 )
 from pipelines.ingest_rules import as_str as _as_str
 from pipelines.presets import InputSpec, is_identifier
@@ -398,20 +403,15 @@ def _arrow(s: pd.Series) -> pa.Array:
     return pa.Array.from_pandas(s)
 
 
-def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
-                parquet_raw: ParquetRaw | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Map :func:`_source_frame` output to the input contract and apply the input rules
-    (:func:`pipelines.ingest_rules.check_records`, :func:`~pipelines.ingest_rules.spread_minutes`
-    and :func:`~pipelines.ingest_rules.key_hashes_arrow`, the functions the Spark path runs):
-    ``(accepted, quarantine)`` as ``pipelines.ingest.parse_records`` makes them.
-    ``parquet_raw``: the Parquet rows' ``raw_record`` (``None``: the frame's column)."""
-    header = frame["_header"].to_numpy(bool)
-    if header.any():  # CSV only (Parquet frames have no header rows to drop)
-        frame = frame[~header].reset_index(drop=True)
+def _mapped_records(frame: pd.DataFrame, names: list[str], spec: InputSpec,
+                    parquet_raw: ParquetRaw | None) -> pa.RecordBatch:
+    """The frame's records as :func:`pipelines.ingest_rules.ingest_records` takes them: every
+    mapping evaluated here (``m_<column>``, ``o_<i>``), the reader's flags, ``source_file`` and,
+    when spreading needs it, ``raw_record``."""
     n = len(frame)
     scope: dict[str, pd.Series] = {c: frame[c] for c in names}
     named = any("raw_record" in (v or "") for v in (*spec.columns.values(), *spec.spread_order))
-    if "raw_record" not in scope and (parquet_raw is None or named):
+    if "raw_record" not in scope and (parquet_raw is None or named or spec.spread_within_minute):
         scope["raw_record"] = pd.Series(_raw_records(frame, parquet_raw, np.ones(n, dtype=bool)),
                                         dtype=object)
     scope.setdefault("source_file", frame["source_file"])
@@ -423,44 +423,59 @@ def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
             return _arrow(scope[value]) if value in scope else pa.nulls(n, pa.string())
         return _arrow(_eval(_parse(value), scope, n))
 
-    m = {c: mapped(spec.columns.get(c)) for c in MAPPED_COLUMNS}
-    checked = check_records(m, frame["_invalid_utf8"].to_numpy(bool),
-                            frame["_malformed"].to_numpy(bool), spec)
-    bad = np.asarray(checked.column("reason").is_valid().to_numpy(zero_copy_only=False),
-                     dtype=bool)
-    quarantine = pd.DataFrame({"source_file": frame["source_file"][bad].to_numpy(),
-                               "raw_record": _raw_records(frame, parquet_raw, bad),
-                               "reason": checked.column("reason").filter(bad).to_numpy(
-                                   zero_copy_only=False)})
-    ok = ~bad
-    acc = checked.filter(pa.array(ok))
-    us = acc.column("publish_us").to_numpy()
-    event = acc.column("event_ms").to_numpy()
+    columns = {mapped_name(c): mapped(spec.columns.get(c)) for c in MAPPED_COLUMNS}
     if spec.spread_within_minute:
-        order = [mapped(v).filter(pa.array(ok)) for v in spec.spread_order]
-        us, event = spread_minutes(us, order, _raw_records(frame, parquet_raw, ok).tolist(),
-                                   spec.speed)
-    keys = arrow_strings(m["key"]).filter(pa.array(ok))
+        columns |= {order_name(i): mapped(v) for i, v in enumerate(spec.spread_order)}
+        columns[RAW_RECORD] = pa.array(scope["raw_record"].tolist(), pa.string())
+    return pa.RecordBatch.from_pydict({
+        SOURCE_FILE: pa.array(frame["source_file"].tolist(), pa.string()),
+        INVALID_UTF8_FLAG: pa.array(frame["_invalid_utf8"].to_numpy(bool)),
+        MALFORMED_FLAG: pa.array(frame["_malformed"].to_numpy(bool)), **columns})
+
+
+def _accepted_frame(verdict: Ingested, files: npt.NDArray[Any]) -> pd.DataFrame:
+    """The accepted messages of ``verdict`` as ``parse_local`` returns them (``files``: each
+    one's ``source_file``)."""
+    acc = verdict.accepted
+    keys = acc.column("key").combine_chunks()
     hashes = key_hashes_arrow(keys)
-    accepted = pd.DataFrame({
-        "topic": acc.column("topic").to_numpy(zero_copy_only=False),
+    return pd.DataFrame({
+        "topic": acc.column("topic").to_numpy(),
         "key": keys.to_numpy(zero_copy_only=False),
-        "producer_name": acc.column("producer_name").to_numpy(zero_copy_only=False),
+        "producer_name": acc.column("producer_name").to_numpy(),
         "sequence_id": acc.column("sequence_id").to_pandas(types_mapper={
             pa.int64(): pd.Int64Dtype()}.get),
-        "publish_time": pd.to_datetime(us, unit="us", utc=True),
-        "payload_size": acc.column("payload_size").to_numpy(zero_copy_only=False)
-        .astype(np.int64),
-        "source_file": frame["source_file"][ok].to_numpy(),
-        "event_ms": np.asarray(event, dtype=np.int64),
+        "publish_time": pd.to_datetime(acc.column("publish_time").cast(pa.int64()).to_numpy(),
+                                       unit="us", utc=True),
+        "payload_size": acc.column("payload_size").to_numpy().astype(np.int64),
+        "source_file": files,
+        "event_ms": acc.column("event_ms").to_numpy().astype(np.int64),
         "hash32": hashes.field("hash32").to_pandas(types_mapper={
             pa.int64(): pd.Int64Dtype()}.get),
         "segment_hash": hashes.field("segment_hash").to_pandas(types_mapper={
             pa.int32(): pd.Int32Dtype()}.get),
         "hash_b": hashes.field("hash_b").to_pandas(types_mapper={
             pa.int32(): pd.Int32Dtype()}.get),
-    })
-    return accepted[list(ACCEPTED_COLUMNS)], quarantine
+    })[list(ACCEPTED_COLUMNS)]
+
+
+def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
+                parquet_raw: ParquetRaw | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Map :func:`_source_frame` output to the input contract and apply the input rules:
+    :func:`pipelines.ingest_rules.ingest_records`, the function Spark's staging pass calls.
+    Returns ``(accepted, quarantine)`` as ``pipelines.ingest.parse_records`` makes them.
+    ``parquet_raw``: the Parquet rows' ``raw_record`` (``None``: the frame's column)."""
+    header = frame["_header"].to_numpy(bool)
+    if header.any():  # CSV only (Parquet frames have no header rows to drop)
+        frame = frame[~header].reset_index(drop=True)
+    verdict = ingest_records(_mapped_records(frame, names, spec, parquet_raw), spec)
+    files = frame["source_file"].to_numpy()
+    bad = np.zeros(len(frame), dtype=bool)
+    bad[verdict.rejected_rows] = True
+    quarantine = pd.DataFrame({"source_file": files[bad],
+                               "raw_record": _raw_records(frame, parquet_raw, bad),
+                               "reason": verdict.reasons.to_numpy(zero_copy_only=False)})
+    return _accepted_frame(verdict, files[verdict.accepted_rows]), quarantine
 
 
 def read_local(spec: InputSpec, inputs: Sequence[str],

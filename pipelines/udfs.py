@@ -85,7 +85,7 @@ def spread_minutes_fn(order: Sequence[str], speed: float) -> Callable[[pa.Table]
     def spread(table: pa.Table) -> pa.Table:
         us = table.column("__publish_us").to_numpy()
         us, ms = spread_minutes(us, [table.column(c).combine_chunks() for c in order],
-                                table.column("__tr_raw").to_pylist(), speed)
+                                table.column("__tr_raw").combine_chunks(), speed)
         table = table.set_column(table.schema.get_field_index("__publish_us"), "__publish_us",
                                  pa.array(us, pa.int64()))
         return table.set_column(table.schema.get_field_index("__event_ms"), "__event_ms",

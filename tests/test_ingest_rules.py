@@ -12,11 +12,20 @@ import pytest
 
 from pipelines.ingest_rules import (
     MAX_KEY_BYTES,
+    MINUTE_HINT,
     QUARANTINE_REASONS,
     check_records,
     event_ms,
+    ingest_records,
     key_hashes_arrow,
+    late_rows,
+    mapped_name,
+    minutes_misplaced,
+    order_name,
+    row_field,
+    row_fields,
     spread_minutes,
+    verdict_rows,
 )
 from pipelines.presets import get_preset
 
@@ -94,7 +103,7 @@ def test_event_ms_is_the_floor_of_publish_ms_over_speed(us, speed, expected):
 def test_records_of_a_minute_are_spread_evenly_in_order_then_record_digest():
     minute = 1_704_067_200_000_000
     us = np.array([minute + 5, minute, minute + 59_000_000], dtype=np.int64)
-    spread, ms = spread_minutes(us, [pa.array(["b", "a", None])], ["x", "y", "z"], 1.0)
+    spread, ms = spread_minutes(us, [pa.array(["b", "a", None])], pa.array(["x", "y", "z"]), 1.0)
     assert spread.tolist() == [minute + 40_000_000, minute + 20_000_000, minute]
     assert ms.tolist() == [(minute + 40_000_000) // 1000, (minute + 20_000_000) // 1000,
                            minute // 1000]
@@ -104,6 +113,123 @@ def test_keyless_message_has_no_hashes():
     h = key_hashes_arrow(pa.array(["k", None])).to_pylist()
     assert h[1] == {"hash32": None, "segment_hash": None, "hash_b": None}
     assert h[0]["hash32"] is not None
+
+
+# ------------------------------------------------------------- records in, verdict out
+
+T0_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
+
+
+def _records(rows: list[dict], **columns) -> pa.RecordBatch:
+    """Mapped records as an engine hands them over: ``rows`` of contract values (strings)."""
+    n = len(rows)
+    mapped = {mapped_name(c): pa.array([r.get(c) for r in rows], pa.string())
+              for c in GOOD}
+    return pa.RecordBatch.from_pydict({
+        "source_file": [f"file:/in/{i}" for i in range(n)],
+        "raw_record": [f"line {i}" for i in range(n)],
+        "invalid_utf8": [False] * n, "malformed": [False] * n, **mapped, **columns})
+
+
+def test_ingest_records_accepts_good_records_and_rejects_bad_ones_by_position():
+    records = _records([GOOD, {**GOOD, "payload_size": "-1"}, {**GOOD, "key": None}])
+
+    verdict = ingest_records(records, SPEC)
+
+    assert verdict.accepted_rows.tolist() == [0, 2]
+    assert verdict.rejected_rows.tolist() == [1]
+    assert verdict.reasons.to_pylist() == ["negative_payload_size"]
+    assert verdict.accepted.column("key").to_pylist() == ["k", None]
+    assert verdict.accepted.column("event_ms").to_pylist() == [T0_US // 1000] * 2
+
+
+def test_ingest_records_takes_a_parquet_column_from_the_row_field_its_mapping_names():
+    row = {row_field("topic"): ["t"], row_field("key"): ["k"],
+           row_field("publish_time"): pa.array([T0_US], pa.timestamp("us", "UTC")),
+           row_field("payload_size"): pa.array([5], pa.int64())}
+    records = pa.RecordBatch.from_pydict({"source_file": ["f"], "invalid_utf8": [False],
+                                          "malformed": [False], **row})
+
+    verdict = ingest_records(records, SPEC.replace(format="parquet"))
+
+    assert verdict.accepted.to_pylist()[0] | {"publish_time": None} == {
+        "topic": "t", "key": "k", "producer_name": "default-producer", "sequence_id": None,
+        "publish_time": None, "payload_size": 5, "event_ms": T0_US // 1000}
+
+
+@pytest.mark.parametrize("name", ["topic", "a.b", "x:y/`z` %"])
+def test_row_field_names_round_trip_and_hold_no_dot(name):
+    column = row_field(name)
+    assert "." not in column
+    assert row_fields(["m_key", column]) == [name]
+
+
+def test_ingest_records_spreads_a_minute_over_its_records():
+    spec = SPEC.replace(spread_within_minute=True, spread_order=("key",))
+    rows = [{**GOOD, "key": k} for k in ("b", "a")]
+    records = _records(rows, **{order_name(0): ["b", "a"]})
+
+    verdict = ingest_records(records, spec)
+
+    assert verdict.accepted.column("publish_time").cast(pa.int64()).to_pylist() == [
+        T0_US + 30_000_000, T0_US]
+
+
+@pytest.mark.parametrize(("horizon_ms", "finalized", "late"), [
+    (None, False, [False, False]),
+    (T0_US // 1000 + 1, False, [True, False]),
+    (None, True, [True, True]),
+])
+def test_late_rows_are_those_before_the_horizon_or_all_after_finalization(horizon_ms,
+                                                                          finalized, late):
+    records = _records([GOOD, {**GOOD, "publish_time": "2024-01-01T00:00:00.001Z"}])
+    verdict = ingest_records(records, SPEC)
+    assert late_rows(verdict, horizon_ms, finalized).tolist() == late
+
+
+def test_verdict_rows_give_a_rejected_record_its_file_text_and_reason():
+    records = _records([GOOD, {**GOOD, "topic": None}])
+    rows = verdict_rows(records, ingest_records(records, SPEC)).to_pylist()
+    assert [(r["source_file"], r["raw_record"], r["reason"], r["topic"]) for r in rows] == [
+        ("file:/in/1", "line 1", "missing_topic", None)]
+
+
+def test_verdict_rows_give_a_late_record_its_message_columns_and_no_hashes():
+    records = _records([GOOD])
+    verdict = ingest_records(records, SPEC)
+    rows = verdict_rows(records, verdict, late_rows(verdict, None, True)).to_pylist()
+    assert [(r["reason"], r["topic"], r["key"], r["payload_size"], r["hash32"]) for r in rows
+            ] == [("late", "t", "k", 12, None)]
+
+
+def test_verdict_rows_with_accepted_give_each_message_its_key_hashes():
+    records = _records([GOOD])
+    rows = verdict_rows(records, ingest_records(records, SPEC), accepted=True).to_pylist()
+    assert [(r["reason"], r["hash32"]) for r in rows] == [
+        (None, key_hashes_arrow(pa.array(["k"])).field("hash32")[0].as_py())]
+
+
+def test_verdict_rows_rebuild_a_rejected_parquet_row_from_its_fields():
+    records = pa.RecordBatch.from_pydict({
+        "source_file": ["f"], "invalid_utf8": [False], "malformed": [False],
+        row_field("topic"): ["t"], row_field("a.b"): pa.array([-1], pa.int64()),
+        row_field("publish_time"): pa.array([None], pa.string())})
+    spec = SPEC.replace(format="parquet", columns={"topic": "topic", "publish_time":
+                                                   "publish_time", "payload_size": "a.b"})
+    rows = verdict_rows(records, ingest_records(records, spec)).to_pylist()
+    assert [(r["record"], r["reason"]) for r in rows] == [
+        ({"topic": "t", "a.b": -1, "publish_time": None}, "missing_publish_time")]
+
+
+@pytest.mark.parametrize(("hint", "misplaced"), [
+    (T0_US, False),
+    (T0_US + 60_000_000, True),
+    (None, True),
+])
+def test_a_minute_hint_other_than_the_records_minute_is_misplaced(hint, misplaced):
+    records = _records([{**GOOD, "publish_time": "2024-01-01T00:00:30Z"}],
+                       **{MINUTE_HINT: pa.array([hint], pa.int64())})
+    assert minutes_misplaced(records, ingest_records(records, SPEC)) is misplaced
 
 
 def test_the_rules_module_does_not_import_pyspark():
