@@ -774,68 +774,92 @@ def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) 
     return read_topic(staged_dataset(staging), topic, lo_ms, hi_ms)
 
 
-def write_staging(batches: Iterable[Any], folder: str, part: int,  # noqa: C901
-                  pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
-    """Write one Spark partition of a micro-batch's accepted messages as staged Parquet.
+class StagingWriter:
+    """One task's staged Parquet files of a micro-batch: :meth:`add` accepted messages (any
+    topics, any order), then :meth:`close`.
 
-    ``batches``: pyarrow ``RecordBatch``es of :data:`STAGING_SOURCE_COLUMNS` (any topics, any
-    order). Each gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
+    Each added batch gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
     ``pipelines.ingest_rules.key_hashes_arrow``, the one hashing function) and goes, split by
     topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
     groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
-    under a hidden temporary name and moved into place, so a retried task replaces it whole
-    (readers skip hidden files). ``pseudonymize`` (``input.pseudonymize``): its columns are
-    replaced by their pseudonyms once the key hashes are computed (routing is unchanged; no
-    raw value is staged). Returns topic → messages written. pyarrow's C++ writer, on the
-    Python worker that hashes the keys: about half the time of Spark's Parquet writer here."""
-    fs, root = arrow_filesystem(folder)
-    size = STAGING_ROW_GROUP_ROWS
-    pending: dict[str, list[Any]] = {}
-    counts: dict[str, int] = {}
-    writers: dict[str, tuple[Any, str]] = {}
+    under a hidden temporary name and moved into place by :meth:`close`, so a retried task
+    replaces it whole (readers skip hidden files). ``pseudonymize`` (``input.pseudonymize``):
+    its columns are replaced by their pseudonyms once the key hashes are computed (routing is
+    unchanged; no raw value is staged). pyarrow's C++ writer, on the Python worker that hashes
+    the keys: about half the time of Spark's Parquet writer here."""
 
-    def flush(topic: str, last: bool) -> None:
-        """Write the topic's pending rows as whole row groups (all of them when ``last``)."""
-        table = pa.Table.from_batches(pending.pop(topic))
-        rows = table.num_rows if last else table.num_rows // size * size
-        if rows < table.num_rows:
-            pending[topic] = table.slice(rows).to_batches()
-        if topic not in writers:
-            target = f"{root}/{STAGING_TOPIC_COLUMN}={topic_digest(topic)}/part-{part:05d}.parquet"
-            fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-            tmp = target.replace("/part-", "/.part-") + ".tmp"
-            # dictionaries only where they pay (a topic and its producers: few values); for
-            # keys, times and hashes they cost 40 % of the write and save no space here
-            writers[topic] = (pq.ParquetWriter(tmp, table.schema, filesystem=fs,
-                                               use_dictionary=["topic", "producer_name"]),
-                              target)
-        writers[topic][0].write_table(table.slice(0, rows), row_group_size=size)
+    def __init__(self, folder: str, part: int, pseudonymize: Pseudonymizer | None = None) -> None:
+        self.fs, self.root = arrow_filesystem(folder)
+        self.part = part
+        self.pseudonymize = pseudonymize
+        self.pending: dict[str, list[Any]] = {}
+        self.counts: dict[str, int] = {}
+        self.writers: dict[str, tuple[Any, str]] = {}
 
-    for records in batches:
+    def add(self, records: Any) -> None:
+        """Stage a pyarrow ``RecordBatch`` of :data:`STAGING_SOURCE_COLUMNS`."""
         if not records.num_rows:
-            continue
+            return
         hashes = key_hashes_arrow(records.column("key"))
         records = pa.RecordBatch.from_arrays(
             [*records.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
             names=[*records.schema.names, *KEY_HASH_COLUMNS])
-        if pseudonymize is not None:  # after hashing: the emulation's answers do not change
-            records = pseudonymize.batch(records)
+        if self.pseudonymize is not None:  # after hashing: the emulation's answers do not change
+            records = self.pseudonymize.batch(records)
         codes = records.column("topic").dictionary_encode()
         order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
         cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
         by_topic = records.take(pa.array(order))
         for topic, hi, lo in zip(codes.dictionary.to_pylist(), cuts, [0, *cuts[:-1]],
                                  strict=True):
-            pending.setdefault(topic, []).append(by_topic.slice(lo, hi - lo))
-            counts[topic] = counts.get(topic, 0) + int(hi - lo)
-            if sum(b.num_rows for b in pending[topic]) >= size:
-                flush(topic, last=False)
-    for topic in list(pending):
-        flush(topic, last=True)
-    for writer, target in writers.values():
-        writer.close()
-        fs.move(target.replace("/part-", "/.part-") + ".tmp", target)
-    return counts
+            self.pending.setdefault(topic, []).append(by_topic.slice(lo, hi - lo))
+            self.counts[topic] = self.counts.get(topic, 0) + int(hi - lo)
+            if sum(b.num_rows for b in self.pending[topic]) >= STAGING_ROW_GROUP_ROWS:
+                self._flush(topic, last=False)
+
+    def close(self) -> dict[str, int]:
+        """Write what is pending, move every file into place; returns topic → messages."""
+        for topic in list(self.pending):
+            self._flush(topic, last=True)
+        for writer, target in self.writers.values():
+            writer.close()
+            self.fs.move(_hidden(target), target)
+        return self.counts
+
+    def _flush(self, topic: str, last: bool) -> None:
+        """Write the topic's pending rows as whole row groups (all of them when ``last``)."""
+        size = STAGING_ROW_GROUP_ROWS
+        table = pa.Table.from_batches(self.pending.pop(topic))
+        rows = table.num_rows if last else table.num_rows // size * size
+        if rows < table.num_rows:
+            self.pending[topic] = table.slice(rows).to_batches()
+        if topic not in self.writers:
+            target = (f"{self.root}/{STAGING_TOPIC_COLUMN}={topic_digest(topic)}/"
+                      f"part-{self.part:05d}.parquet")
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            # dictionaries only where they pay (a topic and its producers: few values); for
+            # keys, times and hashes they cost 40 % of the write and save no space here
+            self.writers[topic] = (pq.ParquetWriter(_hidden(target), table.schema,
+                                                    filesystem=self.fs,
+                                                    use_dictionary=["topic", "producer_name"]),
+                                   target)
+        self.writers[topic][0].write_table(table.slice(0, rows), row_group_size=size)
+
+
+def _hidden(target: str) -> str:
+    """The temporary name a staged file is written under (hidden: readers skip it)."""
+    return target.replace("/part-", "/.part-") + ".tmp"
+
+
+def write_staging(batches: Iterable[Any], folder: str, part: int,
+                  pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
+    """Write one task's accepted messages (pyarrow ``RecordBatch``es of
+    :data:`STAGING_SOURCE_COLUMNS`) as staged Parquet under ``folder`` with a
+    :class:`StagingWriter`; returns topic → messages written."""
+    writer = StagingWriter(folder, part, pseudonymize)
+    for records in batches:
+        writer.add(records)
+    return writer.close()
 
 
 def staged_files(folder: str) -> Iterator[Any]:
