@@ -11,25 +11,29 @@ CSV, JSON lines and ``text`` logs are read with Spark's ``text`` source, one raw
 (``.gz`` files are decompressed transparently), so a rejected record keeps its exact text;
 ``source_file`` is ``_metadata.file_path`` (available for streaming text sources too). Parquet
 uses the Parquet source (schema from a static read of the inputs); its ``raw_record`` is
-``to_json(record)``, made by :func:`parse_records` only where it is used (quarantined records,
-mappings that name it): a ``foreachBatch`` micro-batch is materialised as read, so a JSON form
-made by the reader would be computed for every record (1.3 s per million here). A consequence
+``to_json(record)``, made only where it is used (quarantined records, spreading, mappings that
+name it): a ``foreachBatch`` micro-batch is materialised as read, so a JSON form made by the
+reader would be computed for every record (1.3 s per million here). A consequence
 of line-based reading: a CSV field with an embedded line break is not supported (each physical
 line is one record).
 
-:func:`parse_records` turns a *static* raw DataFrame (a micro-batch inside ``foreachBatch``, or
-a batch read) into ``(accepted, quarantine)``: the format is parsed (``from_csv``,
-``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL; the input rules after
-the mapping are those of :mod:`pipelines.ingest_rules`, the functions the local engine calls.
-``shared_rules=True`` runs those very functions on the executors (:mod:`pipelines.udfs`: an
-Arrow UDF; minute spreading in ``applyInArrow`` per minute). By default (the replay) they run
-as their Spark SQL translation (:func:`_checked_sql`, :func:`_spread_sql`), because the Arrow
-UDF is one more Python pass over every record: parsing and staging the 1 M-message bench
-input took 5.9 s with the translation and 10.6 s with the UDF (2 cores, load 2-3).
-``tests/spark/test_ingest.py`` checks the two paths give the same tables, and the local
-engine's differential test checks the replay against the shared functions. Minute spreading
-groups by minute, which streams do not allow, so a stream is accepted only for specs without
-spreading. Both outputs derive from the same input: cache the micro-batch when writing both.
+:func:`map_records` turns a raw DataFrame into *mapped records*: the format is parsed
+(``from_csv``, ``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL, nothing
+more. The input rules — validation and the quarantine reasons, integer and timestamp parsing,
+``event_ms``, minute spreading, key hashing — are :mod:`pipelines.ingest_rules`' Arrow
+functions, written once: the replay runs them in its one Python pass, the staging pass
+(``pipelines.stages.stage_batch``: a ``mapInArrow`` that also hashes the keys and writes the
+staged files, and returns the records the rules reject, which :func:`quarantine_rows` turns
+into ``quarantine`` rows); the local engine calls them directly. A spec that spreads minutes
+needs a minute's records in one task: :func:`map_records` adds Spark's guess at each record's
+minute (``minute_hint``), by which the staging pass partitions them; the rules check the guess
+and a wrong one sends the pass once more through a single task, so results never depend on it.
+
+:func:`parse_records` (tests, ad-hoc reads; ``ingest_batch``) gives ``(accepted,
+quarantine)`` DataFrames from the same functions in one ``mapInArrow``
+(:func:`pipelines.udfs.parse_task`). Spreading needs a micro-batch's minutes together, so a
+stream is accepted only for specs without spreading. Both outputs derive from the same input:
+cache the micro-batch when writing both.
 
 Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
 record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
@@ -40,14 +44,13 @@ the first failing rule in :data:`QUARANTINE_REASONS` order (constants re-exporte
 from __future__ import annotations
 
 import csv
-import decimal
 import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -56,16 +59,18 @@ from pipelines.ingest_rules import (  # the rules' constants, re-exported for ca
     BAD_PAYLOAD_SIZE,
     BAD_PUBLISH_TIME,
     BAD_SEQUENCE_ID,
-    CHECKED_FIELDS,
     FILE_REASONS,
     INVALID_UTF8,
+    INVALID_UTF8_FLAG,
     KEY_TOO_LONG,
     LATE,
+    MALFORMED_FLAG,
     MALFORMED_RECORD,
     MAPPED_COLUMNS,
     MAX_KEY_BYTES,
     MAX_PUBLISH_MICROS,
     MIN_PUBLISH_MICROS,
+    MINUTE_HINT,
     MINUTE_US,
     MISSING_PAYLOAD_SIZE,
     MISSING_PUBLISH_TIME,
@@ -75,26 +80,29 @@ from pipelines.ingest_rules import (  # the rules' constants, re-exported for ca
     PUBLISH_TIME_OUT_OF_RANGE,
     QUARANTINE_COLUMNS,
     QUARANTINE_REASONS,
+    RAW_RECORD,
+    SOURCE_FILE,
+    SOURCE_ROW,
+    TIME_UNITS,
     TRUNCATED_FILE,
     UNREADABLE_FILE,
     UTC_ZONES,
+    mapped_name,
+    order_name,
+    row_field,
 )
 from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
-from pipelines.udfs import check_records_udf, key_hashes, spread_minutes_fn
+from pipelines.udfs import parse_task, verdict_type
 
 # Internal column names (prefixed so they cannot shadow source columns).
 _RAW = "__tr_raw"
 _FILE = "__tr_file"
+_ROW = "__tr_row"
 _MALFORMED = "__tr_malformed"
 _HEADER = "__tr_header"
 _CORRUPT = "__tr_corrupt"
 _BAD_UTF8 = "__tr_bad_utf8"
-
-_NUMBER_DECIMAL = "decimal(38,9)"
-_EPOCH_FACTORS = {"epoch_s": 1_000_000, "epoch_ms": 1000, "epoch_us": 1, "epoch_ns": 0.001}
-_ZONE_AT_END = (
-    r"[0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]*)?)?\s*(Z|z|UTC|GMT|[+-][0-9]{1,2}(:?[0-9]{2})?)$"
-)
+_TIME = "__tr_time"
 
 
 # ----------------------------------------------------------------------------------- reading
@@ -323,8 +331,9 @@ def _blank(c: Column) -> Column:
 
 
 def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]]:
-    """Raw DataFrame → one row per line with the source columns, ``_MALFORMED``, ``_HEADER``
-    and ``_BAD_UTF8``.
+    """Raw DataFrame → one row per line with the source columns, ``_FILE``, ``_RAW`` (the
+    record's text; a Parquet row's JSON, computed only where used), ``_ROW`` (Parquet: the row),
+    ``_MALFORMED``, ``_HEADER`` and ``_BAD_UTF8``.
 
     Returns the frame and the names of its source columns.
     """
@@ -332,6 +341,7 @@ def _parse_source(raw: DataFrame, spec: InputSpec) -> tuple[DataFrame, list[str]
     base = [F.col("source_file").alias(_FILE), raw_col.alias(_RAW)]
     blank = _blank(raw_col)
     if spec.format == "parquet":
+        base.append(F.col("record").alias(_ROW))
         fields = raw.schema["record"].dataType.fields  # type: ignore[attr-defined]
         names = [f.name for f in fields]
         # Its string columns, not its JSON form (to_json has replaced invalid bytes already).
@@ -418,68 +428,6 @@ def _mapped(value: str | None, available: set[str]) -> Column:
     return F.expr(value)
 
 
-def _integer(c: Column, dtype: T.DataType) -> tuple[Column, Column]:
-    """(value as bigint, is-bad) for an integer-valued field of any type; null → not bad."""
-    if isinstance(dtype, T.IntegralType):
-        return c.cast("bigint"), F.lit(False)
-    d = F.trim(c.cast("string")).try_cast(_NUMBER_DECIMAL)
-    value = F.when(d == F.floor(d), F.floor(d).try_cast("bigint"))
-    present = ~_blank(c.cast("string"))
-    return value, present & value.isNull()
-
-
-def _epoch_micros(number: Column, unit: str) -> Column:
-    """Epoch number (decimal) in ``unit`` → epoch microseconds (decimal, floored), null on
-    overflow."""
-    factor = F.lit(decimal.Decimal(str(_EPOCH_FACTORS[unit])))
-    return F.floor(F.try_multiply(number, factor))
-
-
-def _pattern_has_zone(pattern: str) -> bool:
-    unquoted = re.sub(r"'[^']*'", "", pattern)
-    return re.search(r"[XxZzOV]", unquoted) is not None
-
-
-def _publish_micros(c: Column, dtype: T.DataType, spec: InputSpec) -> tuple[Column, Column]:
-    """(epoch microseconds as decimal or bigint, is-missing) of the mapped publish time.
-
-    Null microseconds with not-missing means unparseable (``bad_publish_time``).
-    """
-    fmt = spec.publish_time_format
-    tz = spec.time_zone
-    local = tz not in UTC_ZONES
-
-    def from_local(ts: Column, has_zone: Column | bool) -> Column:
-        if not local:
-            return ts
-        if isinstance(has_zone, bool):
-            return ts if has_zone else F.to_utc_timestamp(ts, tz)
-        return F.when(has_zone, ts).otherwise(F.to_utc_timestamp(ts, tz))
-
-    if isinstance(dtype, T.TimestampType):
-        return F.unix_micros(c), c.isNull()
-    if isinstance(dtype, T.TimestampNTZType | T.DateType):
-        return F.unix_micros(from_local(c.cast("timestamp"), False)), c.isNull()
-    unit = fmt if fmt in _EPOCH_FACTORS else "epoch_ms"
-    if isinstance(dtype, T.NumericType):
-        return _epoch_micros(c.try_cast(_NUMBER_DECIMAL), unit), c.isNull()
-    s = F.trim(c.cast("string"))
-    missing = _blank(s)
-    number = s.try_cast(_NUMBER_DECIMAL)
-    if fmt in _EPOCH_FACTORS:
-        return _epoch_micros(number, fmt), missing
-    if fmt in ("auto", "iso"):
-        ts = from_local(F.try_to_timestamp(s), s.rlike(_ZONE_AT_END))
-        micros = F.unix_micros(ts)
-        if fmt == "auto":
-            micros = F.when(number.isNotNull(), _epoch_micros(number, "epoch_ms")).otherwise(
-                micros.cast("decimal(38,0)")
-            )
-        return micros, missing
-    ts = from_local(F.try_to_timestamp(s, F.lit(fmt)), _pattern_has_zone(fmt))
-    return F.unix_micros(ts), missing
-
-
 def _check_session_time_zone(df: DataFrame) -> None:
     try:
         tz = df.sparkSession.conf.get("spark.sql.session.timeZone")
@@ -487,172 +435,69 @@ def _check_session_time_zone(df: DataFrame) -> None:
         return
     if tz not in UTC_ZONES:
         raise ValueError(
-            f"parse_records needs the Spark session time zone to be UTC (got {tz!r}); "
+            f"map_records needs the Spark session time zone to be UTC (got {tz!r}); "
             "pipelines.spark_session.build_session sets it"
         )
 
 
-_CHECKED = ("__topic", "__producer_name", "__sequence_id", "__publish_us", "__payload_size")
+def _minute_hint(c: Column, dtype: T.DataType, spec: InputSpec) -> Column:
+    """Spark's guess at a record's publish-time minute (epoch µs of the minute, UTC; null when
+    it has none) from the mapped publish time ``c`` of type ``dtype``: timestamps, and strings
+    in an ISO or pattern ``publish_time_format`` (taken in the spec's time zone). Only the
+    staging pass's partitioning reads it, to put a minute's records in one task before the
+    rules spread them; the rules check it (``pipelines.ingest_rules.minutes_misplaced``), so a
+    wrong or missing guess costs a second pass in one task, never a result."""
+    fmt = spec.publish_time_format
+    if isinstance(dtype, T.TimestampType):
+        ts = c
+    elif isinstance(dtype, T.StringType) and fmt not in TIME_UNITS:
+        s = F.trim(c)
+        ts = F.try_to_timestamp(s) if fmt in ("auto", "iso") else F.try_to_timestamp(s, F.lit(fmt))
+        if spec.time_zone not in UTC_ZONES:
+            ts = F.to_utc_timestamp(ts, spec.time_zone)
+    else:
+        return F.lit(None).cast("bigint")
+    us = F.unix_micros(ts)
+    return us - F.pmod(us, F.lit(MINUTE_US))
 
 
-def _checked_sql(mapped: DataFrame, flags: list[Column], spec: InputSpec, n_order: int,
-                 present: list[str]) -> DataFrame:
-    """The input rules in Spark SQL (the replay's path: no Python pass besides staging's).
-    Must agree with :func:`pipelines.ingest_rules.check_records`: the local engine's
-    differential test and ``tests/spark/test_ingest.py``'s shared-rules cases compare them."""
-    types = {f.name: f.dataType for f in mapped.schema.fields}
-    topic_raw = F.col("__m_topic").cast("string")
-    topic = F.when(_blank(topic_raw), F.lit(spec.topic).cast("string")).otherwise(topic_raw)
-    producer_raw = F.col("__m_producer_name").cast("string")
-    producer = F.when(_blank(producer_raw), F.lit(spec.producer_name)).otherwise(producer_raw)
-    micros, time_missing = _publish_micros(
-        F.col("__m_publish_time"), types["__m_publish_time"], spec
-    )
-    size, size_bad = _integer(F.col("__m_payload_size"), types["__m_payload_size"])
-    size_type = types["__m_payload_size"]
-    # a number is never blank: no string form of every record's size
-    size_missing = (F.col("__m_payload_size").isNull() if isinstance(size_type, T.NumericType)
-                    else _blank(F.col("__m_payload_size").cast("string")))
-    seq, seq_bad = _integer(F.col("__m_sequence_id"), types["__m_sequence_id"])
-    checked = mapped.select(
-        *flags,
-        F.col("__m_key").cast("string").alias("key"),
-        *[F.col(f"__o_{i}") for i in range(n_order)],
-        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
-        topic.alias("__topic"),
-        producer.alias("__producer_name"),
-        seq.alias("__sequence_id"),
-        seq_bad.alias("__seq_bad"),
-        micros.alias("__micros"),
-        time_missing.alias("__time_missing"),
-        size.alias("__payload_size"),
-        size_bad.alias("__size_bad"),
-        size_missing.alias("__size_missing"),
-    )
-    m = F.col("__micros")
-    reason = (
-        F.when(F.col(_BAD_UTF8), F.lit(INVALID_UTF8))
-        .when(F.col(_MALFORMED), F.lit(MALFORMED_RECORD))
-        .when(F.col("__topic").isNull(), F.lit(MISSING_TOPIC))
-        .when(F.col("__time_missing"), F.lit(MISSING_PUBLISH_TIME))
-        .when(m.isNull(), F.lit(BAD_PUBLISH_TIME))
-        .when(
-            (m < F.lit(MIN_PUBLISH_MICROS)) | (m > F.lit(MAX_PUBLISH_MICROS)),
-            F.lit(PUBLISH_TIME_OUT_OF_RANGE),
-        )
-        .when(F.col("__size_missing"), F.lit(MISSING_PAYLOAD_SIZE))
-        .when(F.col("__size_bad"), F.lit(BAD_PAYLOAD_SIZE))
-        .when(F.col("__payload_size") < 0, F.lit(NEGATIVE_PAYLOAD_SIZE))
-        .when(F.col("__seq_bad") | (F.col("__sequence_id") < 0), F.lit(BAD_SEQUENCE_ID))
-        .when(F.octet_length(F.col("key")) > F.lit(MAX_KEY_BYTES), F.lit(KEY_TOO_LONG))
-    )
-    return checked.select(
-        *flags, "key", *[F.col(f"__o_{i}") for i in range(n_order)],
-        *[F.col(f"__p_{c}") for c in present],
-        "__topic", "__producer_name", "__sequence_id",
-        m.try_cast("bigint").alias("__publish_us"), "__payload_size",
-        reason.alias("__reason"),
-    )
+def _as_strings_when_null(df: DataFrame) -> DataFrame:
+    """A column the mapping makes null (``NullType``) goes to the rules as strings."""
+    return df.select(*[F.col(_quote(f.name)).cast("string").alias(f.name)
+                       if isinstance(f.dataType, T.NullType) else F.col(_quote(f.name))
+                       for f in df.schema.fields])
 
 
-def _checked_shared(mapped: DataFrame, flags: list[Column], spec: InputSpec, n_order: int,
-                    present: list[str]) -> DataFrame:
-    """The input rules as :func:`pipelines.ingest_rules.check_records` in an Arrow UDF (the
-    functions the local engine calls; one more Python pass over the records)."""
-    rules = check_records_udf(spec)(*[F.col(f"__m_{c}") for c in MAPPED_COLUMNS],
-                                    F.col(_BAD_UTF8), F.col(_MALFORMED))
-    return mapped.select(
-        *flags,
-        F.col("__m_key").cast("string").alias("key"),
-        rules.alias("__c"),
-        *[F.col(f"__o_{i}") for i in range(n_order)],
-        *[F.col(f"__m_{c}").isNotNull().alias(f"__p_{c}") for c in present],
-    ).select(
-        *flags, "key", *[F.col(f"__o_{i}") for i in range(n_order)],
-        *[F.col(f"__p_{c}") for c in present],
-        *[F.col(f"__c.{f.name}").alias(f"__{f.name}") for f in CHECKED_FIELDS],
-    )
+def _taken_from_row(spec: InputSpec, names: list[str]) -> set[str]:
+    """Contract columns the rules take from the Parquet ``record`` itself (mapped to one of its
+    fields by name): no mapped copy of them is shipped. None for other formats (empty)."""
+    if spec.format != "parquet":
+        return set()
+    return {c for c in MAPPED_COLUMNS
+            if (v := spec.columns.get(c)) is not None and is_identifier(v) and v in names}
 
 
-def _event_ms_sql(us: Column, speed: float) -> Column:
-    """``floor(us / 1000 / speed)`` as bigint (:func:`pipelines.ingest_rules.event_ms`)."""
-    if speed == 1.0:
-        return F.floor(us / F.lit(1000)).cast("bigint")
-    divisor = decimal.Decimal(repr(speed)) * 1000
-    return F.floor(us.cast("decimal(20,0)") / F.lit(divisor)).cast("bigint")
+def map_records(raw_df: DataFrame, spec: InputSpec,
+                observation: Observation | None = None) -> DataFrame:
+    """Raw records (:func:`read_raw_batch`, or a micro-batch of :func:`read_raw_stream`) →
+    the mapped records the rules take, one row per record (CSV header lines dropped), in the
+    columns :data:`pipelines.ingest_rules.SOURCE_FILE` lists: the format parsed and the mapping
+    evaluated in Spark SQL, no rule applied.
 
+    ``raw_record`` is shipped for text formats and, as the row's JSON, for a Parquet spec that
+    spreads minutes; a Parquet row goes field by field (``record:<field>``: the quarantine's
+    JSON of a rejected row is made from them), and a contract column mapped to one of its
+    fields by name is taken from there. A spec that spreads minutes also gets ``o_<i>`` and
+    ``minute_hint``.
 
-def _spread_sql(ok: DataFrame, n_order: int) -> DataFrame:
-    """Minute spreading as a window (see :func:`pipelines.ingest_rules.spread_minutes`)."""
-    minute_us = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
-    ok = ok.withColumn("__minute", minute_us)
-    order = [F.col(f"__o_{i}").asc_nulls_first() for i in range(n_order)]
-    raw_sha = F.sha2(F.col(_RAW), 256)  # last: a tie-break that does not depend on chunking
-    w = Window.partitionBy("__minute").orderBy(*order, raw_sha.asc())
-    n = F.count(F.lit(1)).over(Window.partitionBy("__minute"))
-    i = F.row_number().over(w) - 1
-    offset_ms = F.floor(i * F.lit(60_000) / n).cast("bigint")
-    return ok.withColumn("__publish_us", F.col("__minute") + offset_ms * 1000)
-
-
-def _spread_shared(ok: DataFrame, spec: InputSpec, n_order: int) -> DataFrame:
-    """Minute spreading by :func:`pipelines.ingest_rules.spread_minutes` in ``applyInArrow``
-    per minute."""
-    order = [f"__o_{i}" for i in range(n_order)]
-    ok = ok.select(_FILE, _RAW, "key", *order, *_CHECKED, "__event_ms")
-    minute = F.col("__publish_us") - F.pmod(F.col("__publish_us"), F.lit(MINUTE_US))
-    return ok.groupBy(minute.alias("__minute")).applyInArrow(
-        spread_minutes_fn(order, spec.speed), ok.schema)
-
-
-def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation | None = None,
-                  shared_rules: bool = False) -> tuple[DataFrame, DataFrame]:
-    """Map a static raw DataFrame to the input contract: ``(accepted, quarantine)``.
-
-    ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
-    :func:`read_raw_stream`. A streaming ``raw_df`` is accepted only for specs that do not
-    spread minutes (``spread_within_minute`` groups records by minute, which streams do not
-    allow); the pipeline always calls it on the static micro-batch. The Spark session time zone
-    must be UTC.
-
-    The source format is parsed and the mapping evaluated here, in Spark SQL. The input rules
-    are :mod:`pipelines.ingest_rules`': with ``shared_rules`` those very functions run on the
-    executors (:func:`~pipelines.ingest_rules.check_records` in an Arrow UDF,
-    :func:`~pipelines.ingest_rules.spread_minutes` in ``applyInArrow`` per minute); without
-    (the default, the replay's: no extra Python pass) their Spark SQL translation, which tests
-    hold equal to them. Key hashes: :func:`~pipelines.ingest_rules.key_hashes_arrow` in an
-    Arrow UDF.
-
-    ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),
-    ``producer_name``, ``sequence_id`` (bigint, null = assign later), ``publish_time``
-    (timestamp, UTC), ``payload_size`` (bigint bytes), ``source_file``, ``event_ms`` (the
-    emulated clock: ``floor(publish_time_us / 1000 / speed)``), ``hash32`` (bigint),
-    ``segment_hash`` and ``hash_b`` (int; all three null for a keyless message).
-
-    ``quarantine`` columns (:data:`QUARANTINE_COLUMNS`): ``source_file``, ``raw_record``,
-    ``reason`` (one of :data:`QUARANTINE_REASONS`). CSV header lines are in neither.
-
-    ``observation`` (static ``raw_df`` only): collects ``records`` (records parsed, header lines
-    excluded) and ``quarantined`` (those with a reason) during the first action on ``accepted``
-    or ``quarantine``, so a caller that writes ``accepted`` learns whether anything needs
-    quarantining without a second pass over the input; for JSON also, per contract column ``c``
-    of ``spec.checked_sources()``, ``present_<c>``: the records whose mapped field has a value
-    (0 = the field is absent, or null, in every record). ``ValueError`` on a streaming
-    ``raw_df``.
-    """
-    if raw_df.isStreaming and observation is not None:
-        raise ValueError("an observation needs a static DataFrame: call parse_records inside "
-                         "foreachBatch on the micro-batch of read_raw_stream")
-    if raw_df.isStreaming and spec.spread_within_minute:
-        raise ValueError(
-            f"preset {spec.preset!r} spreads records within a minute (grouped by minute, not "
-            "allowed on streams): call parse_records inside foreachBatch on the micro-batch "
-            "of read_raw_stream"
-        )
+    ``observation`` (static ``raw_df`` only): collects, during the first action on the records,
+    ``records`` (records mapped) and, for JSON, per contract column ``c`` of
+    ``spec.checked_sources()``, ``present_<c>``: the records whose mapped field has a value (0
+    = the field is absent, or null, in every record). The Spark session time zone must be UTC
+    (``ValueError`` otherwise)."""
     _check_session_time_zone(raw_df)
     parsed, names = _parse_source(raw_df, spec)
     parsed = parsed.where(~F.col(_HEADER))
-
     available = set(names)
     # Scope: source columns, raw_record / source_file (unless a source column has that name).
     scope_cols = [F.col(_quote(n)) for n in names]
@@ -663,60 +508,91 @@ def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation |
     declared = [n for n in spec.source_fields() if n not in available]
     scope_cols += [F.lit(None).cast("string").alias(n) for n in declared]
     available |= set(declared) | {"raw_record", "source_file"}
-    flags = [F.col(_FILE), F.col(_RAW), F.col(_MALFORMED), F.col(_BAD_UTF8)]
-    scope = parsed.select(*flags, *scope_cols)
+    internal = [_FILE, _RAW, _MALFORMED, _BAD_UTF8, *([_ROW] if spec.format == "parquet" else [])]
+    scope = parsed.select(*internal, *scope_cols)
 
-    mapping = spec.columns
-    m_cols = [_mapped(mapping.get(c), available).alias(f"__m_{c}") for c in MAPPED_COLUMNS]
-    spread = [_mapped(v, available).alias(f"__o_{i}") for i, v in enumerate(spec.spread_order)]
-    mapped = scope.select(*flags, *m_cols, *spread)
-    # a column the mapping makes null (NullType) goes to the rules as strings
-    mapped = mapped.select(*[F.col(f.name).cast("string").alias(f.name)
-                             if isinstance(f.dataType, T.NullType) else F.col(f.name)
-                             for f in mapped.schema.fields])
-
+    row = names if spec.format == "parquet" else []  # the Parquet row, field by field
+    from_row = _taken_from_row(spec, names)
+    spread = spec.spread_within_minute
+    shipped = [
+        F.col(_FILE).alias(SOURCE_FILE),
+        F.col(_BAD_UTF8).alias(INVALID_UTF8_FLAG),
+        F.col(_MALFORMED).alias(MALFORMED_FLAG),
+        *([F.col(_RAW).alias(RAW_RECORD)] if spec.format != "parquet" or spread else []),
+        *[F.col(_ROW).getField(n).alias(row_field(n)) for n in row],
+        *[_mapped(spec.columns.get(c), available).alias(mapped_name(c)) for c in MAPPED_COLUMNS
+          if c not in from_row],
+        *[_mapped(v, available).alias(order_name(i)) for i, v in enumerate(spec.spread_order)],
+        *([_mapped(spec.columns["publish_time"], available).alias(_TIME)] if spread else []),
+    ]
+    records = _as_strings_when_null(scope.select(*shipped))
+    if spread:
+        hint = _minute_hint(F.col(_TIME), records.schema[_TIME].dataType, spec)
+        records = records.withColumn(MINUTE_HINT, hint).drop(_TIME)
+    if observation is None:
+        return records
     present = list(spec.checked_sources()) if spec.format == "json" else []
-    checked = (_checked_shared(mapped, flags, spec, len(spread), present) if shared_rules
-               else _checked_sql(mapped, flags, spec, len(spread), present))
-    if observation is not None:
-        checked = checked.observe(
-            observation, F.count(F.lit(1)).alias("records"),
-            F.count(F.col("__reason")).alias("quarantined"),
-            *[F.count_if(F.col(f"__p_{c}")).alias(f"{PRESENT_PREFIX}{c}") for c in present])
+    return records.observe(
+        observation, F.count(F.lit(1)).alias("records"),
+        *[F.count_if(F.col(mapped_name(c)).isNotNull()).alias(f"{PRESENT_PREFIX}{c}")
+          for c in present])
 
-    quarantine = checked.where(F.col("__reason").isNotNull()).select(
-        F.col(_FILE).alias("source_file"),
-        F.make_valid_utf8(F.col(_RAW)).alias("raw_record"),
-        F.col("__reason").alias("reason"),
-    )
 
-    ok = checked.where(F.col("__reason").isNull())
-    if shared_rules:  # check_records / spread_minutes computed __event_ms
-        if spec.spread_within_minute:
-            ok = _spread_shared(ok, spec, len(spread))
-    else:
-        if spec.spread_within_minute:
-            ok = _spread_sql(ok, len(spread))
-        ok = ok.withColumn("__event_ms", _event_ms_sql(F.col("__publish_us"), spec.speed))
+def quarantine_rows(verdicts: DataFrame, spec: InputSpec) -> DataFrame:
+    """The quarantined records among the rules' ``verdicts`` (rows of
+    ``pipelines.udfs.verdict_type``) as :data:`QUARANTINE_COLUMNS`: a rejected record's
+    ``raw_record`` is its text (invalid UTF-8 replaced by U+FFFD) or, for Parquet, its row's
+    JSON (``to_json(record)``); a late one's is the JSON of its message columns."""
+    text = F.to_json(F.col(SOURCE_ROW)) if spec.format == "parquet" else F.col(RAW_RECORD)
+    late = F.to_json(F.struct("topic", "key", "producer_name", "sequence_id", "publish_time",
+                              "payload_size"))
+    raw = F.when(F.col("reason") == F.lit(LATE), late).otherwise(F.make_valid_utf8(text))
+    return verdicts.where(F.col("reason").isNotNull()).select(
+        F.col(SOURCE_FILE), raw.alias("raw_record"), F.col("reason"))
 
-    hashes = key_hashes(F.col("key"))
-    accepted = ok.select(
-        F.col("__topic").alias("topic"),
-        "key",
-        F.col("__producer_name").alias("producer_name"),
-        F.col("__sequence_id").alias("sequence_id"),
-        F.timestamp_micros(F.col("__publish_us")).alias("publish_time"),
-        F.col("__payload_size").alias("payload_size"),
-        F.col(_FILE).alias("source_file"),
-        F.col("__event_ms").alias("event_ms"),
-        hashes.alias("__h"),
-    ).select(
-        *ACCEPTED_COLUMNS[:-3],
-        F.col("__h.hash32").alias("hash32"),
-        F.col("__h.segment_hash").alias("segment_hash"),
-        F.col("__h.hash_b").alias("hash_b"),
-    )
-    return accepted, quarantine
+
+def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation | None = None
+                  ) -> tuple[DataFrame, DataFrame]:
+    """Map a raw DataFrame to the input contract and apply the rules: ``(accepted,
+    quarantine)`` (tests and ad-hoc reads; the replay stages instead:
+    ``pipelines.stages.stage_batch``).
+
+    ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
+    :func:`read_raw_stream`. A streaming ``raw_df`` is accepted only for specs that do not
+    spread minutes (spreading needs a micro-batch's records of a minute together); the pipeline
+    always calls it on the static micro-batch. The Spark session time zone must be UTC.
+
+    :func:`map_records`, then the rules of :mod:`pipelines.ingest_rules` in one Python pass
+    (``mapInArrow``, :func:`pipelines.udfs.parse_task`; a spec that spreads minutes runs it in
+    one task).
+
+    ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),
+    ``producer_name``, ``sequence_id`` (bigint, null = assign later), ``publish_time``
+    (timestamp, UTC), ``payload_size`` (bigint bytes), ``source_file``, ``event_ms`` (the
+    emulated clock: ``floor(publish_time_us / 1000 / speed)``), ``hash32`` (bigint),
+    ``segment_hash`` and ``hash_b`` (int; all three null for a keyless message).
+
+    ``quarantine`` columns (:data:`QUARANTINE_COLUMNS`): ``source_file``, ``raw_record``,
+    ``reason`` (one of :data:`QUARANTINE_REASONS`). CSV header lines are in neither. Both
+    derive from the same pass: cache the input when computing both.
+
+    ``observation``: see :func:`map_records` (``ValueError`` on a streaming ``raw_df``).
+    """
+    if raw_df.isStreaming and observation is not None:
+        raise ValueError("an observation needs a static DataFrame: call parse_records inside "
+                         "foreachBatch on the micro-batch of read_raw_stream")
+    if raw_df.isStreaming and spec.spread_within_minute:
+        raise ValueError(
+            f"preset {spec.preset!r} spreads records within a minute (a minute's records "
+            "together, which streams do not allow): call parse_records inside foreachBatch on "
+            "the micro-batch of read_raw_stream"
+        )
+    records = map_records(raw_df, spec, observation)
+    if spec.spread_within_minute:
+        records = records.repartition(1)
+    verdicts = records.mapInArrow(parse_task(spec), verdict_type(records))
+    accepted = verdicts.where(F.col("reason").isNull()).select(*ACCEPTED_COLUMNS)
+    return accepted, quarantine_rows(verdicts, spec)
 
 
 def ingest_batch(

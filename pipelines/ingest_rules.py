@@ -6,16 +6,18 @@ Each engine reads its files its own way (Spark: ``text`` / Parquet sources, ``fr
 ``from_json``, mapping expressions as Spark SQL; the local engine: Python readers and a small
 interpreter for mapping expressions) and hands the records, already mapped to the contract's
 six source columns (:data:`MAPPED_COLUMNS`, values as the source gives them: strings, numbers,
-timestamps), plus a per-record ``invalid_utf8`` / ``malformed`` flag, to :func:`check_records`:
+timestamps), plus a per-record ``invalid_utf8`` / ``malformed`` flag, to
+:func:`ingest_records` as one Arrow batch (the columns :data:`SOURCE_FILE` lists):
 
-- ``pipelines.local.parse_local`` calls them directly;
-- ``pipelines.ingest.parse_records(..., shared_rules=True)`` runs them on Spark's executors
-  (``pipelines.udfs``: :func:`check_records` in an Arrow UDF, :func:`spread_minutes` in
-  ``applyInArrow`` per minute). The replay's default is their Spark SQL translation in
-  ``pipelines.ingest`` (no extra Python pass over every record); tests hold the two equal.
+- ``pipelines.local.parse_local`` calls it directly;
+- the Spark replay calls it in its staging pass (``pipelines.stages.stage_batch``: one
+  ``mapInArrow`` per micro-batch that also hashes the keys and writes the staged files), over
+  :func:`ingest_batches`; :func:`verdict_rows` returns the rejected (and late) records to
+  Spark for the ``quarantine`` table; ``pipelines.ingest.parse_records`` (tests, ad-hoc reads)
+  runs the same in a ``mapInArrow`` of its own (``pipelines.udfs.parse_task``).
 
-:func:`key_hashes_arrow` is the one key-hashing function (ingest's UDF, the staging writer, the
-local engine).
+:func:`key_hashes_arrow` is the one key-hashing function (the staging writer, the verdict rows,
+the local engine).
 
 Every record is either accepted or quarantined with exactly one reason: the first failing rule
 in :data:`QUARANTINE_REASONS` order.
@@ -167,8 +169,8 @@ Array = npt.NDArray[Any]
 def key_hashes_arrow(keys: pa.Array | pa.ChunkedArray) -> pa.StructArray:
     """``hash32`` (unsigned murmur3-32 of the key's UTF-8 bytes, seed 0, as int64),
     ``segment_hash`` and ``hash_b`` (int32) of each key; all three null where the key is null.
-    The one key-hashing function: ingest's Arrow UDF, the staging writer and the local engine
-    call it."""
+    The one key-hashing function: the staging writer, :func:`verdict_rows` and the local
+    engine call it."""
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()
     h32 = hash32_array(keys)

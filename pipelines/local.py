@@ -14,9 +14,9 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   source, CSV / JSON / regex parsing, Parquet with pyarrow) and maps them to the contract;
   the input rules after the mapping — validation and quarantine reasons in their order,
   timestamp and integer parsing, ``event_ms``, minute spreading, key hashes — are
-  :mod:`pipelines.ingest_rules`' functions (``pipelines.ingest.parse_records`` runs the same
-  ones with ``shared_rules=True``, and by default their Spark SQL translation); the
-  differential test proves the engines agree on the sample and on the online-retail trace.
+  :func:`pipelines.ingest_rules.ingest_records`, the function the Spark replay's staging pass
+  runs in its ``mapInArrow``; the differential test proves the engines agree on the sample
+  and on the online-retail trace.
   Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated by a small
   interpreter that knows :data:`LOCAL_FUNCTIONS`; any other expression is refused up front
   by :func:`check_spec` (use ``--engine spark``). Known gaps of the reader to Spark's, all on

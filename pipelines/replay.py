@@ -2,12 +2,13 @@
 
 Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 
-1. ingest: parse, validate and hash the new raw records (``pipelines.ingest``); rejected records
-   → ``quarantine``; accepted ones are staged as Parquet under
-   ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
-   staging is idempotent).
-2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``; a staged record older
-   than the horizon that was already finalized is quarantined as ``late``.
+1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.ingest``), then
+   ONE Python pass (``pipelines.stages.stage_batch``) applies the input rules
+   (``pipelines.ingest_rules``), hashes the keys and stages the accepted records as Parquet
+   under ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
+   staging is idempotent); the records it rejects, and accepted ones older than the horizon
+   already finalized (``late``), come out of the pass → ``quarantine``.
+2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``.
 3. the window ``[previous horizon, new horizon)`` of staged messages is finalized by the
    emulation query (:mod:`pipelines.spark.emulation`: chained grouped stateful operators whose
    state lives in Spark's state store): control plane per topic → routing + ``segment_load`` +
@@ -49,8 +50,9 @@ from pipelines.ingest import (
     FILE_REASONS,
     LATE,
     PRESENT_PREFIX,
+    map_records,
     micro_batch_files,
-    parse_records,
+    quarantine_rows,
     read_raw_stream,
     salvage_files,
 )
@@ -492,62 +494,27 @@ class Replay:
             with self._batch_lock:
                 self._in_batch = False
 
-    def _run_batch(self, raw: DataFrame, batch_id: int) -> None:  # noqa: PLR0915, C901
+    def _run_batch(self, raw: DataFrame, batch_id: int) -> None:
+        """One micro-batch: its records staged and quarantined (:meth:`_ingest`), the counts,
+        the horizon (finalizing what it passed when streaming), the state saved."""
         t0 = time.time()
         if batch_id <= self.state.batch_id:  # re-delivered batch already committed
             return
         self.state = self._state_before(batch_id)
         self._tick()  # ingest_hash: everything below except the stages/writes timed inside
         horizon = self.state.horizon_ms
-        parsed = Observation()  # counts the records quarantined while staging writes
-        accepted, quarantine = parse_records(raw, self.input_spec, observation=parsed)
-        staged, late = self._split_late(accepted, horizon)
-        salvaged = False
-        try:
-            self._stage(staged, batch_id)
-        except Exception as exc:  # an input file that cannot be read (fully): salvage the rest
-            salvaged = True
-            raw, bad_files = self._salvage(raw, batch_id, exc)
-            accepted, quarantine = parse_records(raw, self.input_spec)
-            quarantine = quarantine.unionByName(bad_files)
-            staged, late = self._split_late(accepted, horizon)
-            self._stage(staged, batch_id)
+        fields = Observation()  # records and present fields, counted by the staging pass
+        salvaged = self._ingest(raw, batch_id, fields)
         fault(f"after_staging:{batch_id}")
         stats = self._staged_stats(batch_id)
         self.state.add("keyless", _staged_keyless(self.staging, batch_id))
         if not salvaged and not self.state.fields_checked:
-            self._check_fields(parsed, batch_id)
-        # nothing to quarantine: skip the quarantine query (a second pass over the input)
-        if late is None and not salvaged and _nothing_quarantined(parsed, stats["n"]):
-            n_quarantined, n_late = 0, 0
-        else:
-            q = quarantine.select("source_file", "raw_record", "reason")
-            if late is not None:
-                as_json = F.to_json(F.struct("topic", "key", "producer_name", "sequence_id",
-                                             "publish_time", "payload_size"))
-                q = q.unionByName(late.select("source_file", as_json.alias("raw_record"),
-                                              F.lit(LATE).alias("reason")))
-            n_quarantined, n_late = self._quarantine(q, batch_id)
+            self._check_fields(fields, batch_id)
+        n_quarantined, n_late = self._quarantine(batch_id)
         fault(f"after_quarantine:{batch_id}")
         self.state.add("quarantined", n_quarantined)
         self.state.add("late", n_late)
-        self.state.add("accepted", stats["n"])
-        if stats["n"]:
-            mx = int(stats["max"])
-            self.state.max_event_ms = max(self.state.max_event_ms or mx, mx)
-            mn = int(stats["min"])
-            if self.state.first_event_ms is None or mn < self.state.first_event_ms:
-                self.state.first_event_ms = mn
-        new_horizon = None
-        if self.state.max_event_ms is not None:
-            new_horizon = self.state.max_event_ms - self.lateness_ms + 1
-            if horizon is not None:
-                new_horizon = max(new_horizon, horizon)
-        # A batch replay finalizes once, at end of input, so file order never matters; a
-        # streaming replay finalizes every window the watermark has passed.
-        if (self.streaming and not self.state.finalized and new_horizon is not None
-                and (horizon is None or new_horizon > horizon)):
-            self._finalize_window(new_horizon, batch_id, final=False)
+        self._advance(stats, horizon, batch_id)
         self.state.batch_id = batch_id
         state_bytes = self._save_state()
         fault(f"after_state:{batch_id}")
@@ -561,10 +528,60 @@ class Replay:
             total_quarantined=self.state.counts.get("quarantined", 0),
             latest_publish_time=self._fmt_time(self.state.max_event_ms)[:19]))  # to the second
 
+    def _advance(self, stats: Mapping[str, Any], horizon: int | None, batch_id: int) -> None:
+        """Count micro-batch ``batch_id``'s staged messages (``stats``: :meth:`_staged_stats`),
+        move the event-time bounds and, streaming, finalize the window up to the new horizon
+        (``max(event_ms) - allowed_lateness``, never below ``horizon``, the one before it). A
+        batch replay finalizes once, at end of input, so file order never matters."""
+        self.state.add("accepted", stats["n"])
+        if stats["n"]:
+            mx = int(stats["max"])
+            self.state.max_event_ms = max(self.state.max_event_ms or mx, mx)
+            mn = int(stats["min"])
+            if self.state.first_event_ms is None or mn < self.state.first_event_ms:
+                self.state.first_event_ms = mn
+        new_horizon = None
+        if self.state.max_event_ms is not None:
+            new_horizon = self.state.max_event_ms - self.lateness_ms + 1
+            if horizon is not None:
+                new_horizon = max(new_horizon, horizon)
+        if (self.streaming and not self.state.finalized and new_horizon is not None
+                and (horizon is None or new_horizon > horizon)):
+            self._finalize_window(new_horizon, batch_id, final=False)
+
+    def _ingest(self, raw: DataFrame, batch_id: int, fields: Observation) -> bool:
+        """Micro-batch ``batch_id``'s records through the rules in one pass (:meth:`_stage`):
+        accepted ones staged, quarantined ones written to :meth:`_quarantine_dir`. When an
+        input file cannot be read (fully), the readable records go through again and the file
+        is quarantined (:meth:`_salvage`). Returns whether files were salvaged (then
+        ``fields`` may hold no metrics)."""
+        try:
+            self._stage(raw, batch_id, fields)
+            return False
+        except Exception as exc:  # an input file that cannot be read (fully): salvage the rest
+            raw, bad_files = self._salvage(raw, batch_id, exc)
+            self._stage(raw, batch_id, None, bad_files)
+            return True
+
+    def _stage(self, raw: DataFrame, batch_id: int, fields: Observation | None,
+               bad_files: DataFrame | None = None) -> None:
+        """The staging pass of a micro-batch's raw records (``stages.stage_batch``: the rules
+        of ``pipelines.ingest_rules``, key hashes and ``input.pseudonymize`` in the one Python
+        pass that writes the staged files, rewritten whole on a re-run, partitioned by topic
+        (``stages.STAGING_TOPIC_COLUMN``) so the control plane reads a topic alone). Records
+        the rules reject, and accepted ones older than the finalized horizon (``late``), come
+        out of the pass and are written with ``bad_files`` (salvage's rows) by
+        :meth:`_write_quarantine`. ``fields``: the mapped records' metrics
+        (``pipelines.ingest.map_records``)."""
+        plan = stages.StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
+                                  self.pseudonymize)
+        stages.stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
+                           plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
+
     def _check_fields(self, parsed: Observation, batch_id: int) -> None:
         """JSON only, on the first micro-batch with records: each mapped field of
         ``input_spec.checked_sources()`` that no record has (absent or null in all of them:
-        ``parse_records``' ``present_<column>`` metrics) is reported on the console and kept in
+        ``map_records``' ``present_<column>`` metrics) is reported on the console and kept in
         ``state.missing_fields`` (the ``runs`` counts, the run summary). Such a field reads as
         null: a typo in ``input.columns`` would otherwise make, e.g., every message keyless."""
         sources = self.input_spec.checked_sources()
@@ -585,20 +602,41 @@ class Replay:
             self.progress(f"batch {batch_id}: warning: no record has field {s!r} (mapped to "
                           f"{c}); {c} is null for every message — check input.columns")
 
-    def _quarantine(self, q: DataFrame, batch_id: int) -> tuple[int, int]:
-        """Write micro-batch ``batch_id``'s quarantined records (``source_file``,
-        ``raw_record``, ``reason``) to ``quarantine`` (``output.quarantine_raw: false``: a record's
-``raw_record`` is ``sha256:<hex>`` of its text, :func:`pipelines.privacy.record_digest`; a file's
-keeps its read error): the executors write them as Parquet under
-        ``_work/<run_id>/quarantine/<batch_id>``, the driver commits those files (never holding
-        the rows) and removes them. Returns ``(records, late records)``."""
-        path = storage.join(self.work_dir, "quarantine", str(batch_id))
-        if not self.config.output.quarantine_raw:  # only a digest of each record's text
-            raw = F.col("raw_record")
-            q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
-                             .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
-        q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
-            path)
+    def _quarantine_dir(self, batch_id: int) -> str:
+        """Where micro-batch ``batch_id``'s quarantined records wait for their commit."""
+        return storage.join(self.work_dir, "quarantine", str(batch_id))
+
+    def _write_quarantine(self, verdicts: DataFrame, batch_id: int,
+                          bad_files: DataFrame | None) -> None:
+        """Run the staging pass of micro-batch ``batch_id`` (``verdicts``: its rows of rejected
+        and late records) and write those records, with ``bad_files``, as ``quarantine`` rows
+        (``source_file``, ``raw_record``, ``reason``; ``pipelines.ingest.quarantine_rows``) in
+        Parquet under :meth:`_quarantine_dir`, by the executors (the driver never holds the
+        rows), replacing what is there; nothing to quarantine: no folder (a crashed run's is
+        removed). ``output.quarantine_raw: false``: a record's ``raw_record`` is
+        ``sha256:<hex>`` of its text (:func:`pipelines.privacy.record_digest`); a file's keeps
+        its read error."""
+        verdicts = verdicts.persist()  # the pass runs once: counted, then written when any
+        try:
+            if verdicts.count() == 0 and bad_files is None:
+                storage.delete_dir(self._quarantine_dir(batch_id))
+                return
+            q = quarantine_rows(verdicts, self.input_spec)
+            q = q if bad_files is None else q.unionByName(bad_files)
+            if not self.config.output.quarantine_raw:  # only a digest of each record's text
+                raw = F.col("raw_record")
+                q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
+                                 .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
+            q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode(
+                "overwrite").parquet(self._quarantine_dir(batch_id))
+        finally:
+            verdicts.unpersist()
+
+    def _quarantine(self, batch_id: int) -> tuple[int, int]:
+        """Commit the files :meth:`_write_quarantine` wrote for micro-batch ``batch_id`` to the
+        ``quarantine`` table (each run's), then remove them. Returns ``(records, late
+        records)``."""
+        path = self._quarantine_dir(batch_id)
         n = _staged_rows(path)  # counted first: committing may move the files
         late = storage.count_rows(path, pc.field("reason") == LATE) if n else 0
         if n and self._one_commit:
@@ -613,14 +651,6 @@ keeps its read error): the executors write them as Parquet under
         storage.delete_dir(path)
         return n, late
 
-    def _stage(self, staged: DataFrame, batch_id: int) -> None:
-        """Write a micro-batch's accepted messages to staging (rewritten whole on a re-run),
-        only the columns the emulation reads (``stages.STAGE_INPUT_COLUMNS``), partitioned by
-        topic (``stages.STAGING_TOPIC_COLUMN``) so the control plane reads a topic alone:
-        ``stages.stage_batch``, which also hashes the keys (the ingest UDF's function), then
-        pseudonymizes ``input.pseudonymize``'s columns."""
-        stages.stage_batch(staged, self.staging, batch_id, self.pseudonymize)
-
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
         (``None`` when empty), from the staged files' footers (``stages.staged_batch_stats``);
@@ -631,18 +661,6 @@ keeps its read error): the executors write them as Parquet under
         return {"n": sum(n for n, _, _ in stats.values()),
                 "min": min((lo for _, lo, _ in stats.values()), default=None),
                 "max": max((hi for _, _, hi in stats.values()), default=None)}
-
-    def _split_late(self, accepted: DataFrame,
-                    horizon: int | None) -> tuple[DataFrame, DataFrame | None]:
-        """``(staged, late)``: records at or after the finalized ``horizon`` are staged, older
-        ones are ``late`` (``None`` when nothing is finalized yet). After end-of-input
-        finalization every new record is late (the run's results are final)."""
-        if self.state.finalized:
-            return accepted.where(F.lit(False)), accepted
-        if horizon is None:
-            return accepted, None
-        return (accepted.where(F.col("event_ms") >= F.lit(horizon)),
-                accepted.where(F.col("event_ms") < F.lit(horizon)))
 
     def _salvage(self, raw: DataFrame, batch_id: int,
                  exc: Exception) -> tuple[DataFrame, DataFrame]:
@@ -910,17 +928,6 @@ class RemoteBatch:
         replay = Replay(df.sparkSession, self.config, self.input_spec, self.inputs, self.output,
                         self.run_id, streaming=self.streaming, runs=self.runs)
         replay._run_batch(df, batch_id)
-
-
-def _nothing_quarantined(parsed: Observation, staged: int) -> bool:
-    """Whether a micro-batch's staging write saw nothing to quarantine: ``parse_records``'
-    observation reports 0 ``quarantined`` and every record staged. Metrics the plan lost count
-    as unknown (AQE drops the node when it prunes an empty stage), so the quarantine query runs."""
-    try:
-        seen = parsed.get
-    except Exception:  # py4j: no metrics row for this observation
-        return False
-    return seen.get("quarantined") == 0 and seen.get("records") == staged
 
 
 def _read_rows(folder: str) -> pd.DataFrame:

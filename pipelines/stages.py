@@ -8,9 +8,11 @@
   emulation rule lives in ``pipelines.core``; these only sort, slice and convert (emulated ms →
   UTC timestamps in log time).
 - **staging and output files** — the staged messages partitioned by topic
-  (:func:`write_staging`, :func:`read_topic`) and the typed Parquet files of output rows
-  (:class:`FrameWriter`) that the Spark runtime (:mod:`pipelines.spark`: the group functions as
-  grouped stateful operators) writes and the driver commits to Delta.
+  (:class:`StagingWriter`, :func:`read_topic`), written by the replay's staging pass
+  (:func:`stage_batch`: the input rules of ``pipelines.ingest_rules`` and the staging in one
+  ``mapInArrow``), and the typed Parquet files of output rows (:class:`FrameWriter`) that the
+  Spark runtime (:mod:`pipelines.spark`: the group functions as grouped stateful operators)
+  writes and the driver commits to Delta.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
@@ -23,7 +25,7 @@ import hashlib
 import os
 import pickle
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,7 +59,14 @@ from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.delta_io import conform_arrow
-from pipelines.ingest_rules import key_hashes_arrow
+from pipelines.ingest_rules import (
+    MINUTE_HINT,
+    ingest_batches,
+    key_hashes_arrow,
+    late_rows,
+    minutes_misplaced,
+    verdict_rows,
+)
 from pipelines.privacy import Pseudonymizer
 from pipelines.schemas import arrow_schema
 from pipelines.storage import arrow_filesystem
@@ -753,8 +762,8 @@ KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
 """Staged columns the staging writer adds (``ingest_rules.key_hashes_arrow`` of ``key``)."""
 
 STAGING_SOURCE_COLUMNS = [c for c in STAGE_INPUT_COLUMNS if c not in KEY_HASH_COLUMNS]
-"""Accepted-message columns :func:`stage_batch` takes from Spark (the hashes are added as the
-files are written)."""
+"""Accepted-message columns :class:`StagingWriter` takes (the columns of
+``pipelines.ingest_rules.ACCEPTED_FIELDS``; the hashes are added as the files are written)."""
 
 
 def topic_digest(topic: str) -> str:
@@ -965,34 +974,106 @@ def arrow_strings(t: Any) -> Any:
 # pyspark is imported lazily so that the local engine runs without it.
 
 
-def stage_batch(accepted: Any, staging: str, batch_id: int,
-                pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
-    """Spark: stage micro-batch ``batch_id``'s ``accepted`` messages (a DataFrame with
-    :data:`STAGING_SOURCE_COLUMNS`) under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a
-    re-run restages it), by :func:`write_staging` in each task (``pseudonymize``: see there).
-    Returns topic → messages staged."""
+MISPLACED_MARK = "_minutes_misplaced"
+"""File a task of :func:`stage_batch` leaves in the micro-batch's staging folder when a record's
+minute hint was not its publish-time minute (the spreading must be redone in one task)."""
 
-    folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
+
+@dataclass(frozen=True)
+class StagingPlan:
+    """What a micro-batch's staging pass applies (picklable: it travels to the tasks).
+
+    ``spec``: the ``InputSpec`` (the rules' settings); ``horizon_ms`` (emulated ms) /
+    ``finalized``: which accepted records are late (``pipelines.ingest_rules.late_rows``);
+    ``pseudonymize``: see :class:`StagingWriter`."""
+
+    spec: Any
+    horizon_ms: int | None = None
+    finalized: bool = False
+    pseudonymize: Pseudonymizer | None = None
+
+
+def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder: str, part: int,
+                    check_minutes: bool = False) -> Iterator[pa.RecordBatch]:
+    """One task of the staging pass: the rules (``pipelines.ingest_rules.ingest_batches``) on
+    ``batches`` (mapped records), the accepted messages that are not late staged under
+    ``folder`` as ``part`` (:class:`StagingWriter`); yields the rejected and the late records
+    (``pipelines.ingest_rules.verdict_rows``). ``check_minutes``: the records were spread over
+    the tasks by their minute hint; a hint that is not its record's minute
+    (``pipelines.ingest_rules.minutes_misplaced``) leaves the :data:`MISPLACED_MARK` file and
+    stages and yields nothing."""
+    writer = StagingWriter(folder, part, plan.pseudonymize)
+    for records, verdict in ingest_batches(batches, plan.spec):
+        if check_minutes and minutes_misplaced(records, verdict):
+            _mark_misplaced(folder)
+            return
+        late = late_rows(verdict, plan.horizon_ms, plan.finalized)
+        staged = verdict.accepted.filter(pa.array(~late)) if late.any() else verdict.accepted
+        for accepted in staged.to_batches():
+            writer.add(accepted)
+        if late.any() or len(verdict.rejected_rows):
+            yield verdict_rows(records, verdict, late)
+    writer.close()
+
+
+def _staging_task(plan: StagingPlan, folder: str, check_minutes: bool
+                  ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The ``mapInArrow`` function: :func:`stage_partition` of the task's partition."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext  # noqa: PLC0415
+
+        context = TaskContext.get()
+        assert context is not None  # a Spark task's function
+        yield from stage_partition(batches, plan, folder, context.partitionId(), check_minutes)
+
+    return run
+
+
+def _fresh_folder(folder: str) -> None:
     fs, path = arrow_filesystem(folder)
     if fs.get_file_info(path).type != pafs.FileType.NotFound:
         fs.delete_dir(path)
     fs.create_dir(path, recursive=True)
 
-    def run(batches: Iterable[Any]) -> Iterator[Any]:
-        from pyspark import TaskContext  # noqa: PLC0415
 
-        context = TaskContext.get()
-        assert context is not None  # a Spark task's function
-        counts = write_staging(batches, folder, context.partitionId(), pseudonymize)
-        yield pa.RecordBatch.from_pydict({"topic": list(counts), "messages": list(counts.values())},
-                                         schema=pa.schema([("topic", pa.string()),
-                                                           ("messages", pa.int64())]))
+def _mark_misplaced(folder: str) -> None:
+    fs, path = arrow_filesystem(folder)
+    fs.create_dir(path, recursive=True)
+    fs.open_output_stream(f"{path}/{MISPLACED_MARK}").close()
 
-    out: dict[str, int] = {}
-    for row in (accepted.select(*STAGING_SOURCE_COLUMNS)
-                .mapInArrow(run, "topic string, messages bigint").collect()):
-        out[row["topic"]] = out.get(row["topic"], 0) + row["messages"]
-    return out
+
+def _misplaced(folder: str) -> bool:
+    fs, path = arrow_filesystem(folder)
+    return bool(fs.get_file_info(f"{path}/{MISPLACED_MARK}").type != pafs.FileType.NotFound)
+
+
+def stage_batch(records: Any, staging: str, batch_id: int, plan: StagingPlan,
+                take_verdicts: Callable[[Any], None]) -> None:
+    """Spark: the rules and the staging of micro-batch ``batch_id`` in ONE Python pass.
+
+    ``records``: a DataFrame of mapped records (``pipelines.ingest.map_records``). Each task
+    runs :func:`stage_partition` under ``plan`` in ``mapInArrow``: it stages the accepted
+    messages under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a re-run restages it)
+    and returns the rejected and late records as rows (``pipelines.ingest_rules.verdict_rows``;
+    Spark types: ``pipelines.udfs.verdict_type``). ``take_verdicts`` gets that DataFrame and
+    must run it exactly once (e.g. write it): that action is the pass.
+
+    A spec that spreads minutes needs a minute's records in one task: they are partitioned by
+    their minute hint first; when a task finds a hint that is not its record's minute, the pass
+    runs again with every record in one task, and ``take_verdicts`` gets its rows (replacing
+    the first ones)."""
+    from pipelines.udfs import verdict_type  # noqa: PLC0415 - Spark-only path
+
+    folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
+    attempts = ([(records.repartition(MINUTE_HINT), True), (records.repartition(1), False)]
+                if plan.spec.spread_within_minute else [(records, False)])
+    for parts, check in attempts:
+        _fresh_folder(folder)
+        take_verdicts(parts.mapInArrow(_staging_task(plan, folder, check),
+                                       verdict_type(records)))
+        if not _misplaced(folder):
+            return
 
 
 @dataclass(frozen=True)

@@ -10,17 +10,23 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import stages
+from pipelines.ingest_rules import ACCEPTED_FIELDS, MINUTE_HINT, key_hashes_arrow, mapped_name
+from pipelines.presets import get_preset
+from pipelines.privacy import Pseudonymizer, pseudonym
 from pipelines.stages import (
     KEY_HASH_COLUMNS,
+    MISPLACED_MARK,
     STAGE_INPUT_COLUMNS,
+    STAGING_SOURCE_COLUMNS,
     STAGING_TOPIC_COLUMN,
+    StagingPlan,
     read_staged,
+    stage_partition,
     staged_batch_stats,
     staged_histogram,
     topic_digest,
     write_staging,
 )
-from pipelines.udfs import key_hashes_arrow
 
 
 @pytest.mark.parametrize("topic", ["orders", "persistent://t/ns/a b", "Ünïcode/=%"])
@@ -136,3 +142,78 @@ def test_staged_histogram_of_nothing_staged_is_none(tmp_path: Path) -> None:
     assert staged_histogram(str(tmp_path / "missing"), 4) is None
     (tmp_path / "batch_id=0").mkdir()
     assert staged_histogram(str(tmp_path), 4) is None
+
+
+# ------------------------------------------------------------------------ the staging pass
+
+CONTRACT = get_preset("contract")
+T0_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
+
+
+def _mapped(times_ms: list[int], sizes: list[str] | None = None, **columns) -> pa.RecordBatch:
+    """Mapped JSON records (one topic ``t``) as ``pipelines.ingest.map_records`` ships them."""
+    n = len(times_ms)
+    return pa.RecordBatch.from_pydict({
+        "source_file": ["file:/in/a.json"] * n, "raw_record": [f"r{i}" for i in range(n)],
+        "invalid_utf8": [False] * n, "malformed": [False] * n,
+        mapped_name("topic"): ["t"] * n, mapped_name("key"): [f"k{i}" for i in range(n)],
+        mapped_name("publish_time"): [str(ms) for ms in times_ms],
+        mapped_name("payload_size"): sizes or ["1"] * n, **columns})
+
+
+def _pass(root: Path, batches: list[pa.RecordBatch], plan: StagingPlan | None = None,
+          check_minutes: bool = False) -> list[dict]:
+    """Run one task of the staging pass (default plan: the contract's rules); its rows."""
+    out = stage_partition(iter(batches), plan or StagingPlan(CONTRACT), f"{root}/batch_id=0", 0,
+                          check_minutes)
+    return [r for b in out for r in b.to_pylist()]
+
+
+def test_the_rules_accept_messages_in_the_columns_staging_takes() -> None:
+    assert ACCEPTED_FIELDS.names == STAGING_SOURCE_COLUMNS
+
+
+def test_staging_pass_stages_accepted_records_and_yields_rejected_ones(tmp_path: Path) -> None:
+    rows = _pass(tmp_path, [_mapped([1000, 2000], sizes=["1", "big"])])
+
+    assert [(r["source_file"], r["raw_record"], r["reason"]) for r in rows] == [
+        ("file:/in/a.json", "r1", "bad_payload_size")]
+    assert read_staged(str(tmp_path), "t", None, None)["event_ms"].tolist() == [1000]
+
+
+def test_staging_pass_yields_late_records_and_does_not_stage_them(tmp_path: Path) -> None:
+    rows = _pass(tmp_path, [_mapped([1000, 2000])], StagingPlan(CONTRACT, horizon_ms=1500))
+
+    assert [(r["reason"], r["key"], r["raw_record"]) for r in rows] == [("late", "k0", None)]
+    assert read_staged(str(tmp_path), "t", None, None)["event_ms"].tolist() == [2000]
+
+
+def test_staging_pass_pseudonymizes_after_hashing(tmp_path: Path) -> None:
+    plan = StagingPlan(CONTRACT, pseudonymize=Pseudonymizer(("key",), b"s" * 32))
+    _pass(tmp_path, [_mapped([1000])], plan)
+
+    staged = read_staged(str(tmp_path), "t", None, None)
+    assert staged["key"].tolist() == [pseudonym("k0", b"s" * 32)]
+    assert staged["hash32"].tolist() == key_hashes_arrow(pa.array(["k0"])).field(
+        "hash32").to_pylist()
+
+
+def test_staging_pass_spreads_a_minute_split_over_its_batches(tmp_path: Path) -> None:
+    spec = CONTRACT.replace(spread_within_minute=True)
+    minute_ms = T0_US // 1000
+    batches = [_mapped([minute_ms]), _mapped([minute_ms + 5])]
+    _pass(tmp_path, [pa.RecordBatch.from_pydict(
+        {**b.to_pydict(), "raw_record": [f"r{i}"]}) for i, b in enumerate(batches)],
+        StagingPlan(spec))
+
+    staged = read_staged(str(tmp_path), "t", None, None)
+    assert sorted(staged["event_ms"].tolist()) == [minute_ms, minute_ms + 30_000]
+
+
+def test_staging_pass_marks_a_misplaced_minute_and_stages_nothing(tmp_path: Path) -> None:
+    spec = CONTRACT.replace(spread_within_minute=True)
+    records = _mapped([T0_US // 1000], **{MINUTE_HINT: pa.array([None], pa.int64())})
+
+    assert _pass(tmp_path, [records], StagingPlan(spec), check_minutes=True) == []
+    assert (tmp_path / "batch_id=0" / MISPLACED_MARK).exists()
+    assert staged_batch_stats(str(tmp_path), 0) == {}

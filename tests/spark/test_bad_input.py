@@ -19,15 +19,13 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import Observation
-from pyspark.sql import functions as F
 
 from pipelines.config import load_config
 from pipelines.delta_io import DeltaStore
 from pipelines.ingest import ingest_batch, salvage_files
 from pipelines.local import read_local
 from pipelines.presets import get_preset
-from pipelines.replay import Replay, _nothing_quarantined
+from pipelines.replay import Replay
 
 pytestmark = pytest.mark.spark
 
@@ -269,17 +267,3 @@ def test_fuzzed_records_are_accepted_or_quarantined_with_the_expected_reason(
     got = sorted(r.reason for r in quarantine.collect())
     assert got == sorted(r for _, r in cases if r is not None)
     assert accepted.count() == sum(r is None for _, r in cases)
-
-
-def test_quarantine_query_runs_when_the_observation_has_no_metrics(spark):
-    assert not _nothing_quarantined(Observation(), staged=0)  # never attached to a plan
-
-
-@pytest.mark.parametrize("staged, expected", [(3, True), (2, False)])
-def test_nothing_quarantined_needs_every_observed_record_staged(spark, staged, expected):
-    observation = Observation()
-    df = spark.range(3).observe(observation, F.count(F.lit(1)).alias("records"),
-                                F.lit(0).cast("long").alias("quarantined"))
-    df.collect()
-
-    assert _nothing_quarantined(observation, staged) is expected
