@@ -609,28 +609,26 @@ class Replay:
     def _write_quarantine(self, verdicts: DataFrame, batch_id: int,
                           bad_files: DataFrame | None) -> None:
         """Run the staging pass of micro-batch ``batch_id`` (``verdicts``: its rows of rejected
-        and late records) and write those records, with ``bad_files``, as ``quarantine`` rows
-        (``source_file``, ``raw_record``, ``reason``; ``pipelines.ingest.quarantine_rows``) in
-        Parquet under :meth:`_quarantine_dir`, by the executors (the driver never holds the
-        rows), replacing what is there; nothing to quarantine: no folder (a crashed run's is
-        removed). ``output.quarantine_raw: false``: a record's ``raw_record`` is
-        ``sha256:<hex>`` of its text (:func:`pipelines.privacy.record_digest`); a file's keeps
-        its read error."""
-        verdicts = verdicts.persist()  # the pass runs once: counted, then written when any
-        try:
-            if verdicts.count() == 0 and bad_files is None:
-                storage.delete_dir(self._quarantine_dir(batch_id))
-                return
-            q = quarantine_rows(verdicts, self.input_spec)
-            q = q if bad_files is None else q.unionByName(bad_files)
-            if not self.config.output.quarantine_raw:  # only a digest of each record's text
-                raw = F.col("raw_record")
-                q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
-                                 .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
-            q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode(
-                "overwrite").parquet(self._quarantine_dir(batch_id))
-        finally:
-            verdicts.unpersist()
+        and late records, kept on the executors: one job, and the pass runs once) and write
+        those records, with ``bad_files``, as ``quarantine`` rows (``source_file``,
+        ``raw_record``, ``reason``; ``pipelines.ingest.quarantine_rows``) in Parquet under
+        :meth:`_quarantine_dir`, by the executors (the driver never holds the rows), replacing
+        what is there; nothing to quarantine: no folder (a crashed run's is removed), no second
+        job. ``output.quarantine_raw: false``: a record's ``raw_record`` is ``sha256:<hex>`` of
+        its text (:func:`pipelines.privacy.record_digest`); a file's keeps its read error."""
+        counted = Observation()
+        kept = verdicts.observe(counted, F.count(F.lit(1)).alias("rows")).localCheckpoint()
+        if bad_files is None and _observed(counted, "rows") == 0:
+            storage.delete_dir(self._quarantine_dir(batch_id))
+            return
+        q = quarantine_rows(kept, self.input_spec)
+        q = q if bad_files is None else q.unionByName(bad_files)
+        if not self.config.output.quarantine_raw:  # only a digest of each record's text
+            raw = F.col("raw_record")
+            q = q.withColumn("raw_record", F.when(F.col("reason").isin(*FILE_REASONS), raw)
+                             .otherwise(F.concat(F.lit(DIGEST_PREFIX), F.sha2(raw, 256))))
+        q.withColumn("batch_id", F.lit(batch_id).cast("long")).write.mode("overwrite").parquet(
+            self._quarantine_dir(batch_id))
 
     def _quarantine(self, batch_id: int) -> tuple[int, int]:
         """Commit the files :meth:`_write_quarantine` wrote for micro-batch ``batch_id`` to the
@@ -928,6 +926,16 @@ class RemoteBatch:
         replay = Replay(df.sparkSession, self.config, self.input_spec, self.inputs, self.output,
                         self.run_id, streaming=self.streaming, runs=self.runs)
         replay._run_batch(df, batch_id)
+
+
+def _observed(observation: Observation, name: str) -> int | None:
+    """Metric ``name`` of an ``observation`` whose action has run; ``None`` when the plan lost
+    it (AQE drops the node when it prunes an empty stage: py4j finds no metrics row)."""
+    try:
+        value = observation.get.get(name)
+    except Exception:  # py4j: no metrics row for this observation
+        return None
+    return None if value is None else int(value)
 
 
 def _read_rows(folder: str) -> pd.DataFrame:
