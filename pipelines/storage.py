@@ -154,7 +154,7 @@ def delta_storage_options(location: str,
 def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Spark settings for ``s3a://`` from the ``AWS_*`` variables of ``env`` (default: the
     process environment): the endpoint (``fs.s3a.endpoint``; path-style access unless
-    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, SSL off for ``http://``) and the region
+    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, SSL off for ``http://``, no 100-continue) and the region
     (``fs.s3a.endpoint.region``), and those variables for the executors' Python workers
     (``spark.executorEnv.*``: they open staging and window files with pyarrow); ``{}`` when
     none is set. Credentials are not copied (settings show in Spark's UI): S3A's default
@@ -168,6 +168,10 @@ def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.path.style.access"] = str(not _virtual_hosted(env)).lower()
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             not endpoint.startswith("http://")).lower()
+        # no "Expect: 100-continue" on uploads: S3-compatible servers differ in how they
+        # answer it (moto's answers 100 as a final status, failing the state store's uploads
+        # of RocksDB checkpoint files); AWS itself is reached without a custom endpoint
+        conf["spark.hadoop.fs.s3a.connection.expect.continue"] = "false"
     region = s3_region(env)
     if region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = region

@@ -112,7 +112,9 @@ def write_frame(path: str, table: pa.Table) -> None:
     folder, name = p.rsplit("/", 1)
     fs.create_dir(folder, recursive=True)
     tmp = f"{folder}/.{name}.tmp"
-    pq.write_table(table, tmp, filesystem=fs, compression="zstd")
+    # lz4, not zstd: a hand-over file is read once, soon after, and a hot topic's control
+    # plane writes every message of it on one core
+    pq.write_table(table, tmp, filesystem=fs, compression="lz4")
     fs.move(tmp, p)
 
 
