@@ -92,6 +92,11 @@ def out_dir(emulation: str, version: int, run_id: str) -> str:
     return storage.join(version_dir(emulation, version), "out", run_id)
 
 
+def shard_file(folder: str, shard: int) -> str:
+    """A producer shard's file in a window folder: ``<folder>/shard-<shard>.parquet``."""
+    return f"{folder.rstrip('/')}/shard-{shard:04d}.parquet"
+
+
 def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
     """Producer shard (int64, ``0 <= s < shards``) of each producer name: pandas' stable
     SipHash of the name (the same in every process, unlike ``hash()``) modulo ``shards``,
