@@ -99,9 +99,8 @@ class ControlProcessor(StatefulProcessor):
         batching reads one per window)."""
         table = pa.Table.from_pandas(routed[ROUTED_COLUMNS], preserve_index=False)
         shard = handover.producer_shard(routed["producer_name"], self.shards)
-        for s in range(self.shards):
-            handover.write_frame(handover.shard_file(folder, s),
-                                 table.filter(pa.array(shard == s)))
+        for s, part in enumerate(handover.split_by_shard(table, shard, self.shards)):
+            handover.write_frame(handover.shard_file(folder, s), part)
 
     def close(self) -> None:
         pass
