@@ -154,7 +154,8 @@ def delta_storage_options(location: str,
 def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Spark settings for ``s3a://`` from the ``AWS_*`` variables of ``env`` (default: the
     process environment): the endpoint (``fs.s3a.endpoint``; path-style access unless
-    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, SSL off for ``http://``) and the region
+    ``AWS_VIRTUAL_HOSTED_STYLE_REQUEST``, SSL off for ``http://``, local files uploaded as
+    streams) and the region
     (``fs.s3a.endpoint.region``), and those variables for the executors' Python workers
     (``spark.executorEnv.*``: they open staging and window files with pyarrow); ``{}`` when
     none is set. Credentials are not copied (settings show in Spark's UI): S3A's default
@@ -168,6 +169,12 @@ def spark_s3a_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
         conf["spark.hadoop.fs.s3a.path.style.access"] = str(not _virtual_hosted(env)).lower()
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             not endpoint.startswith("http://")).lower()
+        # copyFromLocalFile (the state store's upload of its RocksDB files) through an output
+        # stream, as every other write, not S3A's optimized whole-file PUT: an S3-compatible
+        # server may answer that PUT's "Expect: 100-continue" in a way the SDK reads as a
+        # final status 100 (moto's does: every upload failed); AWS is reached without an
+        # endpoint and keeps the optimized path
+        conf["spark.hadoop.fs.s3a.optimized.copy.from.local.enabled"] = "false"
     region = s3_region(env)
     if region:
         conf["spark.hadoop.fs.s3a.endpoint.region"] = region

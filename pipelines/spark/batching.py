@@ -25,7 +25,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 from pipelines import stages
 from pipelines.privacy import withheld_columns
 from pipelines.spark import handover
-from pipelines.spark.control import ROUTED_COLUMNS, storage_path
+from pipelines.spark.control import ROUTED_COLUMNS
 
 BATCHING_OUT_DDL = ("run_id string, topic string, dispatcher int, window int, hi_ms long, "
                     "final boolean, version long, control_s double, batching_s double")
@@ -67,7 +67,7 @@ class BatchingProcessor(StatefulProcessor):
             hi = None if pd.isna(w.hi_ms) else int(w.hi_ms)
             folder = handover.window_dir(self.emulation, version, "routed", run_id, topic,
                                          window)
-            routed = _read_routed(storage_path(folder, shard))
+            routed = _read_routed(handover.shard_file(folder, shard))
             if blob is None and not len(routed):
                 seconds = 0.0  # a shard no producer has used yet: nothing to carry
             else:
@@ -81,7 +81,7 @@ class BatchingProcessor(StatefulProcessor):
                 writers[version].write(f"{topic}\x00{shard}", {"msg": messages, "entry": frame})
                 if len(frame):
                     handover.write_frame(
-                        storage_path(handover.window_dir(self.emulation, version, "handover",
+                        handover.shard_file(handover.window_dir(self.emulation, version, "handover",
                                                          run_id, topic, window), shard),
                         pa.Table.from_pandas(frame[ENTRY_HANDOVER_COLUMNS], preserve_index=False,
                                              schema=handover.ENTRY_HANDOVER))

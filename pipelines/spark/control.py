@@ -85,7 +85,7 @@ class ControlProcessor(StatefulProcessor):
                 frames["segment"] = result.segments
             writers[version].write(topic, frames)
             seconds = time.perf_counter() - t0
-            out += [(run_id, topic, s, int(w.window), w.hi_ms, bool(w.final), version,
+            out += [(run_id, topic, s, int(w.window), hi, bool(w.final), version,
                      seconds if s == 0 else 0.0) for s in range(self.shards)]
         for writer in writers.values():
             writer.close()
@@ -99,16 +99,11 @@ class ControlProcessor(StatefulProcessor):
         batching reads one per window)."""
         table = pa.Table.from_pandas(routed[ROUTED_COLUMNS], preserve_index=False)
         shard = handover.producer_shard(routed["producer_name"], self.shards)
-        for s in range(self.shards):
-            handover.write_frame(storage_path(folder, s), table.filter(pa.array(shard == s)))
+        for s, part in enumerate(handover.split_by_shard(table, shard, self.shards)):
+            handover.write_frame(handover.shard_file(folder, s), part)
 
     def close(self) -> None:
         pass
-
-
-def storage_path(folder: str, shard: int) -> str:
-    """A shard's file in a window folder of :mod:`pipelines.spark.handover`."""
-    return f"{folder.rstrip('/')}/shard-{shard:04d}.parquet"
 
 
 def _bound(value: Any) -> int | None:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from pipelines import stages, storage
@@ -89,9 +88,8 @@ class DispatchProcessor(StatefulProcessor):
 def _read_entries(folder: str) -> pd.DataFrame:
     """Every shard's handed-over entries of a window (:data:`handover.ENTRY_HANDOVER`), in
     shard order; no rows when no shard sent any."""
-    fs, path = storage.arrow_filesystem(folder)
-    names = storage.list_files(folder, ".parquet")
-    tables = [pq.read_table(f"{path}/{n}", filesystem=fs) for n in names
-              if not n.startswith((".", "_"))]
+    tables = [t for n in storage.list_files(folder, handover.HANDOVER_SUFFIX)
+              if not n.startswith((".", "_"))
+              and (t := handover.read_frame(storage.join(folder, n))) is not None]
     table = pa.concat_tables(tables) if tables else handover.ENTRY_HANDOVER.empty_table()
     return table.to_pandas(types_mapper=stages.arrow_strings)

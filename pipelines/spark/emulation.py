@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+import pyarrow.parquet as pq
 
 from pipelines import stages, storage
 from pipelines.faults import fault
@@ -76,8 +77,10 @@ def write_feed(emulation: str, version: int, windows: Sequence[stages.StageWindo
         return True
     rows = [(r, t, i, w.lo_ms, w.hi_ms, w.final, snapshot, version)
             for r in runs for t in sorted(topics) for i, w in enumerate(windows)]
-    handover.write_frame(path, pa.Table.from_pylist(
-        [dict(zip(FEED_SCHEMA.names, r, strict=True)) for r in rows], schema=FEED_SCHEMA))
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(
+        [dict(zip(FEED_SCHEMA.names, r, strict=True)) for r in rows], schema=FEED_SCHEMA), sink)
+    storage.write_bytes(path, sink.getvalue().to_pybytes())
     return True
 
 

@@ -4,17 +4,20 @@ query").
 Everything of one finalization (one feed file, one micro-batch of the emulation query) lives
 under ``<emulation>/v=<version>/``:
 
-- ``routed/<run>/<topic sha1>/w-<window>/shard-<s>.parquet`` — the control plane's routed
+- ``routed/<run>/<topic sha1>/w-<window>/shard-<s>.arrow`` — the control plane's routed
   messages of producer shard ``s`` (replay order), ``layout.pkl`` beside them (the topic's
   layout DAG after the window);
-- ``handover/<run>/<topic sha1>/w-<window>/shard-<s>.parquet`` — a shard's entries of the window
+- ``handover/<run>/<topic sha1>/w-<window>/shard-<s>.arrow`` — a shard's entries of the window
   with what dispatch needs (:data:`ENTRY_HANDOVER`);
 - ``out/<run>/<kind>/part-<sha1>.parquet`` — table rows (:class:`pipelines.stages.FrameWriter`),
   committed to Delta by the driver.
 
-File names depend only on (run, topic, shard or dispatcher, window): a re-run of a micro-batch
-rewrites the same files whole. Operator state is one ``(format, blob)`` row per key in a
-``ValueState`` (:data:`STATE_DDL`); :func:`load_state` refuses a format it does not know.
+Hand-over files are Arrow IPC files (lz4): each is written once and read once, soon after, by
+the next operator; Parquet's encoding cost five times as much to write (a hot topic's control
+plane writes every message of it on one core). File names depend only on (run, topic, shard or
+dispatcher, window): a re-run of a micro-batch rewrites the same files whole. Operator state
+is one ``(format, blob)`` row per key in a ``ValueState`` (:data:`STATE_DDL`);
+:func:`load_state` refuses a format it does not know.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from pipelines import storage
 from pipelines.core.layout import SegmentLayout
@@ -92,6 +94,15 @@ def out_dir(emulation: str, version: int, run_id: str) -> str:
     return storage.join(version_dir(emulation, version), "out", run_id)
 
 
+HANDOVER_SUFFIX = ".arrow"
+"""File name suffix of the hand-over files (Arrow IPC)."""
+
+
+def shard_file(folder: str, shard: int) -> str:
+    """A producer shard's file in a window folder: ``<folder>/shard-<shard>.arrow``."""
+    return f"{folder.rstrip('/')}/shard-{shard:04d}{HANDOVER_SUFFIX}"
+
+
 def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
     """Producer shard (int64, ``0 <= s < shards``) of each producer name: pandas' stable
     SipHash of the name (the same in every process, unlike ``hash()``) modulo ``shards``,
@@ -105,23 +116,33 @@ def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
     return shard
 
 
+def split_by_shard(table: pa.Table, shard: npt.NDArray[np.int64],
+                   shards: int) -> list[pa.Table]:
+    """``table``'s rows per shard (``shard``: each row's shard, ``0 <= s < shards``), each in
+    the rows' order: one stable sort, then zero-copy slices."""
+    order = np.argsort(shard, kind="stable")
+    bounds = np.searchsorted(shard[order], np.arange(shards + 1))
+    grouped = table.take(pa.array(order))
+    return [grouped.slice(int(bounds[s]), int(bounds[s + 1] - bounds[s])) for s in range(shards)]
+
+
 def write_frame(path: str, table: pa.Table) -> None:
-    """Write ``table`` to the Parquet file ``path`` whole (a hidden temporary file, then moved:
-    a re-run replaces it)."""
-    fs, p = arrow_filesystem(path)
-    folder, name = p.rsplit("/", 1)
-    fs.create_dir(folder, recursive=True)
-    tmp = f"{folder}/.{name}.tmp"
-    pq.write_table(table, tmp, filesystem=fs, compression="zstd")
-    fs.move(tmp, p)
+    """Write ``table`` to the Arrow IPC file ``path`` (lz4) whole
+    (:func:`pipelines.storage.write_bytes`: a re-run replaces it)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema,
+                         options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+        writer.write_table(table)
+    storage.write_bytes(path, sink.getvalue().to_pybytes())
 
 
 def read_frame(path: str) -> pa.Table | None:
-    """The Parquet file ``path`` as a table, ``None`` when it does not exist."""
+    """The Arrow IPC file ``path`` as a table, ``None`` when it does not exist."""
     fs, p = arrow_filesystem(path)
     if not storage.is_file(path):
         return None
-    return pq.read_table(p, filesystem=fs)
+    with fs.open_input_file(p) as source:
+        return pa.ipc.open_file(source).read_all()
 
 
 def write_layout(folder: str, layout: SegmentLayout | None) -> None:
