@@ -102,7 +102,7 @@ lint: $(STAMP) ## ruff on everything (complexity and import rules too), mypy --s
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pipelines jobs
 
-docs: $(STAMP) ## Regenerate docs/tables.md from pipelines/schemas.py (a test checks it is current)
+docs: $(STAMP) ## Regenerate docs/tables.md from pipelines/contract/schemas.py (a test checks it is current)
 	$(PY) docs/gen_tables.py
 
 BENCH_STAMP := $(VENV)/.bench-installed

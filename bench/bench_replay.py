@@ -58,7 +58,7 @@ from deltalake import DeltaTable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.generator import generate, load_spec  # noqa: E402 - on sys.path from above
+from pipelines.workload.generator import generate, load_spec  # noqa: E402 - on sys.path from above
 
 TOTAL_RATE = 2780.0
 """msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from pipelines.compare import PreparedScenario, Scenario
-    from pipelines.config import ReplayConfig
+    from pipelines.contract.config import ReplayConfig
+    from pipelines.contract.presets import InputSpec
     from pipelines.delta_io import DeltaStore
-    from pipelines.presets import InputSpec
     from pipelines.progress import ReplayProgress
     from pipelines.replay import Replay
 
@@ -225,11 +225,11 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
                      what: str = "") -> tuple[ReplayConfig, InputSpec]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
     ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
-    CSV header or Parquet schema (``pipelines.input_check``); ``UsageError`` (prefixed by
+    CSV header or Parquet schema (``pipelines.ingest.input_check``); ``UsageError`` (prefixed by
     ``what``) on any problem. No Spark."""
-    from pipelines.config import ConfigError, load_config  # noqa: PLC0415
-    from pipelines.input_check import InputColumnError, check_columns  # noqa: PLC0415
-    from pipelines.presets import get_preset  # noqa: PLC0415
+    from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
+    from pipelines.contract.presets import get_preset  # noqa: PLC0415
+    from pipelines.ingest.input_check import InputColumnError, check_columns  # noqa: PLC0415
 
     for path in args.input:
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
@@ -241,7 +241,7 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         cfg = load_config(args.conf, [*args.sets, *extra_sets])
     except ConfigError as exc:
         raise UsageError(what + str(exc)) from None
-    from pipelines.privacy import PrivacyError, pseudonymizer  # noqa: PLC0415
+    from pipelines.ingest.privacy import PrivacyError, pseudonymizer  # noqa: PLC0415
 
     try:  # input.pseudonymize needs its secret: a missing one is a user mistake
         pseudonymizer(cfg)
@@ -293,9 +293,9 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     if getattr(args, "engine", "spark") == "local":
         return _replay_local(args, cfg, spec, run_id)
 
-    from pipelines.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.progress import ReplayProgress  # noqa: PLC0415
     from pipelines.replay import Replay  # noqa: PLC0415
+    from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.spark_session import build_session  # noqa: PLC0415
     from pipelines.storage import StorageError  # noqa: PLC0415
 
@@ -448,7 +448,7 @@ def _require_output(output: str) -> None:
 
 def _require_tables(tables: Sequence[str] | None) -> None:
     """``UsageError`` naming any of ``tables`` that is not an output table."""
-    from pipelines.schemas import table_names  # noqa: PLC0415
+    from pipelines.contract.schemas import table_names  # noqa: PLC0415
 
     unknown = [t for t in tables or [] if t not in table_names()]
     if unknown:
@@ -718,8 +718,8 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     _check_sweep_output(args, cfg, spec.preset, prepared)
 
-    from pipelines.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.spark_session import build_session  # noqa: PLC0415
     from pipelines.storage import join  # noqa: PLC0415
     from pipelines.sweep import run_sweep  # noqa: PLC0415
@@ -760,7 +760,11 @@ def _write_sweep_page(args: argparse.Namespace) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from pipelines.generator import generate, load_any_spec, result_summary  # noqa: PLC0415
+    from pipelines.workload.generator import (  # noqa: PLC0415
+        generate,
+        load_any_spec,
+        result_summary,
+    )
 
     if not Path(args.spec).is_file():
         raise UsageError(f"workload spec {args.spec} does not exist")

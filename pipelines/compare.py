@@ -24,11 +24,11 @@ import pandas as pd
 import yaml
 from pyspark.sql import SparkSession
 
-from pipelines.config import run_identity
+from pipelines.contract.config import run_identity
 from pipelines.core.dispatch import reader_subscription
 from pipelines.delta_io import DeltaStore
-from pipelines.ingest import resolve_input_spec
 from pipelines.replay import Replay, run_summary
+from pipelines.spark.ingest import resolve_input_spec
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A scenario name (= its run_id and a folder name under ``DIR/_work``)."""
@@ -147,7 +147,8 @@ METRICS: tuple[tuple[str, str], ...] = (
 
 @dataclass
 class RunTables:
-    """The output tables of one run as pandas frames (columns of :mod:`pipelines.schemas`)."""
+    """The output tables of one run as pandas frames (columns of
+    :mod:`pipelines.contract.schemas`)."""
 
     run_id: str
     store: DeltaStore
@@ -410,8 +411,8 @@ class PreparedScenario:
     """A scenario with its validated config and input spec (ready to replay)."""
 
     scenario: Scenario
-    config: Any  # pipelines.config.ReplayConfig
-    input_spec: Any  # pipelines.presets.InputSpec
+    config: Any  # pipelines.contract.config.ReplayConfig
+    input_spec: Any  # pipelines.contract.presets.InputSpec
 
 
 def existing_run(store: DeltaStore, run_id: str) -> dict[str, Any] | None:

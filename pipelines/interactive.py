@@ -41,7 +41,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from pipelines.compare import METRICS, RunTables, metrics_frame, run_metrics
-from pipelines.config import parse_config
+from pipelines.contract.config import parse_config
 from pipelines.delta_io import DeltaStore
 from pipelines.report import (
     _CSS,

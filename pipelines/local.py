@@ -14,7 +14,7 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   source, CSV / JSON / regex parsing, Parquet with pyarrow) and maps them to the contract;
   the input rules after the mapping — validation and quarantine reasons in their order,
   timestamp and integer parsing, ``event_ms``, minute spreading, key hashes — are
-  :func:`pipelines.ingest_rules.ingest_records`, the function the Spark replay's staging pass
+  :func:`pipelines.ingest.rules.ingest_records`, the function the Spark replay's staging pass
   runs in its ``mapInArrow``; the differential test proves the engines agree on the sample
   and on the online-retail trace.
   Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated by a small
@@ -46,9 +46,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipelines import stages
-from pipelines.config import ReplayConfig
+from pipelines.contract.config import ReplayConfig
+from pipelines.contract.presets import InputSpec, is_identifier
 from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
-from pipelines.ingest_rules import (
+from pipelines.ingest.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
+from pipelines.ingest.rules import (
     ACCEPTED_COLUMNS,
     FILE_REASONS,
     INVALID_UTF8_FLAG,
@@ -62,9 +64,7 @@ from pipelines.ingest_rules import (
     mapped_name,
     order_name,
 )
-from pipelines.ingest_rules import as_str as _as_str
-from pipelines.presets import InputSpec, is_identifier
-from pipelines.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
+from pipelines.ingest.rules import as_str as _as_str
 
 FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.replay
 
@@ -379,7 +379,7 @@ def _parquet_json(v: Any) -> Any:
 
 def resolve_local_spec(spec: InputSpec, inputs: Sequence[str]) -> InputSpec:
     """``spec`` with ``csv_columns`` read from the header of the first input file (path order),
-    as ``pipelines.ingest.resolve_input_spec`` does with Spark."""
+    as ``pipelines.spark.ingest.resolve_input_spec`` does with Spark."""
     if spec.format != "csv" or spec.csv_columns is not None:
         return spec
     files = sorted(input_files(inputs, spec), key=str)
@@ -405,7 +405,7 @@ def _arrow(s: pd.Series) -> pa.Array:
 
 def _mapped_records(frame: pd.DataFrame, names: list[str], spec: InputSpec,
                     parquet_raw: ParquetRaw | None) -> pa.RecordBatch:
-    """The frame's records as :func:`pipelines.ingest_rules.ingest_records` takes them: every
+    """The frame's records as :func:`pipelines.ingest.rules.ingest_records` takes them: every
     mapping evaluated here (``m_<column>``, ``o_<i>``), the reader's flags, ``source_file`` and,
     when spreading needs it, ``raw_record``."""
     n = len(frame)
@@ -462,8 +462,8 @@ def _accepted_frame(verdict: Ingested, files: npt.NDArray[Any]) -> pd.DataFrame:
 def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
                 parquet_raw: ParquetRaw | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Map :func:`_source_frame` output to the input contract and apply the input rules:
-    :func:`pipelines.ingest_rules.ingest_records`, the function Spark's staging pass calls.
-    Returns ``(accepted, quarantine)`` as ``pipelines.ingest.parse_records`` makes them.
+    :func:`pipelines.ingest.rules.ingest_records`, the function Spark's staging pass calls.
+    Returns ``(accepted, quarantine)`` as ``pipelines.spark.ingest.parse_records`` makes them.
     ``parquet_raw``: the Parquet rows' ``raw_record`` (``None``: the frame's column)."""
     header = frame["_header"].to_numpy(bool)
     if header.any():  # CSV only (Parquet frames have no header rows to drop)
@@ -482,7 +482,7 @@ def read_local(spec: InputSpec, inputs: Sequence[str],
                max_files_per_trigger: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read and parse every input file without Spark: ``(accepted, quarantine)``.
 
-    ``accepted``: ``pipelines.ingest.ACCEPTED_COLUMNS`` (pandas dtypes: ``sequence_id`` /
+    ``accepted``: ``pipelines.ingest.rules.ACCEPTED_COLUMNS`` (pandas dtypes: ``sequence_id`` /
     ``hash32`` Int64, ``segment_hash`` / ``hash_b`` Int32, ``publish_time`` datetime64[ns, UTC],
     ``event_ms`` int64 ms). ``quarantine``: ``source_file``, ``raw_record``, ``reason`` and
     ``batch_id`` (the micro-batch the Spark replay would read the file in: files in
@@ -528,7 +528,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     Same arguments and tables as ``pipelines.replay.Replay(...).run()`` (batch mode), without a
     SparkSession; returns the run summary (``pipelines.replay.run_summary``). Raises
     ``ValueError`` when the spec needs Spark (:func:`check_spec`), and
-    ``pipelines.privacy.PrivacyError`` when ``input.pseudonymize``'s secret is not set. The
+    ``pipelines.ingest.privacy.PrivacyError`` when ``input.pseudonymize``'s secret is not set. The
     privacy options (``input.pseudonymize``, ``output.keys``, ``output.quarantine_raw``) act as
     in the Spark replay. Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction

@@ -2,9 +2,9 @@
 
 Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 
-1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.ingest``), then
+1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.spark.ingest``), then
    ONE Python pass (``pipelines.stages.stage_batch``) applies the input rules
-   (``pipelines.ingest_rules``), hashes the keys and stages the accepted records as Parquet
+   (``pipelines.ingest.rules``), hashes the keys and stages the accepted records as Parquet
    under ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
    staging is idempotent); the records it rejects, and accepted ones older than the horizon
    already finalized (``late``), come out of the pass → ``quarantine``.
@@ -43,23 +43,13 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines import stages, storage
-from pipelines.config import ReplayConfig, run_identity
+from pipelines.contract.config import ReplayConfig, run_identity
+from pipelines.contract.presets import InputSpec
+from pipelines.contract.schemas import arrow_schema
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.faults import fault
-from pipelines.ingest import (
-    FILE_REASONS,
-    LATE,
-    PRESENT_PREFIX,
-    map_records,
-    micro_batch_files,
-    quarantine_rows,
-    read_raw_stream,
-    salvage_files,
-)
-from pipelines.presets import InputSpec
-from pipelines.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
+from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.progress import BatchProgress
-from pipelines.schemas import arrow_schema
 from pipelines.spark import handover
 from pipelines.spark.emulation import (
     FINAL_VERSION,
@@ -69,6 +59,16 @@ from pipelines.spark.emulation import (
     remove_versions,
     run_emulation,
     write_feed,
+)
+from pipelines.spark.ingest import (
+    FILE_REASONS,
+    LATE,
+    PRESENT_PREFIX,
+    map_records,
+    micro_batch_files,
+    quarantine_rows,
+    read_raw_stream,
+    salvage_files,
 )
 from pipelines.spark_session import is_connect
 from pipelines.validation import latest_validation
@@ -123,8 +123,8 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     """Refuse to write into ``output`` when that would mix incompatible data.
 
     Raises :class:`OutputConflictError` listing every problem: an existing table whose schema
-    or partitioning differs from :mod:`pipelines.schemas` (written by another version), or a
-    ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
+    or partitioning differs from :mod:`pipelines.contract.schemas` (written by another version),
+    or a ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
     different configuration or input preset (``lanes``: a sweep's runs by run_id, part of its
     manifest; ``new``: the run must not exist at all — a sweep's scenario starting afresh).
     Reads only Delta logs and small files (delta-rs),
@@ -566,13 +566,13 @@ class Replay:
     def _stage(self, raw: DataFrame, batch_id: int, fields: Observation | None,
                bad_files: DataFrame | None = None) -> None:
         """The staging pass of a micro-batch's raw records (``stages.stage_batch``: the rules
-        of ``pipelines.ingest_rules``, key hashes and ``input.pseudonymize`` in the one Python
+        of ``pipelines.ingest.rules``, key hashes and ``input.pseudonymize`` in the one Python
         pass that writes the staged files, rewritten whole on a re-run, partitioned by topic
         (``stages.STAGING_TOPIC_COLUMN``) so the control plane reads a topic alone). Records
         the rules reject, and accepted ones older than the finalized horizon (``late``), come
         out of the pass and are written with ``bad_files`` (salvage's rows) by
         :meth:`_write_quarantine`. ``fields``: the mapped records' metrics
-        (``pipelines.ingest.map_records``)."""
+        (``pipelines.spark.ingest.map_records``)."""
         plan = stages.StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
                                   self.pseudonymize)
         stages.stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
@@ -611,11 +611,11 @@ class Replay:
         """Run the staging pass of micro-batch ``batch_id`` (``verdicts``: its rows of rejected
         and late records, kept on the executors: one job, and the pass runs once) and write
         those records, with ``bad_files``, as ``quarantine`` rows (``source_file``,
-        ``raw_record``, ``reason``; ``pipelines.ingest.quarantine_rows``) in Parquet under
+        ``raw_record``, ``reason``; ``pipelines.spark.ingest.quarantine_rows``) in Parquet under
         :meth:`_quarantine_dir`, by the executors (the driver never holds the rows), replacing
         what is there; nothing to quarantine: no folder (a crashed run's is removed), no second
         job. ``output.quarantine_raw: false``: a record's ``raw_record`` is ``sha256:<hex>`` of
-        its text (:func:`pipelines.privacy.record_digest`); a file's keeps its read error."""
+        its text (:func:`pipelines.ingest.privacy.record_digest`); a file's keeps its read error."""
         counted = Observation()
         kept = verdicts.observe(counted, F.count(F.lit(1)).alias("rows")).localCheckpoint()
         if bad_files is None and _observed(counted, "rows") == 0:
@@ -663,7 +663,7 @@ class Replay:
     def _salvage(self, raw: DataFrame, batch_id: int,
                  exc: Exception) -> tuple[DataFrame, DataFrame]:
         """After micro-batch ``batch_id`` failed: re-read its files one by one
-        (:func:`pipelines.ingest.salvage_files`); re-raises ``exc`` when every file reads
+        (:func:`pipelines.spark.ingest.salvage_files`); re-raises ``exc`` when every file reads
         (the failure was not a file's). Reports each bad file with its path."""
         files = micro_batch_files(self.spark, self.checkpoint, batch_id)
         if not files:
@@ -974,7 +974,7 @@ def _staged_rows(path: str) -> int:
 
 def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any], engine: str,
              started: float, timings: dict[str, Any]) -> dict[str, Any]:
-    """The ``runs`` row of a finished run (columns of ``pipelines.schemas.RUNS`` but
+    """The ``runs`` row of a finished run (columns of ``pipelines.contract.schemas.RUNS`` but
     ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
     other facts) stored with ``wall_s`` in the ``timings`` JSON."""
     import pyspark  # noqa: PLC0415

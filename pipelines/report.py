@@ -33,7 +33,7 @@ from typing import Any
 import matplotlib
 
 from pipelines.compare import format_cell
-from pipelines.config import parse_config
+from pipelines.contract.config import parse_config
 
 matplotlib.use("Agg")
 

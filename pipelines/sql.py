@@ -23,8 +23,8 @@ import pandas as pd
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
+from pipelines.contract.schemas import table_names
 from pipelines.delta_io import DeltaStore
-from pipelines.schemas import table_names
 
 FORMATS = ("table", "csv", "json")
 

@@ -9,7 +9,7 @@
   UTC timestamps in log time).
 - **staging and output files** — the staged messages partitioned by topic
   (:class:`StagingWriter`, :func:`read_topic`), written by the replay's staging pass
-  (:func:`stage_batch`: the input rules of ``pipelines.ingest_rules`` and the staging in one
+  (:func:`stage_batch`: the input rules of ``pipelines.ingest.rules`` and the staging in one
   ``mapInArrow``), and the typed Parquet files of output rows (:class:`FrameWriter`) that the
   Spark runtime (:mod:`pipelines.spark`: the group functions as grouped stateful operators)
   writes and the driver commits to Delta.
@@ -38,7 +38,8 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines.config import ConfigError, ReplayConfig
+from pipelines.contract.config import ConfigError, ReplayConfig
+from pipelines.contract.schemas import arrow_schema
 from pipelines.core.assignment import SubscriptionType
 from pipelines.core.batching import (
     BatchingConfig,
@@ -59,7 +60,8 @@ from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.delta_io import conform_arrow
-from pipelines.ingest_rules import (
+from pipelines.ingest.privacy import Pseudonymizer
+from pipelines.ingest.rules import (
     MINUTE_HINT,
     ingest_batches,
     key_hashes_arrow,
@@ -67,8 +69,6 @@ from pipelines.ingest_rules import (
     minutes_misplaced,
     verdict_rows,
 )
-from pipelines.privacy import Pseudonymizer
-from pipelines.schemas import arrow_schema
 from pipelines.storage import arrow_filesystem
 
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
@@ -117,8 +117,8 @@ class StageSettings:
 
         A consumer's reconnects must lie after its join and before its leave in log time (a
         seconds offset against a timestamp is checked here, once the first event is known:
-        :class:`~pipelines.config.ConfigError` otherwise). A reconnect that lands on the join
-        or leave millisecond of the emulated clock (``speed`` compression) merges into it."""
+        :class:`~pipelines.contract.config.ConfigError` otherwise). A reconnect that lands on the
+        join or leave millisecond of the emulated clock (``speed`` compression) merges into it."""
         speed = cfg.replay.speed
         first_log_ms = int((first_event_ms or 0) * speed)
         subs, caps = [], {}
@@ -261,7 +261,7 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
                   horizon_ms: int | None, final: bool) -> tuple[pd.DataFrame, TopicController]:
     """Route one topic's window of messages and run its controller up to ``horizon_ms``.
 
-    ``pdf``: accepted messages (``pipelines.ingest.ACCEPTED_COLUMNS``; ``event_ms`` int64 ms,
+    ``pdf``: accepted messages (``pipelines.ingest.rules.ACCEPTED_COLUMNS``; ``event_ms`` int64 ms,
     ``segment_hash`` / ``hash_b`` null for keyless), any order. Returns the messages sorted by
     :data:`SORT_KEYS` and :data:`TIE_KEYS` with ``segment_id`` (int64),
     ``bucket_index`` (int32) and ``layout_epoch`` (int64) added, and the advanced controller
@@ -655,8 +655,9 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     order — a topic's three stages only depend on the topic, so one task runs them all (one
     shuffle per window instead of three).
 
-    ``pdf``: the topic's accepted messages of the window (``pipelines.ingest.ACCEPTED_COLUMNS``),
-    any order, possibly empty (the topic then only moves through time). ``controller`` /
+    ``pdf``: the topic's accepted messages of the window
+    (``pipelines.ingest.rules.ACCEPTED_COLUMNS``), any order, possibly empty (the topic then
+    only moves through time). ``controller`` /
     ``producers`` (producer name → blob) / ``dispatcher``: the carried state blobs (``None`` /
     missing = new). Producers without messages run only while they hold open batches (their
     timers fire). Returns a :class:`TopicResult`; ``frames`` holds ``msg`` (messages table
@@ -715,7 +716,7 @@ class FrameWriter:
     def __init__(self, out_dir: str,
                  withheld: Mapping[str, tuple[str, ...]] | None = None) -> None:
         """``withheld``: table → nullable columns written as nulls (``output.keys``,
-        :func:`pipelines.privacy.withheld_columns`)."""
+        :func:`pipelines.ingest.privacy.withheld_columns`)."""
         self.out_dir = out_dir
         self.withheld = dict(withheld or {})
         self.files: dict[tuple[str, str], tuple[Any, Any, str, str]] = {}
@@ -775,7 +776,7 @@ KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
 
 STAGING_SOURCE_COLUMNS = [c for c in STAGE_INPUT_COLUMNS if c not in KEY_HASH_COLUMNS]
 """Accepted-message columns :class:`StagingWriter` takes (the columns of
-``pipelines.ingest_rules.ACCEPTED_FIELDS``; the hashes are added as the files are written)."""
+``pipelines.ingest.rules.ACCEPTED_FIELDS``; the hashes are added as the files are written)."""
 
 
 def topic_digest(topic: str) -> str:
@@ -800,7 +801,7 @@ class StagingWriter:
     topics, any order), then :meth:`close`.
 
     Each added batch gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
-    ``pipelines.ingest_rules.key_hashes_arrow``, the one hashing function) and goes, split by
+    ``pipelines.ingest.rules.key_hashes_arrow``, the one hashing function) and goes, split by
     topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
     groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
     under a hidden temporary name and moved into place by :meth:`close`, so a retried task
@@ -996,7 +997,7 @@ class StagingPlan:
     """What a micro-batch's staging pass applies (picklable: it travels to the tasks).
 
     ``spec``: the ``InputSpec`` (the rules' settings); ``horizon_ms`` (emulated ms) /
-    ``finalized``: which accepted records are late (``pipelines.ingest_rules.late_rows``);
+    ``finalized``: which accepted records are late (``pipelines.ingest.rules.late_rows``);
     ``pseudonymize``: see :class:`StagingWriter`."""
 
     spec: Any
@@ -1007,12 +1008,12 @@ class StagingPlan:
 
 def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder: str, part: int,
                     check_minutes: bool = False) -> Iterator[pa.RecordBatch]:
-    """One task of the staging pass: the rules (``pipelines.ingest_rules.ingest_batches``) on
+    """One task of the staging pass: the rules (``pipelines.ingest.rules.ingest_batches``) on
     ``batches`` (mapped records), the accepted messages that are not late staged under
     ``folder`` as ``part`` (:class:`StagingWriter`); yields the rejected and the late records
-    (``pipelines.ingest_rules.verdict_rows``). ``check_minutes``: the records were spread over
+    (``pipelines.ingest.rules.verdict_rows``). ``check_minutes``: the records were spread over
     the tasks by their minute hint; a hint that is not its record's minute
-    (``pipelines.ingest_rules.minutes_misplaced``) leaves the :data:`MISPLACED_MARK` file and
+    (``pipelines.ingest.rules.minutes_misplaced``) leaves the :data:`MISPLACED_MARK` file and
     stages and yields nothing."""
     writer = StagingWriter(folder, part, plan.pseudonymize)
     for records, verdict in ingest_batches(batches, plan.spec):
@@ -1064,10 +1065,10 @@ def stage_batch(records: Any, staging: str, batch_id: int, plan: StagingPlan,
                 take_verdicts: Callable[[Any], None]) -> None:
     """Spark: the rules and the staging of micro-batch ``batch_id`` in ONE Python pass.
 
-    ``records``: a DataFrame of mapped records (``pipelines.ingest.map_records``). Each task
+    ``records``: a DataFrame of mapped records (``pipelines.spark.ingest.map_records``). Each task
     runs :func:`stage_partition` under ``plan`` in ``mapInArrow``: it stages the accepted
     messages under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a re-run restages it)
-    and returns the rejected and late records as rows (``pipelines.ingest_rules.verdict_rows``;
+    and returns the rejected and late records as rows (``pipelines.ingest.rules.verdict_rows``;
     Spark types: ``pipelines.udfs.verdict_type``). ``take_verdicts`` gets that DataFrame and
     must run it exactly once (e.g. write it): that action is the pass.
 

@@ -36,7 +36,7 @@ from pipelines.compare import (
     layout_timeline,
     run_metrics,
 )
-from pipelines.config import parse_config
+from pipelines.contract.config import parse_config
 from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.replay import Replay, RunSpec
 
@@ -235,7 +235,8 @@ def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], i
 
 def sweep_row(tables: RunTables, sweep_id: str, settings: Mapping[str, Any],
               flap_window_s: int) -> dict[str, Any]:
-    """One ``sweeps`` row (columns of ``pipelines.schemas.SWEEPS``) of one scenario's run."""
+    """One ``sweeps`` row (columns of ``pipelines.contract.schemas.SWEEPS``) of one scenario's
+    run."""
     config = parse_config(tables.config)
     at_max = time_at_max_segments(tables.segments,
                                   lambda t: config.policy_for(t).max_segments,

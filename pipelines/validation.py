@@ -26,14 +26,15 @@ What is checked (per table; "key" = the table's grain):
   ``operation-failed: …``), ``action`` in :data:`pipelines.core.controller.DECISION_ACTIONS`,
   ``trigger`` a ``+``-join of :class:`pipelines.core.controller.Trigger` values,
   ``entries.close_reason`` in :data:`pipelines.core.batching.CLOSE_REASONS`,
-  ``quarantine.reason`` in :data:`pipelines.ingest.QUARANTINE_REASONS` or
-  :data:`pipelines.ingest.LATE`, ``segments.state`` / ``created_by`` in
+  ``quarantine.reason`` in :data:`pipelines.ingest.rules.QUARANTINE_REASONS` or
+  :data:`pipelines.ingest.rules.LATE`, ``segments.state`` / ``created_by`` in
   :class:`pipelines.core.layout.SegmentState` / :data:`pipelines.core.controller.CREATED_BY`.
 
-Results are rows of the ``validations`` table (:data:`pipelines.schemas.VALIDATIONS`): one per
-(run_id, validation_id, table, expectation, kwargs). ``validation_id`` numbers the passes over a
-run (the end-of-run pass is 1) so that the table holds no wall-clock time. Frames are sorted by
-their key columns before validation, so the sampled unexpected values are deterministic too.
+Results are rows of the ``validations`` table (:data:`pipelines.contract.schemas.VALIDATIONS`):
+one per (run_id, validation_id, table, expectation, kwargs). ``validation_id`` numbers the passes
+over a run (the end-of-run pass is 1) so that the table holds no wall-clock time. Frames are
+sorted by their key columns before validation, so the sampled unexpected values are
+deterministic too.
 
 Limits: each table of the run is read whole into driver memory (pandas); for a very large run
 validate a sample run or raise the driver memory.
@@ -52,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from pipelines.contract.schemas import arrow_schema
 from pipelines.core.batching import CLOSE_REASONS
 from pipelines.core.controller import (
     CREATED_BY,
@@ -62,8 +64,7 @@ from pipelines.core.controller import (
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
 from pipelines.delta_io import DeltaStore, table_app_id
-from pipelines.ingest import LATE, QUARANTINE_REASONS
-from pipelines.schemas import arrow_schema
+from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
 
 if TYPE_CHECKING:
     from great_expectations.expectations import Expectation

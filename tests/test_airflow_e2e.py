@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from jobs.replay import main
+from pipelines.contract.schemas import table_names
 from pipelines.delta_io import AUTO_ENGINE_ENV, DeltaStore
-from pipelines.schemas import table_names
 from pipelines.spark_session import delta_jars
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

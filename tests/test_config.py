@@ -1,4 +1,4 @@
-"""Tests of pipelines.config: defaults, user YAML, --set overrides, validation, helpers."""
+"""Tests of pipelines.contract.config: defaults, user YAML, --set overrides, validation, helpers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from deltalake import write_deltalake
 
 import pipelines.spark_session
 from jobs.replay import main
-from pipelines.config import (
+from pipelines.contract.config import (
     DEFAULT_CONF_ENV,
     OUTPUT_TABLES,
     ConfigError,
@@ -24,11 +24,11 @@ from pipelines.config import (
     load_config,
     parse_config,
 )
+from pipelines.contract.schemas import TABLES
 from pipelines.core.batching import BatchingConfig
 from pipelines.core.policy import AutoScaleConfig
 from pipelines.delta_io import DeltaStore
 from pipelines.replay import OutputConflictError, check_output
-from pipelines.schemas import TABLES
 
 FIRST_EVENT_MS = 1_291_190_400_000  # 2010-12-01T08:00:00Z
 

@@ -12,7 +12,7 @@ import pytest
 from deltalake import write_deltalake
 
 from pipelines.compare import RunTables
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
 from pipelines.delta_io import DeltaStore
 from pipelines.interactive import (
     SWEEP_METRICS,

@@ -14,8 +14,8 @@ import pytest
 
 import pipelines.spark_session
 from jobs.replay import main
-from pipelines.config import ConfigError, load_config
-from pipelines.privacy import (
+from pipelines.contract.config import ConfigError, load_config
+from pipelines.ingest.privacy import (
     PrivacyError,
     conceal_quarantine,
     pseudonym,

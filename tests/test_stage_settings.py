@@ -5,7 +5,7 @@
 import pandas as pd
 import pytest
 
-from pipelines.config import ConfigError, load_config
+from pipelines.contract.config import ConfigError, load_config
 from pipelines.core.layout import SegmentLayout
 from pipelines.stages import StageSettings, dispatch_group
 

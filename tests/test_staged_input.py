@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines import stages
-from pipelines.ingest_rules import ACCEPTED_FIELDS, MINUTE_HINT, key_hashes_arrow, mapped_name
-from pipelines.presets import get_preset
-from pipelines.privacy import Pseudonymizer, pseudonym
+from pipelines.contract.presets import get_preset
+from pipelines.ingest.privacy import Pseudonymizer, pseudonym
+from pipelines.ingest.rules import ACCEPTED_FIELDS, MINUTE_HINT, key_hashes_arrow, mapped_name
 from pipelines.stages import (
     KEY_HASH_COLUMNS,
     MISPLACED_MARK,
@@ -151,7 +151,8 @@ T0_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
 
 
 def _mapped(times_ms: list[int], sizes: list[str] | None = None, **columns) -> pa.RecordBatch:
-    """Mapped JSON records (one topic ``t``) as ``pipelines.ingest.map_records`` ships them."""
+    """Mapped JSON records (one topic ``t``) as ``pipelines.spark.ingest.map_records`` ships
+    them."""
     n = len(times_ms)
     return pa.RecordBatch.from_pydict({
         "source_file": ["file:/in/a.json"] * n, "raw_record": [f"r{i}" for i in range(n)],

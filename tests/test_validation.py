@@ -18,7 +18,7 @@ from jobs.replay import main
 from pipelines.core.batching import CLOSE_REASONS
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
 from pipelines.delta_io import DeltaStore
-from pipelines.ingest import LATE, QUARANTINE_REASONS
+from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
 from pipelines.replay import format_summary, run_summary
 from pipelines.validation import (
     INPUT_CONTRACT,

@@ -23,7 +23,7 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from pipelines import stages
-from pipelines.privacy import withheld_columns
+from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
 from pipelines.spark.control import ROUTED_COLUMNS
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from pipelines import stages
-from pipelines.privacy import withheld_columns
+from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
 
 FEED_DDL = ("run_id string, topic string, window int, lo_ms long, hi_ms long, final boolean, "

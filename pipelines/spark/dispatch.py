@@ -22,7 +22,7 @@ import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from pipelines import stages, storage
-from pipelines.privacy import withheld_columns
+from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
 
 DISPATCH_OUT_DDL = ("run_id string, topic string, dispatcher int, window int, version long, "

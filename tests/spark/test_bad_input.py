@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
-from pipelines.ingest import ingest_batch, salvage_files
 from pipelines.local import read_local
-from pipelines.presets import get_preset
 from pipelines.replay import Replay
+from pipelines.spark.ingest import ingest_batch, salvage_files
 
 pytestmark = pytest.mark.spark
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
-from pipelines.presets import get_preset
 from pipelines.replay import Replay
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 

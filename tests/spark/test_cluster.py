@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
-from pipelines.presets import get_preset
 from pipelines.replay import OutputConflictError, Replay, check_output_path
 from tests.spark.conftest import assert_replays_equal
 

@@ -20,9 +20,9 @@ from pipelines.compare import (
     parse_scenario,
     yaml_to_sets,
 )
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
 from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
+from pipelines.workload.generator import WorkloadSpec, generate
 
 SPEC = {
     "seed": 5, "start_time": "2025-01-15T09:00:00Z", "duration_s": 120, "format": "json",

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipelines.contract.schemas import table_names
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
-from pipelines.schemas import table_names
 from tests.conftest import ENGINES
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 

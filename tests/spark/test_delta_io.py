@@ -12,8 +12,9 @@ from deltalake import DeltaTable
 
 import pipelines.delta_io as delta_io
 import pipelines.spark_session as spark_session
+from pipelines.contract.schemas import TABLES, arrow_schema
 from pipelines.delta_io import FALLBACK_NOTE, TABLE_PROPERTIES, DeltaStore, conform_arrow
-from pipelines.schemas import TABLES, arrow_schema, spark_schema
+from pipelines.spark.schemas import spark_schema
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
 UTC = dt.UTC

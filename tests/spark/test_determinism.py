@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.contract.schemas import table_names
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.presets import get_preset
 from pipelines.replay import Replay
-from pipelines.schemas import table_names
+from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from jobs.replay import _input_spec
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
-from pipelines.presets import get_preset
 from pipelines.replay import Replay, format_summary, run_summary
 
 pytestmark = pytest.mark.spark

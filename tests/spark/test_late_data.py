@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
-from pipelines.ingest import read_raw_batch
-from pipelines.presets import get_preset
 from pipelines.replay import Replay, run_summary
+from pipelines.spark.ingest import read_raw_batch
 
 pytestmark = pytest.mark.spark
 

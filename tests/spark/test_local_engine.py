@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
 from pipelines.local import check_spec, run_local
-from pipelines.presets import get_preset
 from pipelines.replay import Replay
+from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = pytest.mark.spark
 

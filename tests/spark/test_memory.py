@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.generator import WorkloadSpec, generate
+from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -32,8 +32,8 @@ MARGIN_BYTES = 150 * 2**20  # allowed growth of the peak from the small to the l
 
 RUNNER = textwrap.dedent("""
     import json, resource, sys
-    from pipelines.config import load_config
-    from pipelines.presets import get_preset
+    from pipelines.contract.config import load_config
+    from pipelines.contract.presets import get_preset
     from pipelines.replay import Replay
     from pipelines.spark_session import build_session
 

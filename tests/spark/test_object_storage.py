@@ -15,14 +15,14 @@ import boto3
 import pytest
 
 from pipelines import storage
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.contract.schemas import table_names
 from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_frames
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.presets import get_preset
 from pipelines.replay import Replay
-from pipelines.schemas import table_names
 from pipelines.spark_session import s3a_jars
+from pipelines.workload.generator import WorkloadSpec, generate
 from tests.conftest import ENGINES
 
 # slow: about 1 min per replay on an idle 2-core machine (moto answers every request in Python)

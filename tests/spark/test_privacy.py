@@ -14,11 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
+from pipelines.ingest.privacy import pseudonym
 from pipelines.local import run_local
-from pipelines.presets import get_preset
-from pipelines.privacy import pseudonym
 from pipelines.replay import Replay
 
 pytestmark = pytest.mark.spark

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 
 from pipelines import stages
-from pipelines.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
+from pipelines.contract.presets import InputSpec, get_preset
 from pipelines.local import read_local
-from pipelines.presets import InputSpec, get_preset
+from pipelines.spark.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
 
 pytestmark = pytest.mark.spark
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.config import load_config
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
 from pipelines.delta_io import DeltaStore
-from pipelines.presets import get_preset
 from pipelines.replay import Replay
 
 pytestmark = pytest.mark.spark

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipelines.presets import InputSpec
+from pipelines.contract.presets import InputSpec
 
 
 class InputColumnError(ValueError):

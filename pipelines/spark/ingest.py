@@ -20,7 +20,7 @@ line is one record).
 :func:`map_records` turns a raw DataFrame into *mapped records*: the format is parsed
 (``from_csv``, ``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL, nothing
 more. The input rules — validation and the quarantine reasons, integer and timestamp parsing,
-``event_ms``, minute spreading, key hashing — are :mod:`pipelines.ingest_rules`' Arrow
+``event_ms``, minute spreading, key hashing — are :mod:`pipelines.ingest.rules`' Arrow
 functions, written once: the replay runs them in its one Python pass, the staging pass
 (``pipelines.stages.stage_batch``: a ``mapInArrow`` that also hashes the keys and writes the
 staged files, and returns the records the rules reject, which :func:`quarantine_rows` turns
@@ -42,7 +42,7 @@ cache the micro-batch when writing both.
 Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
 record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
 the first failing rule in :data:`QUARANTINE_REASONS` order (constants re-exported from
-:mod:`pipelines.ingest_rules`).
+:mod:`pipelines.ingest.rules`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,13 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines.ingest_rules import (  # the rules' constants, re-exported for callers
+from pipelines.contract.presets import (
+    CSV_DEFAULT_OPTIONS,
+    InputSpec,
+    is_identifier,
+    normalize_format,
+)
+from pipelines.ingest.rules import (  # the rules' constants, re-exported for callers
     ACCEPTED_COLUMNS,
     BAD_PAYLOAD_SIZE,
     BAD_PUBLISH_TIME,
@@ -95,7 +101,6 @@ from pipelines.ingest_rules import (  # the rules' constants, re-exported for ca
     order_name,
     row_field,
 )
-from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
 from pipelines.udfs import parse_task, verdict_type
 
 # Internal column names (prefixed so they cannot shadow source columns).
@@ -449,7 +454,7 @@ def _minute_hint(c: Column, dtype: T.DataType, spec: InputSpec) -> Column:
     it has none) from the mapped publish time ``c`` of type ``dtype``: timestamps, and strings
     in an ISO or pattern ``publish_time_format`` (taken in the spec's time zone). Only the
     staging pass's partitioning reads it, to put a minute's records in one task before the
-    rules spread them; the rules check it (``pipelines.ingest_rules.minutes_misplaced``), so a
+    rules spread them; the rules check it (``pipelines.ingest.rules.minutes_misplaced``), so a
     wrong or missing guess costs a second pass in one task, never a result."""
     fmt = spec.publish_time_format
     if isinstance(dtype, T.TimestampType):
@@ -485,7 +490,7 @@ def map_records(raw_df: DataFrame, spec: InputSpec,
                 observation: Observation | None = None) -> DataFrame:
     """Raw records (:func:`read_raw_batch`, or a micro-batch of :func:`read_raw_stream`) →
     the mapped records the rules take, one row per record (CSV header lines dropped), in the
-    columns :data:`pipelines.ingest_rules.SOURCE_FILE` lists: the format parsed and the mapping
+    columns :data:`pipelines.ingest.rules.SOURCE_FILE` lists: the format parsed and the mapping
     evaluated in Spark SQL, no rule applied.
 
     ``raw_record`` is shipped for text formats and, as the row's JSON, for a Parquet spec that
@@ -566,7 +571,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation |
     spread minutes (spreading needs a micro-batch's records of a minute together); the pipeline
     always calls it on the static micro-batch. The Spark session time zone must be UTC.
 
-    :func:`map_records`, then the rules of :mod:`pipelines.ingest_rules` in one Python pass
+    :func:`map_records`, then the rules of :mod:`pipelines.ingest.rules` in one Python pass
     (``mapInArrow``, :func:`pipelines.udfs.parse_task`; a spec that spreads minutes runs it in
     one task).
 

@@ -7,14 +7,13 @@ nanosecond timestamps); rates are float64 msg/s or bytes/s; sizes are bytes; ``*
 are layout epochs (integers, not times). A field marked ``nullable=False`` must never hold a
 null: writes with nulls there are rejected.
 
-The docstring after each schema gives its grain (one row = ...).
+The docstring after each schema gives its grain (one row = ...). No Spark here: a table's Spark
+``StructType`` is :func:`pipelines.spark.schemas.spark_schema`.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
 TS = pa.timestamp("us", tz="UTC")
 """Timestamp type of every time column: microseconds, UTC."""
@@ -247,8 +246,8 @@ QUARANTINE = pa.schema([
     _f("batch_id", pa.int64()),
 ])
 """quarantine — one rejected input record: the file it came from, its raw text (a CSV / JSON
-line, or the JSON of a Parquet row), the reason (``pipelines.ingest.QUARANTINE_REASONS``) and the
-micro-batch that read it."""
+line, or the JSON of a Parquet row), the reason (``pipelines.ingest.rules.QUARANTINE_REASONS``)
+and the micro-batch that read it."""
 
 RUNS = pa.schema([
     RUN_ID,
@@ -359,14 +358,6 @@ def arrow_schema(table: str) -> pa.Schema:
         return TABLES[table]
     except KeyError:
         raise KeyError(f"unknown table {table!r}; known tables: {', '.join(TABLES)}") from None
-
-
-def spark_schema(table: str) -> StructType:
-    """The Spark ``StructType`` equivalent of :func:`arrow_schema` (timestamps → ``TIMESTAMP``).
-
-    Nullability is carried over (``nullable=False`` fields become non-nullable).
-    """
-    return from_arrow_schema(arrow_schema(table))
 
 
 def empty_table(table: str) -> pa.Table:
