@@ -29,9 +29,9 @@ if TYPE_CHECKING:
     from pipelines.compare import PreparedScenario, Scenario
     from pipelines.contract.config import ReplayConfig
     from pipelines.contract.presets import InputSpec
-    from pipelines.delta_io import DeltaStore
     from pipelines.progress import ReplayProgress
     from pipelines.replay import Replay
+    from pipelines.storage.delta import DeltaStore
 
 if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -273,8 +273,8 @@ def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
         raise UsageError(str(exc)) from None
     summary = run_local(cfg, spec, args.input, args.output, run_id)
     if cfg.output.validate_tables:  # output.validate: the same end-of-run checks as Spark's
-        from pipelines.delta_io import DeltaStore  # noqa: PLC0415
         from pipelines.replay import run_summary  # noqa: PLC0415
+        from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
         from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run  # noqa: PLC0415
 
         store = DeltaStore(args.output, engine="delta-rs")
@@ -297,7 +297,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     from pipelines.replay import Replay  # noqa: PLC0415
     from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.spark_session import build_session  # noqa: PLC0415
-    from pipelines.storage import StorageError  # noqa: PLC0415
+    from pipelines.storage.fs import StorageError  # noqa: PLC0415
 
     # SIGTERM (systemd, Airflow, kill) or SIGINT (Ctrl-C), to the driver or its whole process
     # group: the replay stops after the micro-batch in progress (the JVM, started in a session
@@ -382,7 +382,7 @@ def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
     temporary folder)."""
     if args.verbose or shown:
         return None
-    from pipelines.storage import is_remote  # noqa: PLC0415
+    from pipelines.storage.fs import is_remote  # noqa: PLC0415
 
     if is_remote(args.output):
         return str(Path(tempfile.gettempdir()) / "topic-replay-spark.log")
@@ -436,7 +436,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _require_output(output: str) -> None:
     """``UsageError`` when the output directory (or object-store prefix) does not exist."""
-    from pipelines.storage import StorageError, is_dir  # noqa: PLC0415
+    from pipelines.storage.fs import StorageError, is_dir  # noqa: PLC0415
 
     try:
         found = is_dir(output)
@@ -460,7 +460,7 @@ def _finished_run(output: str, run_id: str | None) -> tuple[DeltaStore, str]:
     """The output's store and ``run_id`` (default: the last finished run); ``UsageError`` when
     the output, or the run in it, does not exist."""
     _require_output(output)
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     store = DeltaStore(output, engine="delta-rs")
     runs = store.read("runs")
@@ -477,8 +477,8 @@ def _diff(args: argparse.Namespace) -> int:
     if len(args.run_ids) != 2:
         raise UsageError(f"diff needs exactly two --run-id (A and B), got {len(args.run_ids)}")
     _require_output(args.output)
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
     from pipelines.diff import diff_runs, format_diff, run_ids  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     _require_tables(args.tables)
     store = DeltaStore(args.output, engine="delta-rs")
@@ -520,8 +520,8 @@ def _sql(args: argparse.Namespace) -> int:
     _require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
     from pipelines.sql import QueryError, format_rows, register_tables, run_query  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     store = DeltaStore(args.output, spark=_quiet_session(args.master, args.remote))
     if not register_tables(store):
@@ -542,8 +542,8 @@ def _maintain(args: argparse.Namespace) -> int:
     _require_tables(args.tables)
     if args.retain_hours is not None and args.retain_hours < 0:
         raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
     from pipelines.sql import format_rows, maintain_tables  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     spark = None if args.engine == "delta-rs" else _quiet_session(args.master)
     try:
@@ -559,7 +559,7 @@ def _maintain(args: argparse.Namespace) -> int:
 def _known_runs(output: str, wanted: Sequence[str]) -> list[str]:
     """``wanted`` run ids (default: the last run) checked against the ``runs`` table."""
     _require_output(output)
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     runs = DeltaStore(output, engine="delta-rs").read("runs")
     if runs.empty:
@@ -614,10 +614,10 @@ def _compare(args: argparse.Namespace) -> int:
         check_output_path(args.output)
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
-    from pipelines.storage import is_dir  # noqa: PLC0415
+    from pipelines.storage.fs import is_dir  # noqa: PLC0415
 
     if is_dir(args.output):  # a run of the same name must be this very scenario
-        from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+        from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
         store = DeltaStore(args.output, engine="delta-rs")
         for p in prepared:
@@ -683,7 +683,7 @@ def _check_sweep_output(args: argparse.Namespace, cfg: ReplayConfig, preset: str
     """Before Spark starts: ``UsageError`` when the output holds the sweep's work folder or
     any scenario's run under another config or inputs (``check_output``)."""
     from pipelines.replay import OutputConflictError, check_output  # noqa: PLC0415
-    from pipelines.storage import is_file, join  # noqa: PLC0415
+    from pipelines.storage.fs import is_file, join  # noqa: PLC0415
 
     work_id = f"sweep.{args.sweep_id}"
     fresh = not is_file(join(args.output, "_work", work_id, "run.json"))
@@ -721,7 +721,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from pipelines.progress import ReplayProgress  # noqa: PLC0415
     from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.spark_session import build_session  # noqa: PLC0415
-    from pipelines.storage import join  # noqa: PLC0415
+    from pipelines.storage.fs import join  # noqa: PLC0415
     from pipelines.sweep import run_sweep  # noqa: PLC0415
 
     print(f"sweep {args.sweep_id}: {len(prepared)} scenarios from one ingest: "
@@ -749,8 +749,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _write_sweep_page(args: argparse.Namespace) -> None:
     """The sweep's interactive page at ``--html``; ``UsageError`` when it cannot be drawn."""
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
     from pipelines.interactive import PageError, write_sweep_page  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     try:
         write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id, args.html)

@@ -26,9 +26,9 @@ from pyspark.sql import SparkSession
 
 from pipelines.contract.config import run_identity
 from pipelines.core.dispatch import reader_subscription
-from pipelines.delta_io import DeltaStore
 from pipelines.replay import Replay, run_summary
 from pipelines.spark.ingest import resolve_input_spec
+from pipelines.storage.delta import DeltaStore
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A scenario name (= its run_id and a folder name under ``DIR/_work``)."""

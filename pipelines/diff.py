@@ -12,7 +12,7 @@ Compared columns: every column of the table except those in :data:`IGNORED_COLUM
 processing lineage, which depends on how the input was chunked, not a result). Values compare
 exactly (floats bit for bit, nulls equal nulls, lists element by element).
 
-Pure pandas over :meth:`pipelines.delta_io.DeltaStore.read`; no Spark.
+Pure pandas over :meth:`pipelines.storage.delta.DeltaStore.read`; no Spark.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import pandas as pd
 from deltalake import DeltaTable
 
 from pipelines.contract.schemas import table_names
-from pipelines.delta_io import DeltaStore
+from pipelines.storage.delta import DeltaStore
 
 IGNORED_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "*": ("run_id",),

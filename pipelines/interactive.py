@@ -42,7 +42,6 @@ from plotly.subplots import make_subplots
 
 from pipelines.compare import METRICS, RunTables, metrics_frame, run_metrics
 from pipelines.contract.config import parse_config
-from pipelines.delta_io import DeltaStore
 from pipelines.report import (
     _CSS,
     CREATED_BY_COLOR,
@@ -58,6 +57,7 @@ from pipelines.report import (
     table_html,
     topic_table,
 )
+from pipelines.storage.delta import DeltaStore
 
 Figures = list[tuple[str, go.Figure]]
 

@@ -6,7 +6,7 @@ replay's on the same input and config (``tests/spark/test_local_engine.py``), an
 performance anchor (``bench/``). Entry point: :func:`run_local`.
 
 - **Emulation**: the very group function the Spark stage runs in its tasks
-  (:func:`pipelines.stages.topic_group`: control plane, batching, dispatch), called on each
+  (:func:`pipelines.engine.stages.topic_group`: control plane, batching, dispatch), called on each
   topic's pandas group — no rule is duplicated.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under
   ``FINALIZE_WINDOW_MESSAGES``; outputs do not depend on the windows anyway.
@@ -23,7 +23,7 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   malformed or exotic input: CSV quoting corner cases, Parquet ``raw_record`` JSON for
   non-scalar types.
 - **Output**: the same Delta tables (schemas, app-transaction versions) through
-  :class:`pipelines.delta_io.DeltaStore` with delta-rs.
+  :class:`pipelines.storage.delta.DeltaStore` with delta-rs.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import stages
 from pipelines.contract.config import ReplayConfig
 from pipelines.contract.presets import InputSpec, is_identifier
-from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
+from pipelines.contract.schemas import table_columns
+from pipelines.engine import stages
 from pipelines.ingest.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
 from pipelines.ingest.rules import (
     ACCEPTED_COLUMNS,
@@ -65,6 +65,8 @@ from pipelines.ingest.rules import (
     order_name,
 )
 from pipelines.ingest.rules import as_str as _as_str
+from pipelines.storage.delta import DeltaStore, table_app_id, use_system_arrow_pool
+from pipelines.storage.frames import STAGE_KINDS
 
 FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.replay
 
@@ -559,7 +561,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
             data = withhold(data, withheld.get(table, ()))  # output.keys
             data = data.append_column("run_id", pa.array([run_id] * len(data), pa.string()))
         else:
-            keep = [c for c in stages.table_columns(table) if c in data.columns]
+            keep = [c for c in table_columns(table) if c in data.columns]
             data = data[keep].assign(run_id=run_id,
                                      **dict.fromkeys(
                                          [c for c in withheld.get(table, ()) if c in keep]))
@@ -583,7 +585,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     first = int(accepted["event_ms"].min()) if len(accepted) else None
     settings = stages.StageSettings.from_config(config, first)
     controllers: dict[str, Any] = {}
-    frames: dict[str, list[Any]] = {kind: [] for kind in stages.STAGE_KINDS}
+    frames: dict[str, list[Any]] = {kind: [] for kind in STAGE_KINDS}
     for (topic,), g in _groups(accepted, ["topic"]):
         r = stages.topic_group(topic, g.reset_index(drop=True), None, None, None, settings,
                                None, True)
@@ -597,7 +599,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     write("segment_load", ctl.samples, version)
     write("autoscale_decisions", ctl.decisions, version)
     write("segments", ctl.segments, version)
-    for kind, staged in stages.STAGE_KINDS.items():
+    for kind, staged in STAGE_KINDS.items():
         parts = [f for f in frames[kind] if len(f)]
         write(staged, (pa.concat_tables(parts) if isinstance(parts[0], pa.Table)
                       else pd.concat(parts, ignore_index=True)) if parts else None, version)

@@ -3,7 +3,7 @@
 Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 
 1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.spark.ingest``), then
-   ONE Python pass (``pipelines.stages.stage_batch``) applies the input rules
+   ONE Python pass (``pipelines.spark.staging_pass.stage_batch``) applies the input rules
    (``pipelines.ingest.rules``), hashes the keys and stages the accepted records as Parquet
    under ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
    staging is idempotent); the records it rejects, and accepted ones older than the horizon
@@ -42,12 +42,10 @@ import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines import stages, storage
 from pipelines.contract.config import ReplayConfig, run_identity
 from pipelines.contract.presets import InputSpec
 from pipelines.contract.schemas import arrow_schema
-from pipelines.delta_io import DeltaStore, table_app_id
-from pipelines.faults import fault
+from pipelines.engine import stages
 from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.progress import BatchProgress
 from pipelines.spark import handover
@@ -70,7 +68,18 @@ from pipelines.spark.ingest import (
     read_raw_stream,
     salvage_files,
 )
+from pipelines.spark.staging_pass import stage_batch
 from pipelines.spark_session import is_connect
+from pipelines.storage import fs as storage
+from pipelines.storage.delta import DeltaStore, table_app_id
+from pipelines.storage.faults import fault
+from pipelines.storage.frames import CONTROL_KINDS, STAGE_KINDS
+from pipelines.storage.staging import (
+    StagingPlan,
+    staged_batch_stats,
+    staged_files,
+    staged_histogram,
+)
 from pipelines.validation import latest_validation
 
 STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
@@ -108,7 +117,7 @@ def _config_diff(a: Any, b: Any, path: str = "") -> list[str]:
 def check_output_path(output: str) -> None:
     """Raise :class:`OutputConflictError` when ``output`` is neither a filesystem path nor an
     object-store URL the replay supports (``s3a://``, ``s3://``, ``gs://``, ``abfs(s)://``:
-    :func:`pipelines.storage.check_location`, docs/storage.md). The work folder (``_work``:
+    :func:`pipelines.storage.fs.check_location`, docs/storage.md). The work folder (``_work``:
     manifest, state, staging, checkpoint) lives under the output too, so executors reach it:
     on a cluster the output is an object store or a shared mount (docs/cluster.md)."""
     try:
@@ -565,18 +574,20 @@ class Replay:
 
     def _stage(self, raw: DataFrame, batch_id: int, fields: Observation | None,
                bad_files: DataFrame | None = None) -> None:
-        """The staging pass of a micro-batch's raw records (``stages.stage_batch``: the rules
-        of ``pipelines.ingest.rules``, key hashes and ``input.pseudonymize`` in the one Python
-        pass that writes the staged files, rewritten whole on a re-run, partitioned by topic
-        (``stages.STAGING_TOPIC_COLUMN``) so the control plane reads a topic alone). Records
+        """The staging pass of a micro-batch's raw records
+        (``pipelines.spark.staging_pass.stage_batch``: the rules of ``pipelines.ingest.rules``,
+        key hashes and ``input.pseudonymize`` in the one Python pass that writes the staged
+        files, rewritten whole on a re-run, partitioned by topic
+        (``pipelines.storage.staging.STAGING_TOPIC_COLUMN``) so the control plane reads a topic
+        alone). Records
         the rules reject, and accepted ones older than the finalized horizon (``late``), come
         out of the pass and are written with ``bad_files`` (salvage's rows) by
         :meth:`_write_quarantine`. ``fields``: the mapped records' metrics
         (``pipelines.spark.ingest.map_records``)."""
-        plan = stages.StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
-                                  self.pseudonymize)
-        stages.stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
-                           plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
+        plan = StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
+                           self.pseudonymize)
+        stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
+                    plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
 
     def _check_fields(self, parsed: Observation, batch_id: int) -> None:
         """JSON only, on the first micro-batch with records: each mapped field of
@@ -651,9 +662,10 @@ class Replay:
 
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
-        (``None`` when empty), from the staged files' footers (``stages.staged_batch_stats``);
+        (``None`` when empty), from the staged files' footers
+        (``pipelines.storage.staging.staged_batch_stats``);
         their per-topic counts are added to ``state.staged``."""
-        stats = stages.staged_batch_stats(self.staging, batch_id)
+        stats = staged_batch_stats(self.staging, batch_id)
         for topic, (n, _, _) in stats.items():
             self.state.staged[topic] = self.state.staged.get(topic, 0) + n
         return {"n": sum(n for n, _, _ in stats.values()),
@@ -730,11 +742,11 @@ class Replay:
     def _final_windows(self) -> list[int | None]:
         """Upper bounds (emulated ms, exclusive) of the end-of-input windows, ``None`` (= +∞)
         last. Computed from ALL staged messages (so the same on a restart): event time is cut
-        into at most 4096 equal bins (:func:`pipelines.stages.staged_histogram`, read by the
-        driver a column chunk at a time) and consecutive bins are packed greedily into windows
+        into at most 4096 equal bins (:func:`pipelines.storage.staging.staged_histogram`, read by
+        the driver a column chunk at a time) and consecutive bins are packed greedily into windows
         of at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one
         window)."""
-        histogram = stages.staged_histogram(self.staging, 4096)
+        histogram = staged_histogram(self.staging, 4096)
         limit = FINALIZE_WINDOW_MESSAGES
         if histogram is None or int(histogram[2].sum()) <= limit:
             return [None]
@@ -794,11 +806,11 @@ class Replay:
             for name, n in counts.items():
                 self.state.lane(r).add(name, n)
         # the control plane's tables are small (topics × samples): appended as frames
-        for kind, table in stages.CONTROL_KINDS.items():
+        for kind, table in CONTROL_KINDS.items():
             self._write_rows(table, {r: _read_rows(storage.join(f, kind))
                                      for r, f in out.items()}, version,
                              replace=table == "segments")
-        for kind, table in stages.STAGE_KINDS.items():
+        for kind, table in STAGE_KINDS.items():
             self._append_files(table, {r: storage.join(f, kind) for r, f in out.items()},
                                version)
         remove_versions(emulation, version)
@@ -956,7 +968,7 @@ def _staged_keyless(staging: str, batch_id: int) -> int:
     """Keyless messages (null ``key``) staged by micro-batch ``batch_id``, from the staged
     files' footer statistics (the column is read when a writer left none)."""
     n = 0
-    for pf in stages.staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
+    for pf in staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
         col = pf.schema_arrow.get_field_index("key")
         for i in range(pf.metadata.num_row_groups):
             st = pf.metadata.row_group(i).column(col).statistics

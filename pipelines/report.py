@@ -53,7 +53,7 @@ from pipelines.compare import (
     layout_timeline,
     withheld_intervals,
 )
-from pipelines.delta_io import DeltaStore
+from pipelines.storage.delta import DeltaStore
 
 MAX_TOPICS = 6
 """Most topics drawn individually in per-topic figures (the busiest; the rest are summed)."""

@@ -30,7 +30,7 @@ one that sees ``--jars`` / ``--packages``). If it is, and the caller did not set
 ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
 ``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. If it is
 not (no Delta jars: no Maven access when ``make setup`` ran), the session is created without
-them and :mod:`pipelines.delta_io` falls back to delta-rs (and says so once).
+them and :mod:`pipelines.storage.delta` falls back to delta-rs (and says so once).
 :func:`delta_spark_available` repeats the class check on a live session.
 
 Where the jars come from: ``make setup`` copies ``delta-spark_2.13`` and ``delta-storage`` of the
@@ -40,7 +40,7 @@ the driver JVM itself, ``build_session`` adds them to ``spark.jars``; under ``sp
 JVM already exists and the jars must come from ``--jars`` / ``--packages``. The same goes for
 the ``s3a://`` jars (hadoop-aws and the AWS SDK's S3 modules, :func:`s3a_jars`, in
 ``.jars/s3a-<Hadoop version>/``); with them, the ``AWS_*`` variables' endpoint and region
-become ``spark.hadoop.fs.s3a.*`` settings (:func:`pipelines.storage.spark_s3a_conf`;
+become ``spark.hadoop.fs.s3a.*`` settings (:func:`pipelines.storage.fs.spark_s3a_conf`;
 docs/storage.md).
 """
 
@@ -62,8 +62,8 @@ import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from pipelines.delta_io import use_system_arrow_pool
-from pipelines.storage import StorageError, spark_s3a_conf
+from pipelines.storage.delta import use_system_arrow_pool
+from pipelines.storage.fs import StorageError, spark_s3a_conf
 
 DELTA_EXTENSION_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG_CLASS = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -250,7 +250,7 @@ def s3a_jars() -> list[str]:
 
 
 def require_s3a(spark: SparkSession, location: str) -> None:
-    """Raise :class:`pipelines.storage.StorageError` (one sentence) when ``spark``'s driver
+    """Raise :class:`pipelines.storage.fs.StorageError` (one sentence) when ``spark``'s driver
     cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
     ``s3://`` URL) needs."""
     jvm = getattr(spark, "_jvm", None) or SparkContext._jvm

@@ -37,8 +37,8 @@ from pipelines.compare import (
     run_metrics,
 )
 from pipelines.contract.config import parse_config
-from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.replay import Replay, RunSpec
+from pipelines.storage.delta import DeltaStore, table_app_id
 
 INGEST_KEYS: tuple[str, ...] = ("input", "output", "console", "replay.speed",
                                 "replay.allowed_lateness_s", "replay.max_files_per_trigger",

@@ -3,8 +3,8 @@ driver).
 
 The rules themselves are plain Arrow functions in :mod:`pipelines.ingest.rules` (the local
 engine calls them directly); the replay runs them in its staging pass
-(``pipelines.stages.stage_batch``). This module gives that pass, and :func:`parse_task`, the
-Spark types of what they return:
+(``pipelines.spark.staging_pass.stage_batch``). This module gives that pass, and :func:`parse_task`,
+the Spark types of what they return:
 
 - :func:`verdict_type`: the Spark schema of :func:`pipelines.ingest.rules.verdict_rows`;
 - :func:`parse_task`: a ``mapInArrow`` function returning every record's verdict, accepted

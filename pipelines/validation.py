@@ -63,8 +63,8 @@ from pipelines.core.controller import (
 )
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
-from pipelines.delta_io import DeltaStore, table_app_id
 from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
+from pipelines.storage.delta import DeltaStore, table_app_id
 
 if TYPE_CHECKING:
     from great_expectations.expectations import Expectation
@@ -417,10 +417,10 @@ def next_validation_id(store: DeltaStore, run_id: str) -> int:
 
 def validate_run(store: DeltaStore, run_id: str, validation_id: int | None = None,
                  write: bool = True) -> ValidationResult:
-    """Validate the tables of ``run_id`` in ``store`` (a :class:`pipelines.delta_io.DeltaStore`)
-    and, when ``write``, append the result to the ``validations`` table (idempotent: app id
-    ``topic-replay:<run_id>:validations``, version = ``validation_id``). ``validation_id``
-    defaults to :func:`next_validation_id`."""
+    """Validate the tables of ``run_id`` in ``store`` (a
+    :class:`pipelines.storage.delta.DeltaStore`) and, when ``write``, append the result to the
+    ``validations`` table (idempotent: app id ``topic-replay:<run_id>:validations``, version =
+    ``validation_id``). ``validation_id`` defaults to :func:`next_validation_id`."""
     if validation_id is None:
         validation_id = next_validation_id(store, run_id)
     frames = {t: store.read(t, run_id=run_id) for t in KEYS}

@@ -49,7 +49,7 @@ def drop_spark_archives() -> list[str]:
     return archives
 
 
-PRELOADED = ("pipelines.stages", "pipelines.spark.emulation")
+PRELOADED = ("pipelines.spark.staging_pass", "pipelines.spark.emulation")
 """Modules the daemon imports before forking workers: the staging pass's and the emulation
 operators' (with pandas, pyarrow and the core)."""
 

@@ -17,8 +17,8 @@ import pytest
 
 from jobs.replay import main
 from pipelines.contract.schemas import table_names
-from pipelines.delta_io import AUTO_ENGINE_ENV, DeltaStore
 from pipelines.spark_session import delta_jars
+from pipelines.storage.delta import AUTO_ENGINE_ENV, DeltaStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from jobs.replay import main
-from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_frames, diff_runs, format_diff, run_ids
+from pipelines.storage.delta import DeltaStore
 
 
 def seg(run: str, rows: list[tuple[int, list[int], str]]) -> pd.DataFrame:

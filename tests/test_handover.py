@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.engine.stages import StageWindow
 from pipelines.spark import handover
 from pipelines.spark.emulation import FEED_SCHEMA, write_feed
-from pipelines.stages import StageWindow
 
 
 class FakeValueState:

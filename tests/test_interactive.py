@@ -13,7 +13,6 @@ from deltalake import write_deltalake
 
 from pipelines.compare import RunTables
 from pipelines.contract.config import load_config
-from pipelines.delta_io import DeltaStore
 from pipelines.interactive import (
     SWEEP_METRICS,
     PageError,
@@ -33,6 +32,7 @@ from pipelines.interactive import (
     sweeps_location,
     write_sweep_page,
 )
+from pipelines.storage.delta import DeltaStore
 
 UTC = "UTC"
 SPLIT, MERGE = "policy.split_msg_rate_in", "topic.bucket_budget"

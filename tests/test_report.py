@@ -15,9 +15,9 @@ from jobs.replay import main
 from pipelines.compare import RunTables, consumer_shares, drain_times, layout_timeline, run_metrics
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.delta_io import DeltaStore
 from pipelines.replay import Replay
 from pipelines.report import build_figures, figure_has_data, topic_table, write_report
+from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 
 SPEC = {

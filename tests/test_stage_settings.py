@@ -7,7 +7,7 @@ import pytest
 
 from pipelines.contract.config import ConfigError, load_config
 from pipelines.core.layout import SegmentLayout
-from pipelines.stages import StageSettings, dispatch_group
+from pipelines.engine.stages import StageSettings, dispatch_group
 
 FIRST_MS = 1_000_000
 

@@ -17,9 +17,9 @@ import pytest
 from jobs.replay import main
 from pipelines.core.batching import CLOSE_REASONS
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
-from pipelines.delta_io import DeltaStore
 from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
 from pipelines.replay import format_summary, run_summary
+from pipelines.storage.delta import DeltaStore
 from pipelines.validation import (
     INPUT_CONTRACT,
     KEYS,

@@ -1,7 +1,7 @@
 """Output table contract: one pyarrow schema per Delta table.
 
-Every writer casts to these schemas (:mod:`pipelines.delta_io` does it on each append) and every
-reader can rely on them. Conventions: ``run_id`` (string) is the first column of every table;
+Every writer casts to these schemas (:mod:`pipelines.storage.delta` does it on each append) and
+every reader can rely on them. Conventions: ``run_id`` (string) is the first column of every table;
 timestamps are ``timestamp[us, tz=UTC]`` (Spark ``TIMESTAMP``; Spark cannot read Parquet
 nanosecond timestamps); rates are float64 msg/s or bytes/s; sizes are bytes; ``*_epoch`` columns
 are layout epochs (integers, not times). A field marked ``nullable=False`` must never hold a
@@ -358,6 +358,11 @@ def arrow_schema(table: str) -> pa.Schema:
         return TABLES[table]
     except KeyError:
         raise KeyError(f"unknown table {table!r}; known tables: {', '.join(TABLES)}") from None
+
+
+def table_columns(table: str) -> list[str]:
+    """Columns of output ``table`` without ``run_id`` (what the stages produce)."""
+    return [n for n in arrow_schema(table).names if n != "run_id"]
 
 
 def empty_table(table: str) -> pa.Table:

@@ -22,8 +22,8 @@ line is one record).
 more. The input rules — validation and the quarantine reasons, integer and timestamp parsing,
 ``event_ms``, minute spreading, key hashing — are :mod:`pipelines.ingest.rules`' Arrow
 functions, written once: the replay runs them in its one Python pass, the staging pass
-(``pipelines.stages.stage_batch``: a ``mapInArrow`` that also hashes the keys and writes the
-staged files, and returns the records the rules reject, which :func:`quarantine_rows` turns
+(``pipelines.spark.staging_pass.stage_batch``: a ``mapInArrow`` that also hashes the keys and writes
+the staged files, and returns the records the rules reject, which :func:`quarantine_rows` turns
 into ``quarantine`` rows); the local engine calls them directly. A spec that spreads minutes
 needs a minute's records in one task: :func:`map_records` adds Spark's guess at each record's
 minute (``minute_hint``), by which the staging pass partitions them; the rules check the guess
@@ -564,7 +564,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation |
                   ) -> tuple[DataFrame, DataFrame]:
     """Map a raw DataFrame to the input contract and apply the rules: ``(accepted,
     quarantine)`` (tests and ad-hoc reads; the replay stages instead:
-    ``pipelines.stages.stage_batch``).
+    ``pipelines.spark.staging_pass.stage_batch``).
 
     ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
     :func:`read_raw_stream`. A streaming ``raw_df`` is accepted only for specs that do not

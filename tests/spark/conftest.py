@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
-from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
 from pipelines.spark_session import ensure_java
+from pipelines.storage.delta import DeltaStore
 
 LOOPBACK = "127.0.0.1"
 

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.delta_io import DeltaStore
 from pipelines.local import read_local
 from pipelines.replay import Replay
 from pipelines.spark.ingest import ingest_batch, salvage_files
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

@@ -23,8 +23,8 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.delta_io import DeltaStore
 from pipelines.replay import OutputConflictError, Replay, check_output_path
+from pipelines.storage.delta import DeltaStore
 from tests.spark.conftest import assert_replays_equal
 
 REPO = Path(__file__).resolve().parents[2]

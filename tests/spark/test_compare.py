@@ -21,7 +21,7 @@ from pipelines.compare import (
     yaml_to_sets,
 )
 from pipelines.contract.config import load_config
-from pipelines.delta_io import DeltaStore
+from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 
 SPEC = {

@@ -16,9 +16,9 @@ import pytest
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.contract.schemas import table_names
-from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
 from pipelines.replay import Replay
+from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

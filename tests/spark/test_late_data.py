@@ -16,10 +16,10 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.delta_io import DeltaStore
 from pipelines.diff import diff_runs
 from pipelines.replay import Replay, run_summary
 from pipelines.spark.ingest import read_raw_batch
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

@@ -14,9 +14,9 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.delta_io import DeltaStore
 from pipelines.local import check_spec, run_local
 from pipelines.replay import Replay
+from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = pytest.mark.spark

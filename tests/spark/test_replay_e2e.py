@@ -19,9 +19,9 @@ from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.contract.schemas import table_names
 from pipelines.core.buckets import bucket_of
-from pipelines.delta_io import DeltaStore
 from pipelines.replay import Replay
 from pipelines.spark_session import delta_jars
+from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 from tests.conftest import ENGINES, NO_DELTA_JARS
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
-from pipelines.delta_io import DeltaStore
+from pipelines.storage.delta import DeltaStore
 from tests.spark.conftest import LOOPBACK, StandaloneCluster, assert_replays_equal, free_port
 from tests.spark.test_cluster import REPO, SAMPLE, SAMPLE_MESSAGES, topic_replay
 

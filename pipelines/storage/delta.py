@@ -61,7 +61,7 @@ from deltalake.transaction import (
 )
 
 from pipelines.contract.schemas import arrow_schema, table_names
-from pipelines.storage import arrow_filesystem, delta_storage_options
+from pipelines.storage.fs import arrow_filesystem, delta_storage_options
 
 PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
@@ -222,7 +222,7 @@ class DeltaStore:
     delta-rs), ``"delta-spark"`` or ``"delta-rs"`` to force one. ``spark`` defaults to the active
     session (needed for delta-spark and :meth:`read_spark`). ``storage_options`` are passed to
     delta-rs (object-store credentials etc.; default: those of the ``AWS_*`` variables for an
-    ``s3a://`` root, :func:`pipelines.storage.delta_storage_options`).
+    ``s3a://`` root, :func:`pipelines.storage.fs.delta_storage_options`).
     """
 
     def __init__(
