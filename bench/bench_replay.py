@@ -491,8 +491,9 @@ def read_counts(output: Path, run_id: str) -> dict[str, int]:
 
 
 def local_engine_available(cli: Path) -> bool:
-    """True when ``pipelines/local.py`` exists and ``topic-replay run`` accepts ``--engine``."""
-    if not (ROOT / "pipelines" / "local.py").is_file():
+    """True when ``pipelines/engine/local.py`` exists and ``topic-replay run`` accepts
+    ``--engine``."""
+    if not (ROOT / "pipelines" / "engine" / "local.py").is_file():
         return False
     helptext = subprocess.run([str(cli), "run", "--help"], capture_output=True, text=True,
                               cwd=ROOT).stdout

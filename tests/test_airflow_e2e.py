@@ -17,7 +17,7 @@ import pytest
 
 from jobs.replay import main
 from pipelines.contract.schemas import table_names
-from pipelines.spark_session import delta_jars
+from pipelines.spark.session import delta_jars
 from pipelines.storage.delta import AUTO_ENGINE_ENV, DeltaStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

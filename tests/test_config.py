@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-import pipelines.spark_session
+import pipelines.spark.session
 from jobs.replay import main
 from pipelines.contract.config import (
     DEFAULT_CONF_ENV,
@@ -27,7 +27,7 @@ from pipelines.contract.config import (
 from pipelines.contract.schemas import TABLES
 from pipelines.core.batching import BatchingConfig
 from pipelines.core.policy import AutoScaleConfig
-from pipelines.replay import OutputConflictError, check_output
+from pipelines.spark.replay import OutputConflictError, check_output
 from pipelines.storage.delta import DeltaStore
 
 FIRST_EVENT_MS = 1_291_190_400_000  # 2010-12-01T08:00:00Z
@@ -560,7 +560,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
-    monkeypatch.setattr(pipelines.spark_session, "build_session", refuse)
+    monkeypatch.setattr(pipelines.spark.session, "build_session", refuse)
 
 
 def _run_cli(tmp_path: Path, *extra: str) -> int:

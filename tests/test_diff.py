@@ -1,4 +1,4 @@
-"""``pipelines.diff``: per-table multiset row differences between two runs (no Spark)."""
+"""``pipelines.analysis.diff``: per-table multiset row differences between two runs (no Spark)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from jobs.replay import main
-from pipelines.diff import diff_frames, diff_runs, format_diff, run_ids
+from pipelines.analysis.diff import diff_frames, diff_runs, format_diff, run_ids
 from pipelines.storage.delta import DeltaStore
 
 

@@ -11,7 +11,7 @@ import boto3
 import pyarrow.fs as pafs
 import pytest
 
-from pipelines.spark_session import pyspark_hadoop_version
+from pipelines.spark.session import pyspark_hadoop_version
 from pipelines.storage import fs as storage
 
 LOCAL_S3 = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"}

@@ -283,7 +283,7 @@ numbers the passes over a run (1, 2, …) instead of a wall-clock time, so the r
 deterministic; ``table`` is an output table or ``input_contract``; ``expectation`` is the GE
 expectation type; ``kwargs`` (its arguments) and ``observed`` (the observed value or a sample of
 unexpected values) are JSON strings; ``exception`` is set when the expectation could not be
-evaluated (then ``success`` is false). See :mod:`pipelines.validation`."""
+evaluated (then ``success`` is false). See :mod:`pipelines.analysis.validation`."""
 
 SWEEPS = pa.schema([
     RUN_ID,
@@ -322,9 +322,9 @@ SWEEPS = pa.schema([
 ])
 """sweeps — one scenario of a policy sweep (``topic-replay sweep``); ``run_id`` is the
 scenario's run. ``settings``: JSON object of the scenario's overrides (dotted key → value);
-the metrics are ``topic-replay compare``'s (``pipelines.compare.METRICS``); ``flaps``: splits
-undone by a merge of the same hash range, or merges undone by a split, within
-``flap_window_s`` seconds (``pipelines.sweep.flaps``); ``at_max_segments_s``: the longest time
+the metrics are ``topic-replay compare``'s (``pipelines.analysis.compare.METRICS``); ``flaps``:
+splits undone by a merge of the same hash range, or merges undone by a split, within
+``flap_window_s`` seconds (``pipelines.spark.sweep.flaps``); ``at_max_segments_s``: the longest time
 any topic spent at ``policy.max_segments`` (seconds, log time), per topic in
 ``at_max_segments`` (JSON object topic → seconds)."""
 

@@ -2,7 +2,7 @@
 plain pandas in, pandas out, plus the group's carried state (pickled blobs) —
 :func:`control_group` (a topic's routing and controller), :func:`batch_topic` (its producers'
 bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per topic by
-:func:`topic_group`. No Spark here: the local engine (:mod:`pipelines.local`) calls
+:func:`topic_group`. No Spark here: the local engine (:mod:`pipelines.engine.local`) calls
 :func:`topic_group` on pandas groups, the Spark runtime (:mod:`pipelines.spark`: the group
 functions as grouped stateful operators) in its tasks. Every emulation rule lives in
 ``pipelines.core``; these only sort, slice and convert (emulated ms → UTC timestamps in log

@@ -45,7 +45,7 @@ FEED_SCHEMA = pa.schema([("run_id", pa.string()), ("topic", pa.string()),
 """The feed files' schema (:data:`pipelines.spark.control.FEED_DDL`)."""
 
 FINAL_VERSION = 1 << 40
-"""Versions from here on are end-of-input finalizations (``pipelines.replay``'s
+"""Versions from here on are end-of-input finalizations (``pipelines.spark.replay``'s
 ``FINAL_VERSION_OFFSET``), named ``final`` in fault points."""
 
 COUNTED_KINDS = {"entries": "entry", "dispatched": "dispatch"}

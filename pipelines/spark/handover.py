@@ -54,7 +54,8 @@ ENTRY_HANDOVER = pa.schema([("producer_name", pa.string()), ("segment_id", pa.in
 
 
 class StateFormatError(RuntimeError):
-    """A checkpoint holds operator state of another :data:`STATE_FORMAT`."""
+    """A checkpoint holds operator state of another :data:`STATE_FORMAT`, or the replay's state
+    files one of another ``pipelines.spark.replay.REPLAY_STATE_FORMAT``."""
 
 
 def load_state(state: Any) -> bytes | None:

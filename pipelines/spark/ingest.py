@@ -35,7 +35,7 @@ worker about what the SQL expressions cost the JVM, and no second pass is added.
 
 :func:`parse_records` (tests, ad-hoc reads; ``ingest_batch``) gives ``(accepted,
 quarantine)`` DataFrames from the same functions in one ``mapInArrow``
-(:func:`pipelines.udfs.parse_task`). Spreading needs a micro-batch's minutes together, so a
+(:func:`pipelines.spark.udfs.parse_task`). Spreading needs a micro-batch's minutes together, so a
 stream is accepted only for specs without spreading. Both outputs derive from the same input:
 cache the micro-batch when writing both.
 
@@ -101,7 +101,7 @@ from pipelines.ingest.rules import (  # the rules' constants, re-exported for ca
     order_name,
     row_field,
 )
-from pipelines.udfs import parse_task, verdict_type
+from pipelines.spark.udfs import parse_task, verdict_type
 
 # Internal column names (prefixed so they cannot shadow source columns).
 _RAW = "__tr_raw"
@@ -445,7 +445,7 @@ def _check_session_time_zone(df: DataFrame) -> None:
     if tz not in UTC_ZONES:
         raise ValueError(
             f"map_records needs the Spark session time zone to be UTC (got {tz!r}); "
-            "pipelines.spark_session.build_session sets it"
+            "pipelines.spark.session.build_session sets it"
         )
 
 
@@ -549,7 +549,7 @@ def map_records(raw_df: DataFrame, spec: InputSpec,
 
 def quarantine_rows(verdicts: DataFrame, spec: InputSpec) -> DataFrame:
     """The quarantined records among the rules' ``verdicts`` (rows of
-    ``pipelines.udfs.verdict_type``) as :data:`QUARANTINE_COLUMNS`: a rejected record's
+    ``pipelines.spark.udfs.verdict_type``) as :data:`QUARANTINE_COLUMNS`: a rejected record's
     ``raw_record`` is its text (invalid UTF-8 replaced by U+FFFD) or, for Parquet, its row's
     JSON (``to_json(record)``); a late one's is the JSON of its message columns."""
     text = F.to_json(F.col(SOURCE_ROW)) if spec.format == "parquet" else F.col(RAW_RECORD)
@@ -572,7 +572,7 @@ def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation |
     always calls it on the static micro-batch. The Spark session time zone must be UTC.
 
     :func:`map_records`, then the rules of :mod:`pipelines.ingest.rules` in one Python pass
-    (``mapInArrow``, :func:`pipelines.udfs.parse_task`; a spec that spreads minutes runs it in
+    (``mapInArrow``, :func:`pipelines.spark.udfs.parse_task`; a spec that spreads minutes runs it in
     one task).
 
     ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),

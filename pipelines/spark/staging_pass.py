@@ -13,9 +13,9 @@ import pyarrow.fs as pafs
 from pyspark import TaskContext
 
 from pipelines.ingest.rules import MINUTE_HINT
+from pipelines.spark.udfs import verdict_type
 from pipelines.storage.fs import arrow_filesystem
 from pipelines.storage.staging import MISPLACED_MARK, StagingPlan, stage_partition
-from pipelines.udfs import verdict_type
 
 
 def _staging_task(plan: StagingPlan, folder: str, check_minutes: bool
@@ -50,7 +50,7 @@ def stage_batch(records: Any, staging: str, batch_id: int, plan: StagingPlan,
     runs :func:`~pipelines.storage.staging.stage_partition` under ``plan`` in ``mapInArrow``: it
     stages the accepted messages under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a
     re-run restages it) and returns the rejected and late records as rows
-    (``pipelines.ingest.rules.verdict_rows``; Spark types: ``pipelines.udfs.verdict_type``).
+    (``pipelines.ingest.rules.verdict_rows``; Spark types: ``pipelines.spark.udfs.verdict_type``).
     ``take_verdicts`` gets that DataFrame and must run it exactly once (e.g. write it): that
     action is the pass.
 

@@ -248,7 +248,7 @@ class DeltaStore:
         self.storage_options = dict(storage_options) if storage_options else None
         available = False
         if spark is not None:
-            from pipelines.spark_session import delta_spark_available  # noqa: PLC0415
+            from pipelines.spark.session import delta_spark_available  # noqa: PLC0415
 
             available = delta_spark_available(spark)
         if engine == "delta-spark" and not available:

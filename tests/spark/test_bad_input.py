@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.local import read_local
-from pipelines.replay import Replay
+from pipelines.engine.local import read_local
 from pipelines.spark.ingest import ingest_batch, salvage_files
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark

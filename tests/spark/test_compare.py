@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.replay import main
-from pipelines.compare import (
+from pipelines.analysis.compare import (
     METRICS,
     ScenarioError,
     comparison_table,

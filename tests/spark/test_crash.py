@@ -5,7 +5,7 @@ fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.storage.faults``): during a
 after a micro-batch's Delta commit, between the replay's state commit and Spark's checkpoint
 commit, and at several points of end-of-input finalization. It is restarted with the same
 arguments; every table must then equal that of an uninterrupted run (delta-rs's, whichever
-engine the interrupted run writes with) (``pipelines.diff``: same
+engine the interrupted run writes with) (``pipelines.analysis.diff``: same
 rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from pipelines.analysis.diff import diff_runs
 from pipelines.contract.schemas import table_names
-from pipelines.diff import diff_runs
 from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log

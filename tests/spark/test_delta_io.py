@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-import pipelines.spark_session as spark_session
+import pipelines.spark.session as spark_session
 import pipelines.storage.delta as delta_io
 from pipelines.contract.schemas import TABLES, arrow_schema
 from pipelines.spark.schemas import spark_schema

@@ -2,7 +2,7 @@
 tables whatever the micro-batch chunking (one micro-batch, one file per micro-batch, a small
 ``maxBytesPerTrigger``), the shuffle partition count (1 vs 8), or a run split into two
 invocations (a streaming one over the first half of the files, then the rest). Compared with
-``pipelines.diff`` (what ``topic-replay diff`` prints), every run in one output folder."""
+``pipelines.analysis.diff`` (what ``topic-replay diff`` prints), every run in one output folder."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from pipelines.analysis.diff import diff_runs
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.contract.schemas import table_names
-from pipelines.diff import diff_runs
-from pipelines.replay import Replay
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 

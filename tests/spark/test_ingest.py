@@ -19,8 +19,8 @@ from pyspark.sql import types as T
 
 from pipelines.contract.presets import PRESETS, get_preset
 from pipelines.core.hashing import hash32
+from pipelines.engine.local import read_local
 from pipelines.ingest.rules import key_hashes_arrow
-from pipelines.local import read_local
 from pipelines.spark.ingest import (
     ACCEPTED_COLUMNS,
     MAX_KEY_BYTES,

@@ -12,7 +12,8 @@ import pytest
 from jobs.replay import _input_spec
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.replay import Replay, format_summary, run_summary
+from pipelines.engine.summary import format_summary, run_summary
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark

@@ -1,5 +1,5 @@
-"""Differential test: the in-process reference replay (``pipelines.local``) writes exactly the
-tables the Spark replay writes, on the same input and config (every table, rows sorted; the
+"""Differential test: the in-process reference replay (``pipelines.engine.local``) writes exactly
+the tables the Spark replay writes, on the same input and config (every table, rows sorted; the
 ``runs`` table without its wall-clock columns; ``quarantine`` without ``batch_id``, which
 depends on Spark's file-stream batching)."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.local import check_spec, run_local
-from pipelines.replay import Replay
+from pipelines.engine.local import check_spec, run_local
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 

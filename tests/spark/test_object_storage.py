@@ -14,12 +14,12 @@ from pathlib import Path
 import boto3
 import pytest
 
+from pipelines.analysis.diff import diff_frames
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.contract.schemas import table_names
-from pipelines.diff import diff_frames
-from pipelines.replay import Replay
-from pipelines.spark_session import s3a_jars
+from pipelines.spark.replay import Replay
+from pipelines.spark.session import s3a_jars
 from pipelines.storage import fs as storage
 from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate

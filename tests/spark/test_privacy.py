@@ -16,9 +16,9 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
+from pipelines.engine.local import run_local
 from pipelines.ingest.privacy import pseudonym
-from pipelines.local import run_local
-from pipelines.replay import Replay
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark

@@ -7,10 +7,10 @@ import json
 import pandas as pd
 import pytest
 
-import pipelines.spark_session as spark_session
+import pipelines.spark.session as spark_session
 import pipelines.storage.delta as delta_io
 from jobs.replay import main
-from pipelines.sql import format_rows
+from pipelines.spark.sql import format_rows
 from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES, NO_DELTA_JARS
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from pipelines.contract.presets import InputSpec, get_preset
-from pipelines.local import read_local
+from pipelines.engine.local import read_local
 from pipelines.spark.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
 from pipelines.spark.staging_pass import stage_batch
 from pipelines.storage.staging import (

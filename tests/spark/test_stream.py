@@ -16,7 +16,7 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.replay import Replay
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark

@@ -49,6 +49,7 @@ from pipelines.contract.config import ReplayConfig
 from pipelines.contract.presets import InputSpec, is_identifier
 from pipelines.contract.schemas import table_columns
 from pipelines.engine import stages
+from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
 from pipelines.ingest.rules import (
     ACCEPTED_COLUMNS,
@@ -68,7 +69,7 @@ from pipelines.ingest.rules import as_str as _as_str
 from pipelines.storage.delta import DeltaStore, table_app_id, use_system_arrow_pool
 from pipelines.storage.frames import STAGE_KINDS
 
-FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.replay
+FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.spark.replay
 
 LOCAL_FUNCTIONS = ("octet_length", "length", "regexp_replace", "coalesce", "lower", "upper",
                    "trim", "concat")
@@ -527,16 +528,14 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
               run_id: str, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Replay ``inputs`` in this process and write the run's tables under ``output``.
 
-    Same arguments and tables as ``pipelines.replay.Replay(...).run()`` (batch mode), without a
-    SparkSession; returns the run summary (``pipelines.replay.run_summary``). Raises
+    Same arguments and tables as ``pipelines.spark.replay.Replay(...).run()`` (batch mode), without
+    a SparkSession; returns the run summary (``pipelines.engine.summary.run_summary``). Raises
     ``ValueError`` when the spec needs Spark (:func:`check_spec`), and
     ``pipelines.ingest.privacy.PrivacyError`` when ``input.pseudonymize``'s secret is not set. The
     privacy options (``input.pseudonymize``, ``output.keys``, ``output.quarantine_raw``) act as
     in the Spark replay. Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
-    from pipelines.replay import run_summary, runs_row  # noqa: PLC0415 - replay imports pyspark
-
     pseudonymize = pseudonymizer(config)  # PrivacyError when its secret is missing
     withheld = withheld_columns(config)
     use_system_arrow_pool()

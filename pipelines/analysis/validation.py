@@ -63,6 +63,7 @@ from pipelines.core.controller import (
 )
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
+from pipelines.engine.summary import describe
 from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
 from pipelines.storage.delta import DeltaStore, table_app_id
 
@@ -429,34 +430,6 @@ def validate_run(store: DeltaStore, run_id: str, validation_id: int | None = Non
         store.append(VALIDATIONS_TABLE, result.rows,
                      app_id=table_app_id(run_id, VALIDATIONS_TABLE), version=validation_id)
     return result
-
-
-def latest_validation(store: DeltaStore, run_id: str) -> dict[str, Any] | None:
-    """Summary of the latest stored validation pass of ``run_id`` (None when there is none):
-    ``{"validation_id", "expectations", "failed": ["table: expectation kwargs", …]}``."""
-    done = store.read(VALIDATIONS_TABLE, run_id=run_id)
-    if not len(done):
-        return None
-    last = done[done["validation_id"] == done["validation_id"].max()]
-    failed = last[~last["success"]]
-    return {"validation_id": int(last["validation_id"].iloc[0]),
-            "expectations": len(last),
-            "failed": [describe(r) for r in failed.to_dict("records")]}
-
-
-def describe(row: Mapping[str, Any]) -> str:
-    """One line for a ``validations`` row: table, expectation, its arguments and what was
-    observed."""
-    kwargs = json.loads(row["kwargs"])
-    args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
-    text = f"{row['table']}: {row['expectation']}({args})"
-    if row.get("unexpected_count") is not None and not pd.isna(row["unexpected_count"]):
-        text += f" — {int(row['unexpected_count'])} unexpected"
-    if row.get("exception"):
-        text += f" — error: {row['exception']}"
-    elif row.get("observed"):
-        text += f" — observed {row['observed'][:200]}"
-    return text
 
 
 def format_validation(result: ValidationResult) -> str:
