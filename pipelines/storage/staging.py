@@ -50,7 +50,8 @@ micro-batch outside the window (one row group per file would make every window o
 micro-batch read all of it)."""
 
 KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
-"""Staged columns the staging writer adds (``ingest_rules.key_hashes_arrow`` of ``key``)."""
+"""Staged columns the staging writer adds (``pipelines.ingest.rules.key_hashes_arrow`` of
+``key``)."""
 
 STAGING_SOURCE_COLUMNS = [c for c in STAGE_INPUT_COLUMNS if c not in KEY_HASH_COLUMNS]
 """Accepted-message columns :class:`StagingWriter` takes (the columns of
