@@ -16,7 +16,7 @@ setup: $(STAMP) delta-jars s3a-jars ## Create .venv, install the project (editab
 
 # The Delta Lake jars matching the pinned delta-spark (its pom's runtime dependencies: delta-spark
 # and delta-storage; Scala and Spark come with pyspark), copied from Maven Central by `mvn` into
-# the git-ignored $(DELTA_JARS). pipelines/spark_session.py puts them on spark.jars; without them
+# the git-ignored $(DELTA_JARS). pipelines/spark/session.py puts them on spark.jars; without them
 # (no mvn, no Maven access) the replay writes with delta-rs. docs/delta.md.
 DELTA_VERSION := $(shell grep -o '"delta-spark==[^"]*' pyproject.toml | cut -d= -f3)
 DELTA_JARS := .jars/delta-$(DELTA_VERSION)
@@ -36,7 +36,7 @@ $(DELTA_JARS)/.fetched: pyproject.toml
 
 # The jars Spark needs to read and write s3a:// (hadoop-aws matching pyspark's Hadoop and the AWS
 # SDK modules it uses, not the SDK's 641 MB bundle: tools/s3a-jars/pom.xml), copied by `mvn`
-# into the git-ignored $(S3A_JARS), about 10 MB. pipelines/spark_session.py puts them on
+# into the git-ignored $(S3A_JARS), about 10 MB. pipelines/spark/session.py puts them on
 # spark.jars; without them an s3a:// output is refused with one sentence (docs/storage.md).
 HADOOP_VERSION := $(shell grep -o '<hadoop\.version>[0-9.]*' tools/s3a-jars/pom.xml | cut -d'>' -f2)
 S3A_JARS := .jars/s3a-$(HADOOP_VERSION)
@@ -102,7 +102,7 @@ lint: $(STAMP) ## ruff on everything (complexity and import rules too), mypy --s
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy pipelines jobs
 
-docs: $(STAMP) ## Regenerate docs/tables.md from pipelines/schemas.py (a test checks it is current)
+docs: $(STAMP) ## Regenerate docs/tables.md from pipelines/contract/schemas.py (a test checks it is current)
 	$(PY) docs/gen_tables.py
 
 BENCH_STAMP := $(VENV)/.bench-installed

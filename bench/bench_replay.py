@@ -58,7 +58,7 @@ from deltalake import DeltaTable
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.generator import generate, load_spec  # noqa: E402 - on sys.path from above
+from pipelines.workload.generator import generate, load_spec  # noqa: E402 - on sys.path from above
 
 TOTAL_RATE = 2780.0
 """msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""
@@ -491,8 +491,9 @@ def read_counts(output: Path, run_id: str) -> dict[str, int]:
 
 
 def local_engine_available(cli: Path) -> bool:
-    """True when ``pipelines/local.py`` exists and ``topic-replay run`` accepts ``--engine``."""
-    if not (ROOT / "pipelines" / "local.py").is_file():
+    """True when ``pipelines/engine/local.py`` exists and ``topic-replay run`` accepts
+    ``--engine``."""
+    if not (ROOT / "pipelines" / "engine" / "local.py").is_file():
         return False
     helptext = subprocess.run([str(cli), "run", "--help"], capture_output=True, text=True,
                               cwd=ROOT).stdout

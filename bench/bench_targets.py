@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_replay as br  # noqa: E402 - found through the sys.path entry above
 
-from pipelines.generator import generate, load_spec  # noqa: E402 - as above
+from pipelines.workload.generator import generate, load_spec  # noqa: E402 - as above
 
 MANY_MESSAGES = 1_000_000
 MANY_PRODUCERS = 100_000

@@ -5,7 +5,7 @@ exactly like the replay's)::
 
     .venv/bin/python bench/floor_job.py --input DIR --output DIR [--format parquet]
 
-Reads the message log with the replay's session settings (``pipelines.spark_session``), computes
+Reads the message log with the replay's session settings (``pipelines.spark.session``), computes
 Spark's built-in ``hash(key)`` (Murmur3, seed 42) per message, groups by ``topic`` and writes one
 row per topic — ``topic`` (string), ``messages`` (long), ``payload_bytes`` (long), ``hash_sum``
 (long: keeps the hash from being optimized away) — as Parquet to ``--output`` (overwritten).
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pyspark.sql import functions as F
 
-from pipelines.spark_session import build_session
+from pipelines.spark.session import build_session
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     # The JVM's default collector (G1): the floor is the fastest the same Spark can do. The
-    # replay's serial collector (pipelines.spark_session) trades a few % of time for a heap that
+    # replay's serial collector (pipelines.spark.session) trades a few % of time for a heap that
     # tracks the live data; here it made the floor 10-25 % slower.
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.driver.extraJavaOptions": "-XX:+UseG1GC"})

@@ -68,7 +68,7 @@ from pyspark.sql.types import StructType
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipelines.spark_session import build_session  # noqa: E402 - on sys.path from above
+from pipelines.spark.session import build_session  # noqa: E402 - on sys.path from above
 
 MAX_MESSAGES = 100
 DELAY_MS = 100

@@ -8,8 +8,8 @@ Every day (``catchup=True``: back-fills from ``start_date``) the DAG runs
    written with delta-spark. A retry
    resumes the same run from its checkpoint (the replay is exactly-once per run id);
 2. ``validate`` — ``spark-submit jobs/replay.py validate --output <output> --run-id {{ ds }}``
-   (Great Expectations suites, ``pipelines/validation.py``; no Spark job). It fails the DAG run
-   when an expectation fails (exit code 1) and appends its results to the ``validations`` table.
+   (Great Expectations suites, ``pipelines/analysis/validation.py``; no Spark job). It fails the DAG
+   run when an expectation fails (exit code 1) and appends its results to the ``validations`` table.
 
 Parameters: each has a DAG param (editable when triggering by hand) and can be overridden for
 every run by an Airflow Variable of the same name prefixed ``topic_replay_`` (e.g.

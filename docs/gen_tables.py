@@ -1,4 +1,4 @@
-"""Write docs/tables.md from pipelines/schemas.py: each output table's grain (the docstring
+"""Write docs/tables.md from pipelines/contract/schemas.py: each output table's grain (the docstring
 after its schema) and columns (name, Arrow type, nullable). ``tests/test_docs.py`` checks the
 file is current, so it cannot drift from the schemas.
 
@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SCHEMAS = ROOT / "pipelines" / "schemas.py"
+SCHEMAS = ROOT / "pipelines" / "contract" / "schemas.py"
 TARGET = ROOT / "docs" / "tables.md"
 
 HEADER = """# Output tables
 
-Generated from `pipelines/schemas.py` by `python docs/gen_tables.py` (do not edit by hand;
+Generated from `pipelines/contract/schemas.py` by `python docs/gen_tables.py` (do not edit by hand;
 `tests/test_docs.py` fails when this file is out of date).
 
 Every table is a Delta table in its own folder under `--output DIR`. Conventions: `run_id` is
@@ -53,7 +53,7 @@ def _markdown(text: str) -> str:
 def render() -> str:
     """The whole of docs/tables.md."""
     sys.path.insert(0, str(ROOT))
-    from pipelines import schemas  # noqa: PLC0415 - importable once ROOT is on sys.path
+    from pipelines.contract import schemas  # noqa: PLC0415 - importable once ROOT is on sys.path
 
     docs = _docstrings()
     names = {id(getattr(schemas, n)): n for n in docs if hasattr(schemas, n)}

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipelines.compare import PreparedScenario, Scenario
-    from pipelines.config import ReplayConfig
-    from pipelines.delta_io import DeltaStore
-    from pipelines.presets import InputSpec
-    from pipelines.progress import ReplayProgress
-    from pipelines.replay import Replay
+    from pipelines.analysis.compare import PreparedScenario, Scenario
+    from pipelines.contract.config import ReplayConfig
+    from pipelines.contract.presets import InputSpec
+    from pipelines.spark.progress import ReplayProgress
+    from pipelines.spark.replay import Replay
+    from pipelines.storage.delta import DeltaStore
 
 if __package__ in (None, ""):  # spark-submit jobs/replay.py: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -225,11 +225,11 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
                      what: str = "") -> tuple[ReplayConfig, InputSpec]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
     ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
-    CSV header or Parquet schema (``pipelines.input_check``); ``UsageError`` (prefixed by
+    CSV header or Parquet schema (``pipelines.ingest.input_check``); ``UsageError`` (prefixed by
     ``what``) on any problem. No Spark."""
-    from pipelines.config import ConfigError, load_config  # noqa: PLC0415
-    from pipelines.input_check import InputColumnError, check_columns  # noqa: PLC0415
-    from pipelines.presets import get_preset  # noqa: PLC0415
+    from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
+    from pipelines.contract.presets import get_preset  # noqa: PLC0415
+    from pipelines.ingest.input_check import InputColumnError, check_columns  # noqa: PLC0415
 
     for path in args.input:
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
@@ -241,7 +241,7 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         cfg = load_config(args.conf, [*args.sets, *extra_sets])
     except ConfigError as exc:
         raise UsageError(what + str(exc)) from None
-    from pipelines.privacy import PrivacyError, pseudonymizer  # noqa: PLC0415
+    from pipelines.ingest.privacy import PrivacyError, pseudonymizer  # noqa: PLC0415
 
     try:  # input.pseudonymize needs its secret: a missing one is a user mistake
         pseudonymizer(cfg)
@@ -263,8 +263,8 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
 def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
                   run_id: str) -> int:
     """``run --engine local``: the in-process reference replay (no Spark)."""
-    from pipelines.local import check_spec, resolve_local_spec, run_local  # noqa: PLC0415
-    from pipelines.replay import format_summary  # noqa: PLC0415
+    from pipelines.engine.local import check_spec, resolve_local_spec, run_local  # noqa: PLC0415
+    from pipelines.engine.summary import format_summary  # noqa: PLC0415
 
     try:
         spec = resolve_local_spec(spec, args.input)
@@ -273,9 +273,12 @@ def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
         raise UsageError(str(exc)) from None
     summary = run_local(cfg, spec, args.input, args.output, run_id)
     if cfg.output.validate_tables:  # output.validate: the same end-of-run checks as Spark's
-        from pipelines.delta_io import DeltaStore  # noqa: PLC0415
-        from pipelines.replay import run_summary  # noqa: PLC0415
-        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run  # noqa: PLC0415
+        from pipelines.analysis.validation import (  # noqa: PLC0415
+            END_OF_RUN_VALIDATION_ID,
+            validate_run,
+        )
+        from pipelines.engine.summary import run_summary  # noqa: PLC0415
+        from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
         store = DeltaStore(args.output, engine="delta-rs")
         validate_run(store, run_id, END_OF_RUN_VALIDATION_ID,
@@ -293,11 +296,11 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     if getattr(args, "engine", "spark") == "local":
         return _replay_local(args, cfg, spec, run_id)
 
-    from pipelines.ingest import resolve_input_spec  # noqa: PLC0415
-    from pipelines.progress import ReplayProgress  # noqa: PLC0415
-    from pipelines.replay import Replay  # noqa: PLC0415
-    from pipelines.spark_session import build_session  # noqa: PLC0415
-    from pipelines.storage import StorageError  # noqa: PLC0415
+    from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
+    from pipelines.spark.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.spark.replay import Replay  # noqa: PLC0415
+    from pipelines.spark.session import build_session  # noqa: PLC0415
+    from pipelines.storage.fs import StorageError  # noqa: PLC0415
 
     # SIGTERM (systemd, Airflow, kill) or SIGINT (Ctrl-C), to the driver or its whole process
     # group: the replay stops after the micro-batch in progress (the JVM, started in a session
@@ -345,7 +348,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
 def _check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) -> None:
     """Before Spark starts: ``UsageError`` when ``output`` holds run ``run_id`` written by
     another version or config, or cannot be read (an unreachable object store)."""
-    from pipelines.replay import OutputConflictError, check_output  # noqa: PLC0415
+    from pipelines.spark.replay import OutputConflictError, check_output  # noqa: PLC0415
 
     try:
         check_output(output, run_id, cfg, preset)
@@ -358,7 +361,7 @@ def _check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) 
 def _drive(replay: Replay, progress: ReplayProgress, stream: bool, output: str) -> int:
     """Run ``replay`` (batch: to its summary; ``stream``: until stopped) and print the summary
     or, when a stop request ended it, one status line; returns the exit code (0)."""
-    from pipelines.replay import format_summary  # noqa: PLC0415
+    from pipelines.engine.summary import format_summary  # noqa: PLC0415
 
     if not stream:
         with progress:
@@ -382,7 +385,7 @@ def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
     temporary folder)."""
     if args.verbose or shown:
         return None
-    from pipelines.storage import is_remote  # noqa: PLC0415
+    from pipelines.storage.fs import is_remote  # noqa: PLC0415
 
     if is_remote(args.output):
         return str(Path(tempfile.gettempdir()) / "topic-replay-spark.log")
@@ -427,7 +430,7 @@ def _guess_format(inputs: list[str]) -> str:
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from pipelines.replay import format_summary, run_summary  # noqa: PLC0415
+    from pipelines.engine.summary import format_summary, run_summary  # noqa: PLC0415
 
     store, run_id = _finished_run(args.output, args.run_id)
     print(format_summary(run_summary(store, run_id)))
@@ -436,7 +439,7 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _require_output(output: str) -> None:
     """``UsageError`` when the output directory (or object-store prefix) does not exist."""
-    from pipelines.storage import StorageError, is_dir  # noqa: PLC0415
+    from pipelines.storage.fs import StorageError, is_dir  # noqa: PLC0415
 
     try:
         found = is_dir(output)
@@ -448,7 +451,7 @@ def _require_output(output: str) -> None:
 
 def _require_tables(tables: Sequence[str] | None) -> None:
     """``UsageError`` naming any of ``tables`` that is not an output table."""
-    from pipelines.schemas import table_names  # noqa: PLC0415
+    from pipelines.contract.schemas import table_names  # noqa: PLC0415
 
     unknown = [t for t in tables or [] if t not in table_names()]
     if unknown:
@@ -460,7 +463,7 @@ def _finished_run(output: str, run_id: str | None) -> tuple[DeltaStore, str]:
     """The output's store and ``run_id`` (default: the last finished run); ``UsageError`` when
     the output, or the run in it, does not exist."""
     _require_output(output)
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     store = DeltaStore(output, engine="delta-rs")
     runs = store.read("runs")
@@ -477,8 +480,8 @@ def _diff(args: argparse.Namespace) -> int:
     if len(args.run_ids) != 2:
         raise UsageError(f"diff needs exactly two --run-id (A and B), got {len(args.run_ids)}")
     _require_output(args.output)
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
-    from pipelines.diff import diff_runs, format_diff, run_ids  # noqa: PLC0415
+    from pipelines.analysis.diff import diff_runs, format_diff, run_ids  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     _require_tables(args.tables)
     store = DeltaStore(args.output, engine="delta-rs")
@@ -494,7 +497,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from pipelines.validation import format_validation, validate_run  # noqa: PLC0415
+    from pipelines.analysis.validation import format_validation, validate_run  # noqa: PLC0415
 
     store, run_id = _finished_run(args.output, args.run_id)
     result = validate_run(store, run_id)
@@ -505,7 +508,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _quiet_session(master: str | None, remote: str | None = None) -> SparkSession:
     """A SparkSession for a short command: no progress bar, only errors logged (a Spark
     Connect session, ``remote`` or ``SPARK_REMOTE``, logs on its server)."""
-    from pipelines.spark_session import build_session, is_connect  # noqa: PLC0415
+    from pipelines.spark.session import build_session, is_connect  # noqa: PLC0415
 
     spark = build_session(app_name="topic-replay-sql", master=master, shuffle_partitions=2,
                           extra_conf={"spark.ui.showConsoleProgress": "false",
@@ -520,8 +523,13 @@ def _sql(args: argparse.Namespace) -> int:
     _require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
-    from pipelines.sql import QueryError, format_rows, register_tables, run_query  # noqa: PLC0415
+    from pipelines.spark.sql import (  # noqa: PLC0415
+        QueryError,
+        format_rows,
+        register_tables,
+        run_query,
+    )
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     store = DeltaStore(args.output, spark=_quiet_session(args.master, args.remote))
     if not register_tables(store):
@@ -542,8 +550,8 @@ def _maintain(args: argparse.Namespace) -> int:
     _require_tables(args.tables)
     if args.retain_hours is not None and args.retain_hours < 0:
         raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
-    from pipelines.sql import format_rows, maintain_tables  # noqa: PLC0415
+    from pipelines.spark.sql import format_rows, maintain_tables  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     spark = None if args.engine == "delta-rs" else _quiet_session(args.master)
     try:
@@ -559,7 +567,7 @@ def _maintain(args: argparse.Namespace) -> int:
 def _known_runs(output: str, wanted: Sequence[str]) -> list[str]:
     """``wanted`` run ids (default: the last run) checked against the ``runs`` table."""
     _require_output(output)
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     runs = DeltaStore(output, engine="delta-rs").read("runs")
     if runs.empty:
@@ -577,8 +585,8 @@ def _report(args: argparse.Namespace) -> int:
     run_ids = _known_runs(args.output, args.run_ids)
     if Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
-    from pipelines.compare import format_comparison, metrics_frame  # noqa: PLC0415
-    from pipelines.report import write_report  # noqa: PLC0415
+    from pipelines.analysis.compare import format_comparison, metrics_frame  # noqa: PLC0415
+    from pipelines.analysis.report import write_report  # noqa: PLC0415
 
     result = write_report(args.output, run_ids, args.html, png_dir=args.png_dir)
     print(format_comparison(metrics_frame(result["metrics"])))
@@ -587,7 +595,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pipelines.compare import (  # noqa: PLC0415
+    from pipelines.analysis.compare import (  # noqa: PLC0415
         PreparedScenario,
         ScenarioError,
         check_reuse,
@@ -608,16 +616,16 @@ def _compare(args: argparse.Namespace) -> int:
         prepared.append(PreparedScenario(scenario, cfg, spec))
     if args.html and Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
-    from pipelines.replay import OutputConflictError, check_output_path  # noqa: PLC0415
+    from pipelines.spark.replay import OutputConflictError, check_output_path  # noqa: PLC0415
 
     try:
         check_output_path(args.output)
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
-    from pipelines.storage import is_dir  # noqa: PLC0415
+    from pipelines.storage.fs import is_dir  # noqa: PLC0415
 
     if is_dir(args.output):  # a run of the same name must be this very scenario
-        from pipelines.delta_io import DeltaStore  # noqa: PLC0415
+        from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
         store = DeltaStore(args.output, engine="delta-rs")
         for p in prepared:
@@ -626,9 +634,9 @@ def _compare(args: argparse.Namespace) -> int:
             except ScenarioError as exc:
                 raise UsageError(str(exc)) from None
 
-    from pipelines.compare import replay_scenarios  # noqa: PLC0415
-    from pipelines.progress import ReplayProgress  # noqa: PLC0415
-    from pipelines.spark_session import build_session  # noqa: PLC0415
+    from pipelines.spark.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.spark.session import build_session  # noqa: PLC0415
+    from pipelines.spark.sweep import replay_scenarios  # noqa: PLC0415
 
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
@@ -639,7 +647,7 @@ def _compare(args: argparse.Namespace) -> int:
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))
     if args.html:
-        from pipelines.report import write_report  # noqa: PLC0415
+        from pipelines.analysis.report import write_report  # noqa: PLC0415
 
         result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
         print(f"report: {result['html']} ({result['figures']} figures)")
@@ -649,8 +657,12 @@ def _compare(args: argparse.Namespace) -> int:
 def _sweep_scenarios(args: argparse.Namespace) -> tuple[int, list[Scenario]]:
     """The sweep's flap window (s) and scenarios (the grid's, then the named ones) from the
     arguments; ``UsageError`` on a bad sweep id, window, grid, scenario or ``--html``."""
-    from pipelines.compare import NAME_PATTERN, ScenarioError, parse_scenario  # noqa: PLC0415
-    from pipelines.sweep import (  # noqa: PLC0415
+    from pipelines.analysis.compare import (  # noqa: PLC0415
+        NAME_PATTERN,
+        ScenarioError,
+        parse_scenario,
+    )
+    from pipelines.spark.sweep import (  # noqa: PLC0415
         DEFAULT_FLAP_WINDOW_S,
         SweepError,
         check_names,
@@ -682,8 +694,8 @@ def _check_sweep_output(args: argparse.Namespace, cfg: ReplayConfig, preset: str
                         prepared: Sequence[PreparedScenario]) -> None:
     """Before Spark starts: ``UsageError`` when the output holds the sweep's work folder or
     any scenario's run under another config or inputs (``check_output``)."""
-    from pipelines.replay import OutputConflictError, check_output  # noqa: PLC0415
-    from pipelines.storage import is_file, join  # noqa: PLC0415
+    from pipelines.spark.replay import OutputConflictError, check_output  # noqa: PLC0415
+    from pipelines.storage.fs import is_file, join  # noqa: PLC0415
 
     work_id = f"sweep.{args.sweep_id}"
     fresh = not is_file(join(args.output, "_work", work_id, "run.json"))
@@ -697,13 +709,13 @@ def _check_sweep_output(args: argparse.Namespace, cfg: ReplayConfig, preset: str
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pipelines.compare import (  # noqa: PLC0415
+    from pipelines.analysis.compare import (  # noqa: PLC0415
         PreparedScenario,
         Scenario,
         format_comparison,
         metrics_frame,
     )
-    from pipelines.sweep import SweepError, check_shared_ingest  # noqa: PLC0415
+    from pipelines.spark.sweep import SweepError, check_shared_ingest  # noqa: PLC0415
 
     _check_remote(args)
     window, scenarios = _sweep_scenarios(args)
@@ -718,11 +730,11 @@ def _sweep(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     _check_sweep_output(args, cfg, spec.preset, prepared)
 
-    from pipelines.ingest import resolve_input_spec  # noqa: PLC0415
-    from pipelines.progress import ReplayProgress  # noqa: PLC0415
-    from pipelines.spark_session import build_session  # noqa: PLC0415
-    from pipelines.storage import join  # noqa: PLC0415
-    from pipelines.sweep import run_sweep  # noqa: PLC0415
+    from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
+    from pipelines.spark.progress import ReplayProgress  # noqa: PLC0415
+    from pipelines.spark.session import build_session  # noqa: PLC0415
+    from pipelines.spark.sweep import run_sweep  # noqa: PLC0415
+    from pipelines.storage.fs import join  # noqa: PLC0415
 
     print(f"sweep {args.sweep_id}: {len(prepared)} scenarios from one ingest: "
           + ", ".join(p.scenario.name for p in prepared))
@@ -749,8 +761,8 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _write_sweep_page(args: argparse.Namespace) -> None:
     """The sweep's interactive page at ``--html``; ``UsageError`` when it cannot be drawn."""
-    from pipelines.delta_io import DeltaStore  # noqa: PLC0415
-    from pipelines.interactive import PageError, write_sweep_page  # noqa: PLC0415
+    from pipelines.analysis.interactive import PageError, write_sweep_page  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     try:
         write_sweep_page(DeltaStore(args.output, engine="delta-rs"), args.sweep_id, args.html)
@@ -760,7 +772,11 @@ def _write_sweep_page(args: argparse.Namespace) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from pipelines.generator import generate, load_any_spec, result_summary  # noqa: PLC0415
+    from pipelines.workload.generator import (  # noqa: PLC0415
+        generate,
+        load_any_spec,
+        result_summary,
+    )
 
     if not Path(args.spec).is_file():
         raise UsageError(f"workload spec {args.spec} does not exist")

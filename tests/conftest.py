@@ -2,7 +2,7 @@
 
 ``spark``: ONE SparkSession for the whole test session (starting one takes ~5 s): ``local[2]``,
 2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter, the Delta
-jars of ``make setup`` when present (all via ``pipelines.spark_session.build_session``). Tests
+jars of ``make setup`` when present (all via ``pipelines.spark.session.build_session``). Tests
 that use it should be marked ``spark``.
 
 ``s3_endpoint``: an S3-compatible server (moto's server mode) on 127.0.0.1, per module.
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 try:
-    from pipelines.spark_session import delta_jars
+    from pipelines.spark.session import delta_jars
 except ImportError:  # the Airflow venv (tests/test_dags.py) has no pyspark of ours
 
     def delta_jars() -> list[str]:
@@ -42,7 +42,7 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
     commits; the engine-parametrized end-to-end, crash, SQL and DeltaStore tests run both)."""
     try:
         # the Airflow venv (make test-dags) loads this conftest without the project's packages
-        import pipelines.delta_io as delta_io  # noqa: PLC0415
+        import pipelines.storage.delta as delta_io  # noqa: PLC0415
     except ImportError:  # the Airflow venv
         yield
         return
@@ -55,7 +55,7 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from pipelines.spark_session import build_session  # noqa: PLC0415 - see above
+    from pipelines.spark.session import build_session  # noqa: PLC0415 - see above
 
     session = build_session(
         app_name="topic-replay-tests",

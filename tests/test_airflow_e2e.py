@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from jobs.replay import main
-from pipelines.delta_io import AUTO_ENGINE_ENV, DeltaStore
-from pipelines.schemas import table_names
-from pipelines.spark_session import delta_jars
+from pipelines.contract.schemas import table_names
+from pipelines.spark.session import delta_jars
+from pipelines.storage.delta import AUTO_ENGINE_ENV, DeltaStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

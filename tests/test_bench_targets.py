@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from pipelines.generator import load_spec
+from pipelines.workload.generator import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_targets", ROOT / "bench" / "bench_targets.py")

@@ -1,4 +1,4 @@
-"""Tests of pipelines.config: defaults, user YAML, --set overrides, validation, helpers."""
+"""Tests of pipelines.contract.config: defaults, user YAML, --set overrides, validation, helpers."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-import pipelines.spark_session
+import pipelines.spark.session
 from jobs.replay import main
-from pipelines.config import (
+from pipelines.contract.config import (
     DEFAULT_CONF_ENV,
     OUTPUT_TABLES,
     ConfigError,
@@ -24,11 +24,11 @@ from pipelines.config import (
     load_config,
     parse_config,
 )
+from pipelines.contract.schemas import TABLES
 from pipelines.core.batching import BatchingConfig
 from pipelines.core.policy import AutoScaleConfig
-from pipelines.delta_io import DeltaStore
-from pipelines.replay import OutputConflictError, check_output
-from pipelines.schemas import TABLES
+from pipelines.spark.replay import OutputConflictError, check_output
+from pipelines.storage.delta import DeltaStore
 
 FIRST_EVENT_MS = 1_291_190_400_000  # 2010-12-01T08:00:00Z
 
@@ -560,7 +560,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
-    monkeypatch.setattr(pipelines.spark_session, "build_session", refuse)
+    monkeypatch.setattr(pipelines.spark.session, "build_session", refuse)
 
 
 def _run_cli(tmp_path: Path, *extra: str) -> int:

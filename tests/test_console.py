@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from jobs.replay import _parser, _spark_log
-from pipelines.config import load_config, run_identity
+from pipelines.contract.config import load_config, run_identity
 
 
 @pytest.mark.parametrize("argv, sets, expected", [

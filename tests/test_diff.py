@@ -1,4 +1,4 @@
-"""``pipelines.diff``: per-table multiset row differences between two runs (no Spark)."""
+"""``pipelines.analysis.diff``: per-table multiset row differences between two runs (no Spark)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from jobs.replay import main
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_frames, diff_runs, format_diff, run_ids
+from pipelines.analysis.diff import diff_frames, diff_runs, format_diff, run_ids
+from pipelines.storage.delta import DeltaStore
 
 
 def seg(run: str, rows: list[tuple[int, list[int], str]]) -> pd.DataFrame:

@@ -1,5 +1,6 @@
-"""The docs cannot drift from the code: docs/tables.md is generated from pipelines/schemas.py,
-the code cites the project's own docs/design.md, and the README stays short (issue #19)."""
+"""The docs cannot drift from the code: docs/tables.md is generated from
+pipelines/contract/schemas.py, the code cites the project's own docs/design.md, and the README
+stays short (issue #19)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.schemas import TABLES
+from pipelines.contract.schemas import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The topic stage's output files (pipelines.stages.FrameWriter)."""
+"""The topic stage's output files (pipelines.storage.frames.FrameWriter)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines.stages import FrameWriter, staged_file
+from pipelines.storage.frames import FrameWriter, staged_file
 
 
 def _drains(segment_ids: list[int], subscription: str | None = "s") -> pd.DataFrame:

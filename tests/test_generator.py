@@ -1,4 +1,4 @@
-"""Tests for the deterministic workload generator (pipelines/generator.py)."""
+"""Tests for the deterministic workload generator (pipelines/workload/generator.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from jobs.replay import main
-from pipelines.generator import (
+from pipelines.workload.generator import (
     GenerateResult,
     WorkloadSpec,
     generate,

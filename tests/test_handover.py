@@ -1,8 +1,9 @@
-"""The emulation operators' hand-over: producer shards, the state format, feed files
-(pure: no Spark)."""
+"""The emulation operators' hand-over: producer shards, the state formats (the operators' and
+the replay's state files), feed files (pure: no Spark)."""
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 
@@ -11,9 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from pipelines.engine.stages import StageWindow
 from pipelines.spark import handover
 from pipelines.spark.emulation import FEED_SCHEMA, write_feed
-from pipelines.stages import StageWindow
+from pipelines.spark.replay import REPLAY_STATE_FORMAT, ReplayState, read_state, state_blob
 
 
 class FakeValueState:
@@ -73,6 +75,26 @@ def test_state_of_another_format_is_refused_in_one_sentence() -> None:
     state = FakeValueState((handover.STATE_FORMAT + 1, b"old"))
     with pytest.raises(handover.StateFormatError, match="replay into a new --output"):
         handover.load_state(state)
+
+
+def test_replay_state_round_trips_with_its_format() -> None:
+    state = read_state(state_blob(ReplayState(batch_id=3, staged={"t": 5})), "state/3.pkl")
+    assert (state.batch_id, state.staged) == (3, {"t": 5})
+
+
+def test_replay_state_written_before_the_layout_is_refused_in_one_sentence() -> None:
+    # format 1: a bare ReplayState of the module pipelines.replay, which no longer exists
+    old = b"cpipelines.replay\nReplayState\n)\x81."
+    with pytest.raises(handover.StateFormatError,
+                       match=r"state/3.pkl is of format 1, this version reads format 2: replay "
+                             r"into a new --output"):
+        read_state(old, "state/3.pkl")
+
+
+def test_replay_state_of_another_format_is_refused() -> None:
+    newer = pickle.dumps((REPLAY_STATE_FORMAT + 1, ReplayState()))
+    with pytest.raises(handover.StateFormatError, match=f"of format {REPLAY_STATE_FORMAT + 1},"):
+        read_state(newer, "state/0.pkl")
 
 
 def test_feed_has_a_row_per_run_topic_and_window(tmp_path) -> None:

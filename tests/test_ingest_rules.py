@@ -1,4 +1,4 @@
-"""The input rules both engines share (``pipelines.ingest_rules``), without Spark: one record per
+"""The input rules both engines share (``pipelines.ingest.rules``), without Spark: one record per
 case, the reason it gets; the parsed values of an accepted record; ``event_ms``; spreading."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from pipelines.ingest_rules import (
+from pipelines.contract.presets import get_preset
+from pipelines.ingest.rules import (
     MAX_KEY_BYTES,
     MINUTE_HINT,
     QUARANTINE_REASONS,
@@ -27,7 +28,6 @@ from pipelines.ingest_rules import (
     spread_minutes,
     verdict_rows,
 )
-from pipelines.presets import get_preset
 
 SPEC = get_preset("contract")
 GOOD = {"topic": "t", "key": "k", "producer_name": "p", "sequence_id": "7",
@@ -233,7 +233,7 @@ def test_a_minute_hint_other_than_the_records_minute_is_misplaced(hint, misplace
 
 
 def test_the_rules_module_does_not_import_pyspark():
-    code = "import sys, pipelines.ingest_rules; print('pyspark' in sys.modules)"
+    code = "import sys, pipelines.ingest.rules; print('pyspark' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"

@@ -1,6 +1,6 @@
 """Input mistakes caught before Spark starts (issue #19): a mapped source column missing from a
 CSV header or a Parquet schema exits 2 with one sentence naming it and listing the columns the
-files have (``pipelines.input_check``, ``topic-replay run``). No Spark in this file."""
+files have (``pipelines.ingest.input_check``, ``topic-replay run``). No Spark in this file."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from jobs.replay import main
-from pipelines.input_check import InputColumnError, check_columns
-from pipelines.presets import get_preset
+from pipelines.contract.presets import get_preset
+from pipelines.ingest.input_check import InputColumnError, check_columns
 
 COLUMNS = ["topic", "lbn", "publish_time", "payload_size"]
 ROW = ["t", "k1", "1704067200000", "10"]

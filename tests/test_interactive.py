@@ -1,5 +1,5 @@
-"""The Plotly figure builders of ``pipelines.interactive`` on small hand-built frames (no Spark, no
-browser): what each figure holds — the Pareto front's scenarios, a heat map's z matrix, a
+"""The Plotly figure builders of ``pipelines.analysis.interactive`` on small hand-built frames (no
+Spark, no browser): what each figure holds — the Pareto front's scenarios, a heat map's z matrix, a
 segment's bar, the DAG's edges, a decision's hover with its reason, rates and thresholds."""
 
 from __future__ import annotations
@@ -11,10 +11,8 @@ import pandas as pd
 import pytest
 from deltalake import write_deltalake
 
-from pipelines.compare import RunTables
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.interactive import (
+from pipelines.analysis.compare import RunTables
+from pipelines.analysis.interactive import (
     SWEEP_METRICS,
     PageError,
     decision_rates,
@@ -33,6 +31,8 @@ from pipelines.interactive import (
     sweeps_location,
     write_sweep_page,
 )
+from pipelines.contract.config import load_config
+from pipelines.storage.delta import DeltaStore
 
 UTC = "UTC"
 SPLIT, MERGE = "policy.split_msg_rate_in", "topic.bucket_budget"

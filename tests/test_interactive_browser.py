@@ -19,14 +19,14 @@ import pandas as pd
 import pytest
 from playwright.sync_api import sync_playwright
 
-from pipelines.compare import Scenario
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.interactive import write_run_page, write_sweep_page
-from pipelines.local import run_local
-from pipelines.presets import get_preset
-from pipelines.sweep import DEFAULT_FLAP_WINDOW_S, sweep_rows, write_sweep_rows
+from pipelines.analysis.compare import Scenario
+from pipelines.analysis.interactive import write_run_page, write_sweep_page
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.local import run_local
+from pipelines.spark.sweep import DEFAULT_FLAP_WINDOW_S, sweep_rows, write_sweep_rows
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 
 _spec = importlib.util.spec_from_file_location(
     "screenshot_page", Path(__file__).resolve().parents[1] / "tools" / "screenshot_page.py")

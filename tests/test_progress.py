@@ -1,4 +1,5 @@
-"""Replay progress display (pipelines/progress.py): a bar on a terminal, plain lines otherwise."""
+"""Replay progress display (pipelines/spark/progress.py): a bar on a terminal, plain lines
+otherwise."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import io
 
 import pytest
 
-from pipelines.progress import BatchProgress, ReplayProgress
+from pipelines.spark.progress import BatchProgress, ReplayProgress
 
 
 class Terminal(io.StringIO):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import pipelines.spark_session
+import pipelines.spark.session
 from jobs.replay import main
 
 
@@ -20,7 +20,7 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
-    monkeypatch.setattr(pipelines.spark_session, "build_session", refuse)
+    monkeypatch.setattr(pipelines.spark.session, "build_session", refuse)
 
 
 def _cli(tmp_path: Path, command: str, *extra: str) -> int:

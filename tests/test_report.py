@@ -12,13 +12,19 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
-from pipelines.compare import RunTables, consumer_shares, drain_times, layout_timeline, run_metrics
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
-from pipelines.report import build_figures, figure_has_data, topic_table, write_report
+from pipelines.analysis.compare import (
+    RunTables,
+    consumer_shares,
+    drain_times,
+    layout_timeline,
+    run_metrics,
+)
+from pipelines.analysis.report import build_figures, figure_has_data, topic_table, write_report
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 
 SPEC = {
     "seed": 3, "start_time": "2025-01-15T09:00:00Z", "duration_s": 300, "format": "json",

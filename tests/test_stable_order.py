@@ -1,5 +1,5 @@
-"""``pipelines.stages.stable_order`` is pandas' stable multi-key sort (nulls last), faster; the
-replay order of messages (``_sorted``) does not depend on the input order."""
+"""``pipelines.engine.stages.stable_order`` is pandas' stable multi-key sort (nulls last), faster;
+the replay order of messages (``_sorted``) does not depend on the input order."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.stages import _sorted, stable_order
+from pipelines.engine.stages import _sorted, stable_order
 
 rows = st.lists(
     st.tuples(st.integers(0, 3),                                  # event_ms: many ties

@@ -5,9 +5,9 @@
 import pandas as pd
 import pytest
 
-from pipelines.config import ConfigError, load_config
+from pipelines.contract.config import ConfigError, load_config
 from pipelines.core.layout import SegmentLayout
-from pipelines.stages import StageSettings, dispatch_group
+from pipelines.engine.stages import StageSettings, dispatch_group
 
 FIRST_MS = 1_000_000
 

@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipelines import stages
-from pipelines.ingest_rules import ACCEPTED_FIELDS, MINUTE_HINT, key_hashes_arrow, mapped_name
-from pipelines.presets import get_preset
-from pipelines.privacy import Pseudonymizer, pseudonym
-from pipelines.stages import (
+from pipelines.contract.presets import get_preset
+from pipelines.ingest.privacy import Pseudonymizer, pseudonym
+from pipelines.ingest.rules import ACCEPTED_FIELDS, MINUTE_HINT, key_hashes_arrow, mapped_name
+from pipelines.storage import staging
+from pipelines.storage.staging import (
     KEY_HASH_COLUMNS,
     MISPLACED_MARK,
     STAGE_INPUT_COLUMNS,
@@ -77,7 +77,7 @@ def test_write_staging_adds_the_key_hashes_of_ingest(tmp_path: Path) -> None:
 
 def test_write_staging_cuts_row_groups_of_the_configured_rows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stages, "STAGING_ROW_GROUP_ROWS", 3)
+    monkeypatch.setattr(staging, "STAGING_ROW_GROUP_ROWS", 3)
     batches = [_batch([("t", 2 * i), ("u", i), ("t", 2 * i + 1)]) for i in range(4)]
     write_staging(batches, f"{tmp_path}/batch_id=0", 0)
     meta = pq.ParquetFile(_topic_files(tmp_path, 0, "t")[0]).metadata
@@ -151,7 +151,8 @@ T0_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
 
 
 def _mapped(times_ms: list[int], sizes: list[str] | None = None, **columns) -> pa.RecordBatch:
-    """Mapped JSON records (one topic ``t``) as ``pipelines.ingest.map_records`` ships them."""
+    """Mapped JSON records (one topic ``t``) as ``pipelines.spark.ingest.map_records`` ships
+    them."""
     n = len(times_ms)
     return pa.RecordBatch.from_pydict({
         "source_file": ["file:/in/a.json"] * n, "raw_record": [f"r{i}" for i in range(n)],

@@ -1,4 +1,4 @@
-"""pipelines.storage: an output URL given to each library the way it takes it, and the work
+"""pipelines.storage.fs: an output URL given to each library the way it takes it, and the work
 folder's file operations on an S3-compatible store (moto's server mode; no Spark)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import boto3
 import pyarrow.fs as pafs
 import pytest
 
-from pipelines import storage
-from pipelines.spark_session import pyspark_hadoop_version
+from pipelines.spark.session import pyspark_hadoop_version
+from pipelines.storage import fs as storage
 
 LOCAL_S3 = {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "AWS_REGION": "eu-west-1"}
 

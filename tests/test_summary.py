@@ -1,11 +1,11 @@
-"""The run summary's lines (``pipelines.replay.format_summary``): the keyless share of messages
-is always shown (issue #19), and mapped fields no record had are warned about."""
+"""The run summary's lines (``pipelines.engine.summary.format_summary``): the keyless share of
+messages is always shown (issue #19), and mapped fields no record had are warned about."""
 
 from __future__ import annotations
 
 import pytest
 
-from pipelines.replay import format_summary
+from pipelines.engine.summary import format_summary
 
 
 def summary(**changes: object) -> dict:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from jobs.replay import main
-from pipelines.sweep import (
+from pipelines.spark.sweep import (
     GridAxis,
     SweepError,
     check_shared_ingest,

@@ -1,4 +1,5 @@
-"""Great Expectations checks of a run's tables (pipelines/validation.py, ``topic-replay validate``).
+"""Great Expectations checks of a run's tables (pipelines/analysis/validation.py, ``topic-replay
+validate``).
 
 No Spark: small inline tables, written with delta-rs where a store is needed.
 """
@@ -15,25 +16,24 @@ import pandas as pd
 import pytest
 
 from jobs.replay import main
-from pipelines.core.batching import CLOSE_REASONS
-from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
-from pipelines.delta_io import DeltaStore
-from pipelines.ingest import LATE, QUARANTINE_REASONS
-from pipelines.replay import format_summary, run_summary
-from pipelines.validation import (
+from pipelines.analysis.validation import (
     INPUT_CONTRACT,
     KEYS,
     SUPPRESSED_BY_REGEX,
     TRIGGER_REGEX,
     ephemeral_context,
     format_validation,
-    latest_validation,
     prepare,
     suites,
     validate_frame,
     validate_frames,
     validate_run,
 )
+from pipelines.core.batching import CLOSE_REASONS
+from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
+from pipelines.engine.summary import format_summary, latest_validation, run_summary
+from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
+from pipelines.storage.delta import DeltaStore
 
 RUN = "r1"
 

@@ -1,4 +1,4 @@
-"""The Python worker daemon's path fix (pipelines.worker_daemon)."""
+"""The Python worker daemon's path fix (pipelines.spark.worker_daemon)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from pipelines import worker_daemon
-from pipelines.spark_session import local_worker_conf, worker_python
+from pipelines.spark import worker_daemon
+from pipelines.spark.session import local_worker_conf, worker_python
 
 
 @pytest.mark.parametrize(("path", "home", "dropped"), [
@@ -39,9 +39,9 @@ def test_archives_go_when_pyspark_is_installed(monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.parametrize(("master", "daemon"), [
-    ("local[*]", "pipelines.worker_daemon"),
-    ("local[2]", "pipelines.worker_daemon"),
-    ("local", "pipelines.worker_daemon"),
+    ("local[*]", "pipelines.spark.worker_daemon"),
+    ("local[2]", "pipelines.spark.worker_daemon"),
+    ("local", "pipelines.spark.worker_daemon"),
     ("spark://host:7077", None),        # a cluster's executors may lack the package at start
     ("yarn", None),
     (None, None),                       # set elsewhere (spark-submit): not known here

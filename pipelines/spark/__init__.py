@@ -1,12 +1,23 @@
-"""The Spark runtime of the emulation: grouped stateful operators over event-time windows.
+"""The Spark runtime: the only package that imports pyspark (``tests/test_layout.py``).
 
-- :mod:`pipelines.spark.handover` — where the operators put what they hand each other (routed
-  messages by producer shard, layouts, entries) and their output files; the state format.
-- :mod:`pipelines.spark.control` — the control plane, keyed by ``(run_id, topic)``.
-- :mod:`pipelines.spark.batching` — bucketed batching, keyed by ``(run_id, topic, shard)``.
-- :mod:`pipelines.spark.dispatch` — dispatch, keyed by ``(run_id, topic, dispatcher)``.
-- :mod:`pipelines.spark.emulation` — the streaming query chaining the three
-  (``transformWithStateInPandas``, RocksDB state store) and its window feed and receipts.
+- :mod:`pipelines.spark.session` / :mod:`pipelines.spark.worker_daemon` — the SparkSession and
+  its Python workers.
+- :mod:`pipelines.spark.ingest` / :mod:`pipelines.spark.udfs` — reading, parsing and mapping
+  the input in Spark SQL; :mod:`pipelines.spark.staging_pass` — the one Python pass that
+  applies the input rules and stages the accepted messages.
+- :mod:`pipelines.spark.replay` — the replay (Q1: micro-batches, finalization, commits).
+- The emulation's grouped stateful operators over event-time windows:
+  :mod:`pipelines.spark.handover` (what the operators hand each other, and where; the state
+  format), :mod:`pipelines.spark.control` (the control plane, keyed by ``(run_id, topic)``),
+  :mod:`pipelines.spark.batching` (bucketed batching, keyed by ``(run_id, topic, shard)``),
+  :mod:`pipelines.spark.dispatch` (dispatch, keyed by ``(run_id, topic, dispatcher)``),
+  :mod:`pipelines.spark.emulation` (the streaming query chaining the three, with
+  ``transformWithStateInPandas`` and the RocksDB state store, and its window feed and
+  receipts).
+- :mod:`pipelines.spark.sweep` (sweeps from one ingest; ``compare``'s replays),
+  :mod:`pipelines.spark.sql` (``topic-replay sql`` / ``maintain``),
+  :mod:`pipelines.spark.schemas` (the tables' Spark schemas), :mod:`pipelines.spark.progress`
+  (the console progress).
 
 docs/architecture.md, "Emulation query", has the data flow.
 """

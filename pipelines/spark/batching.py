@@ -5,11 +5,12 @@ producers; their (producer, segment) containers are independent of other produce
 §7: a container is one producer's), so a hot topic's batching spreads over as many tasks as it
 has shards. Per window in order, the operator reads the shard's routed messages and the layout
 the control plane handed over, runs them through the containers
-(:func:`pipelines.stages.batch_topic`: all the shard's producers at once, as columns; seals
+(:func:`pipelines.engine.stages.batch_topic`: all the shard's producers at once, as columns; seals
 re-send open batches, flush tasks fire up to the window's end) and writes the ``messages`` and
 ``entries`` rows, plus the entries dispatch needs
 (:data:`~pipelines.spark.handover.ENTRY_HANDOVER`).
-State: the shard's :class:`~pipelines.stages.BatchingState` (open batches, containers, counters).
+State: the shard's :class:`~pipelines.engine.stages.BatchingState` (open batches, containers,
+counters).
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from pipelines import stages
-from pipelines.privacy import withheld_columns
+from pipelines.engine import stages
+from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
 from pipelines.spark.control import ROUTED_COLUMNS
+from pipelines.storage.frames import FrameWriter
+from pipelines.storage.staging import arrow_strings
 
 BATCHING_OUT_DDL = ("run_id string, topic string, dispatcher int, window int, hi_ms long, "
                     "final boolean, version long, control_s double, batching_s double")
@@ -35,7 +38,7 @@ subscriptions has the one dispatcher ``-1`` (no dispatch; the row carries the se
 
 
 def dispatcher_count(settings: stages.StageSettings) -> int:
-    """Dispatchers of a run (:func:`pipelines.stages.new_dispatchers`: one per grouped
+    """Dispatchers of a run (:func:`pipelines.engine.stages.new_dispatchers`: one per grouped
     subscription, one per consumer of an ungrouped one)."""
     return sum(1 if s.grouped else len(s.consumers) for s in settings.subscriptions)
 
@@ -59,7 +62,7 @@ class BatchingProcessor(StatefulProcessor):
         bcfg = settings.batching()
         blob = handover.load_state(self.batching)
         dispatchers = list(range(dispatcher_count(settings))) or [-1]
-        writers: dict[int, stages.FrameWriter] = {}
+        writers: dict[int, FrameWriter] = {}
         out: list[tuple[Any, ...]] = []
         for w in tokens.itertuples(index=False):
             t0 = time.perf_counter()
@@ -75,7 +78,7 @@ class BatchingProcessor(StatefulProcessor):
                     routed, blob, bcfg, handover.read_layout(folder), hi, bool(w.final))
                 frame = stages.entry_frame(topic, entries, settings.speed)
                 if version not in writers:
-                    writers[version] = stages.FrameWriter(
+                    writers[version] = FrameWriter(
                         handover.out_dir(self.emulation, version, run_id),
                         withheld_columns(settings.config))
                 writers[version].write(f"{topic}\x00{shard}", {"msg": messages, "entry": frame})
@@ -110,4 +113,4 @@ def _read_routed(path: str) -> pd.DataFrame:
     table = handover.read_frame(path)
     if table is None:
         raise FileNotFoundError(f"routed messages missing: {path}")
-    return table.select(ROUTED_COLUMNS).to_pandas(types_mapper=stages.arrow_strings)
+    return table.select(ROUTED_COLUMNS).to_pandas(types_mapper=arrow_strings)

@@ -2,8 +2,8 @@
 
 Per key and micro-batch it takes the feed's window rows (:data:`FEED_DDL`), and for each window
 in order reads the topic's staged messages of the window, routes them and advances the
-controller (:func:`pipelines.stages.control_group`: load reporter, autoscale policy, layout DAG),
-then hands the routed messages to the batching operator split by producer shard
+controller (:func:`pipelines.engine.stages.control_group`: load reporter, autoscale policy, layout
+DAG), then hands the routed messages to the batching operator split by producer shard
 (:func:`pipelines.spark.handover.producer_shard`), with the layout after the window. Its own
 tables (``segment_load``, ``autoscale_decisions``, ``segments``) go to files the driver commits.
 State: the pickled ``TopicController`` (:mod:`pipelines.spark.handover` format).
@@ -19,9 +19,11 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from pipelines import stages
-from pipelines.privacy import withheld_columns
+from pipelines.engine import stages
+from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
+from pipelines.storage.frames import FrameWriter
+from pipelines.storage.staging import STAGE_INPUT_COLUMNS, read_topic, staged_dataset
 
 FEED_DDL = ("run_id string, topic string, window int, lo_ms long, hi_ms long, final boolean, "
             "snapshot boolean, version long")
@@ -34,15 +36,15 @@ CONTROL_OUT_DDL = ("run_id string, topic string, shard int, window int, hi_ms lo
 """One row per (run, topic, producer shard, window): the shard's routed messages are ready.
 ``control_s``: the control plane's seconds for the window (on shard 0's row only)."""
 
-ROUTED_COLUMNS = [*stages.STAGE_INPUT_COLUMNS, "segment_id", "bucket_index", "layout_epoch"]
+ROUTED_COLUMNS = [*STAGE_INPUT_COLUMNS, "segment_id", "bucket_index", "layout_epoch"]
 """Columns of the routed messages handed to batching (replay order)."""
 
 
 class ControlProcessor(StatefulProcessor):
     """``transformWithStateInPandas`` processor of the control plane (see the module).
 
-    ``settings``: run_id → :class:`~pipelines.stages.StageSettings`; ``staging``: the replay's
-    staging folder; ``emulation``: the emulation folder (:mod:`pipelines.spark.handover`);
+    ``settings``: run_id → :class:`~pipelines.engine.stages.StageSettings`; ``staging``: the
+    replay's staging folder; ``emulation``: the emulation folder (:mod:`pipelines.spark.handover`);
     ``shards``: producer shards per topic (``replay.producer_shards``)."""
 
     def __init__(self, settings: Mapping[str, stages.StageSettings], staging: str,
@@ -61,18 +63,18 @@ class ControlProcessor(StatefulProcessor):
         feed = pd.concat(list(rows), ignore_index=True).sort_values("window", kind="stable")
         settings = self.settings[run_id]
         blob = handover.load_state(self.controller)
-        dataset = stages.staged_dataset(self.staging)
+        dataset = staged_dataset(self.staging)
         out: list[tuple[Any, ...]] = []
-        writers: dict[int, stages.FrameWriter] = {}
+        writers: dict[int, FrameWriter] = {}
         for w in feed.itertuples(index=False):
             t0 = time.perf_counter()
             version = int(w.version)
             lo, hi = _bound(w.lo_ms), _bound(w.hi_ms)
             if version not in writers:
-                writers[version] = stages.FrameWriter(
+                writers[version] = FrameWriter(
                     handover.out_dir(self.emulation, version, run_id),
                     withheld_columns(settings.config))
-            pdf = stages.read_topic(dataset, topic, lo, hi)
+            pdf = read_topic(dataset, topic, lo, hi)
             routed, ctl = stages.control_group(topic, pdf, blob, settings, hi, bool(w.final))
             result = stages.control_outputs({topic: ctl}, settings.speed)
             blob = result.states[topic]

@@ -1,13 +1,13 @@
 """Dispatch as a grouped stateful operator, keyed by ``(run_id, topic, dispatcher)``.
 
 A dispatcher (one subscription, or one consumer's cursor of an ungrouped checkpoint
-subscription: :func:`pipelines.stages.new_dispatchers`) sees every entry of its topic: per
+subscription: :func:`pipelines.engine.stages.new_dispatchers`) sees every entry of its topic: per
 window in order it reads the entries all producer shards handed over (the batching stage of
 the same micro-batch has finished: a shuffle lies between) and the window's layout, and feeds
-them to :func:`pipelines.stages.dispatch_group` (drains on seals, bucket handoffs, consumers).
-Its tables (``dispatch``, ``consumer_load``, ``bucket_handoffs``, ``subscription_stats``,
-``segment_drains``) go to files the driver commits. State: the pickled dispatcher and the last
-layout change it has seen.
+them to :func:`pipelines.engine.stages.dispatch_group` (drains on seals, bucket handoffs,
+consumers). Its tables (``dispatch``, ``consumer_load``, ``bucket_handoffs``,
+``subscription_stats``, ``segment_drains``) go to files the driver commits. State: the pickled
+dispatcher and the last layout change it has seen.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from pipelines import stages, storage
-from pipelines.privacy import withheld_columns
+from pipelines.engine import stages
+from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
+from pipelines.storage import fs as storage
+from pipelines.storage.frames import FrameWriter
+from pipelines.storage.staging import arrow_strings
 
 DISPATCH_OUT_DDL = ("run_id string, topic string, dispatcher int, window int, version long, "
                     "control_s double, batching_s double, dispatch_s double")
@@ -52,7 +55,7 @@ class DispatchProcessor(StatefulProcessor):
             control_s=("control_s", "sum"), batching_s=("batching_s", "sum"))
         settings = self.settings[run_id]
         blob = handover.load_state(self.dispatcher)
-        writers: dict[int, stages.FrameWriter] = {}
+        writers: dict[int, FrameWriter] = {}
         out: list[tuple[Any, ...]] = []
         for window, w in windows.iterrows():
             t0 = time.perf_counter()
@@ -68,7 +71,7 @@ class DispatchProcessor(StatefulProcessor):
                 tables, blob = stages.dispatch_group(topic, entries, blob, settings, layout, hi,
                                                      bool(w["final"]))
                 if version not in writers:
-                    writers[version] = stages.FrameWriter(
+                    writers[version] = FrameWriter(
                         handover.out_dir(self.emulation, version, run_id),
                         withheld_columns(settings.config))
                 writers[version].write(f"{topic}\x00{d}", tables)
@@ -92,4 +95,4 @@ def _read_entries(folder: str) -> pd.DataFrame:
               if not n.startswith((".", "_"))
               and (t := handover.read_frame(storage.join(folder, n))) is not None]
     table = pa.concat_tables(tables) if tables else handover.ENTRY_HANDOVER.empty_table()
-    return table.to_pandas(types_mapper=stages.arrow_strings)
+    return table.to_pandas(types_mapper=arrow_strings)

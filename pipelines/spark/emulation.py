@@ -26,12 +26,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from pipelines import stages, storage
-from pipelines.faults import fault
+from pipelines.engine import stages
 from pipelines.spark import handover
 from pipelines.spark.batching import BATCHING_OUT_DDL, BatchingProcessor
 from pipelines.spark.control import CONTROL_OUT_DDL, FEED_DDL, ControlProcessor
 from pipelines.spark.dispatch import DISPATCH_OUT_DDL, DispatchProcessor
+from pipelines.storage import fs as storage
+from pipelines.storage.faults import fault
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 """The state store provider of the emulation's operators (``transformWithStateInPandas``
@@ -44,7 +45,7 @@ FEED_SCHEMA = pa.schema([("run_id", pa.string()), ("topic", pa.string()),
 """The feed files' schema (:data:`pipelines.spark.control.FEED_DDL`)."""
 
 FINAL_VERSION = 1 << 40
-"""Versions from here on are end-of-input finalizations (``pipelines.replay``'s
+"""Versions from here on are end-of-input finalizations (``pipelines.spark.replay``'s
 ``FINAL_VERSION_OFFSET``), named ``final`` in fault points."""
 
 COUNTED_KINDS = {"entries": "entry", "dispatched": "dispatch"}
@@ -127,9 +128,9 @@ def run_emulation(spark: Any, emulation: str, staging: str,
     """Run the emulation query over every feed file not yet processed (``availableNow``: one
     micro-batch per file) and wait for its end; a failure is raised.
 
-    ``settings``: run_id → its :class:`~pipelines.stages.StageSettings` (a sweep's scenarios);
-    ``shards``: producer shards per topic (a run constant: the state store's keys depend on
-    it)."""
+    ``settings``: run_id → its :class:`~pipelines.engine.stages.StageSettings` (a sweep's
+    scenarios); ``shards``: producer shards per topic (a run constant: the state store's keys depend
+    on it)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                    "true")

@@ -9,8 +9,8 @@ under ``<emulation>/v=<version>/``:
   layout DAG after the window);
 - ``handover/<run>/<topic sha1>/w-<window>/shard-<s>.arrow`` — a shard's entries of the window
   with what dispatch needs (:data:`ENTRY_HANDOVER`);
-- ``out/<run>/<kind>/part-<sha1>.parquet`` — table rows (:class:`pipelines.stages.FrameWriter`),
-  committed to Delta by the driver.
+- ``out/<run>/<kind>/part-<sha1>.parquet`` — table rows
+  (:class:`pipelines.storage.frames.FrameWriter`), committed to Delta by the driver.
 
 Hand-over files are Arrow IPC files (lz4): each is written once and read once, soon after, by
 the next operator; Parquet's encoding cost five times as much to write (a hot topic's control
@@ -31,14 +31,16 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from pipelines import storage
 from pipelines.core.layout import SegmentLayout
-from pipelines.storage import arrow_filesystem
+from pipelines.storage import fs as storage
+from pipelines.storage.fs import arrow_filesystem
 
-STATE_FORMAT = 1
-"""Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.stages``
-objects). Bumped whenever those classes change shape: a checkpoint of another format is refused
-(:func:`load_state`) instead of unpickling old objects into new classes."""
+STATE_FORMAT = 2
+"""Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.engine.stages``
+objects). Bumped whenever those classes change shape or module (pickles name a class by its
+module path): a checkpoint of another format is refused (:func:`load_state`) instead of
+unpickling old objects into new classes. 2: ``pipelines.stages`` moved to
+``pipelines.engine.stages`` (its ``BatchingState``)."""
 
 STATE_DDL = "format int, blob binary"
 """Schema of every operator's ``ValueState``: the blob's format and the blob."""
@@ -47,11 +49,13 @@ ENTRY_HANDOVER = pa.schema([("producer_name", pa.string()), ("segment_id", pa.in
                             ("entry_id", pa.int64()), ("entry_hash_min", pa.int64()),
                             ("num_messages", pa.int64()), ("payload_bytes", pa.int64()),
                             ("emu_publish_ms", pa.int64())])
-"""Columns of the entries batching hands to dispatch (``pipelines.stages.dispatch_group``)."""
+"""Columns of the entries batching hands to dispatch
+(``pipelines.engine.stages.dispatch_group``)."""
 
 
 class StateFormatError(RuntimeError):
-    """A checkpoint holds operator state of another :data:`STATE_FORMAT`."""
+    """A checkpoint holds operator state of another :data:`STATE_FORMAT`, or the replay's state
+    files one of another ``pipelines.spark.replay.REPLAY_STATE_FORMAT``."""
 
 
 def load_state(state: Any) -> bytes | None:
@@ -128,7 +132,7 @@ def split_by_shard(table: pa.Table, shard: npt.NDArray[np.int64],
 
 def write_frame(path: str, table: pa.Table) -> None:
     """Write ``table`` to the Arrow IPC file ``path`` (lz4) whole
-    (:func:`pipelines.storage.write_bytes`: a re-run replaces it)."""
+    (:func:`pipelines.storage.fs.write_bytes`: a re-run replaces it)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema,
                          options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:

@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
-from pipelines.spark_session import ensure_java
+from pipelines.analysis.diff import diff_runs
+from pipelines.spark.session import ensure_java
+from pipelines.storage.delta import DeltaStore
 
 LOOPBACK = "127.0.0.1"
 
@@ -219,8 +219,9 @@ REPLAY_TABLES = {"messages", "entries", "segments", "segment_load", "autoscale_d
 
 
 def assert_replays_equal(output_a: Path, output_b: Path, run_id: str = "sample") -> None:
-    """Every table of run ``run_id`` equal in the two outputs (``pipelines.diff.diff_runs``: all
-    columns but the wall-clock ones of ``runs``), and :data:`REPLAY_TABLES` not empty."""
+    """Every table of run ``run_id`` equal in the two outputs
+    (``pipelines.analysis.diff.diff_runs``: all columns but the wall-clock ones of ``runs``), and
+    :data:`REPLAY_TABLES` not empty."""
     diffs = diff_runs(DeltaStore(str(output_a), engine="delta-rs"), run_id, run_id,
                       store_b=DeltaStore(str(output_b), engine="delta-rs"))
     assert {d.table: (d.rows_a, d.only_a, d.only_b) for d in diffs if not d.identical} == {}

@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.ingest import ingest_batch, salvage_files
-from pipelines.local import read_local
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.local import read_local
+from pipelines.spark.ingest import ingest_batch, salvage_files
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

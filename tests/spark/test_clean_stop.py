@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
+from pipelines.analysis.diff import diff_runs
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark

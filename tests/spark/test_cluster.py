@@ -6,7 +6,7 @@ that of the same replay on ``local[2]``.
 Both replays run as ``topic-replay`` subprocesses from the same scratch folder with a relative
 ``--input`` (a copy of ``data/sample``) and ``--output`` (as ``make run`` gives them): executors
 resolve nothing against their own working folder. Compared with
-:func:`pipelines.diff.diff_runs`: every column of every table but the ``run_id`` and the
+:func:`pipelines.analysis.diff.diff_runs`: every column of every table but the ``run_id`` and the
 wall-clock columns of ``runs`` (``started_at``, ``ended_at``, ``timings``: when the run
 happened and how long its stages took, which no two runs share); the master is recorded
 nowhere in the tables, so nothing else may differ.
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.presets import get_preset
-from pipelines.replay import OutputConflictError, Replay, check_output_path
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.spark.replay import OutputConflictError, Replay, check_output_path
+from pipelines.storage.delta import DeltaStore
 from tests.spark.conftest import assert_replays_equal
 
 REPO = Path(__file__).resolve().parents[2]

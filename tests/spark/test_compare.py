@@ -13,16 +13,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.replay import main
-from pipelines.compare import (
+from pipelines.analysis.compare import (
     METRICS,
     ScenarioError,
     comparison_table,
     parse_scenario,
     yaml_to_sets,
 )
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
+from pipelines.contract.config import load_config
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 
 SPEC = {
     "seed": 5, "start_time": "2025-01-15T09:00:00Z", "duration_s": 120, "format": "json",

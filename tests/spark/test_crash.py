@@ -1,11 +1,11 @@
 """Exactly-once across crashes (docs/design.md invariant 6, issue #4).
 
 A replay runs as a subprocess (``python -m jobs.replay run …``) that SIGKILLs itself at a named
-fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.faults``): during a micro-batch,
+fault point (``TOPIC_REPLAY_FAULT``, see ``pipelines.storage.faults``): during a micro-batch,
 after a micro-batch's Delta commit, between the replay's state commit and Spark's checkpoint
 commit, and at several points of end-of-input finalization. It is restarted with the same
 arguments; every table must then equal that of an uninterrupted run (delta-rs's, whichever
-engine the interrupted run writes with) (``pipelines.diff``: same
+engine the interrupted run writes with) (``pipelines.analysis.diff``: same
 rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
 """
 
@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
-from pipelines.schemas import table_names
+from pipelines.analysis.diff import diff_runs
+from pipelines.contract.schemas import table_names
+from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 

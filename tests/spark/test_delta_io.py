@@ -10,10 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
-import pipelines.delta_io as delta_io
-import pipelines.spark_session as spark_session
-from pipelines.delta_io import FALLBACK_NOTE, TABLE_PROPERTIES, DeltaStore, conform_arrow
-from pipelines.schemas import TABLES, arrow_schema, spark_schema
+import pipelines.spark.session as spark_session
+import pipelines.storage.delta as delta_io
+from pipelines.contract.schemas import TABLES, arrow_schema
+from pipelines.spark.schemas import spark_schema
+from pipelines.storage.delta import FALLBACK_NOTE, TABLE_PROPERTIES, DeltaStore, conform_arrow
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
 UTC = dt.UTC

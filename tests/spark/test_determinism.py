@@ -2,7 +2,7 @@
 tables whatever the micro-batch chunking (one micro-batch, one file per micro-batch, a small
 ``maxBytesPerTrigger``), the shuffle partition count (1 vs 8), or a run split into two
 invocations (a streaming one over the first half of the files, then the rest). Compared with
-``pipelines.diff`` (what ``topic-replay diff`` prints), every run in one output folder."""
+``pipelines.analysis.diff`` (what ``topic-replay diff`` prints), every run in one output folder."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
-from pipelines.schemas import table_names
+from pipelines.analysis.diff import diff_runs
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.contract.schemas import table_names
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

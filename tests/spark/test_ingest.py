@@ -17,8 +17,11 @@ from chispa import assert_df_equality
 from pyspark.sql import Observation
 from pyspark.sql import types as T
 
+from pipelines.contract.presets import PRESETS, get_preset
 from pipelines.core.hashing import hash32
-from pipelines.ingest import (
+from pipelines.engine.local import read_local
+from pipelines.ingest.rules import key_hashes_arrow
+from pipelines.spark.ingest import (
     ACCEPTED_COLUMNS,
     MAX_KEY_BYTES,
     QUARANTINE_REASONS,
@@ -29,9 +32,6 @@ from pipelines.ingest import (
     read_raw_stream,
     resolve_input_spec,
 )
-from pipelines.ingest_rules import key_hashes_arrow
-from pipelines.local import read_local
-from pipelines.presets import PRESETS, get_preset
 
 pytestmark = pytest.mark.spark
 

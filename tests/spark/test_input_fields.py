@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from jobs.replay import _input_spec
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.presets import get_preset
-from pipelines.replay import Replay, format_summary, run_summary
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.summary import format_summary, run_summary
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

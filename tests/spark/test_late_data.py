@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
-from pipelines.ingest import read_raw_batch
-from pipelines.presets import get_preset
-from pipelines.replay import Replay, run_summary
+from pipelines.analysis.diff import diff_runs
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.summary import run_summary
+from pipelines.spark.ingest import read_raw_batch
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

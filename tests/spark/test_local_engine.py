@@ -1,5 +1,5 @@
-"""Differential test: the in-process reference replay (``pipelines.local``) writes exactly the
-tables the Spark replay writes, on the same input and config (every table, rows sorted; the
+"""Differential test: the in-process reference replay (``pipelines.engine.local``) writes exactly
+the tables the Spark replay writes, on the same input and config (every table, rows sorted; the
 ``runs`` table without its wall-clock columns; ``quarantine`` without ``batch_id``, which
 depends on Spark's file-stream batching)."""
 
@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.local import check_spec, run_local
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.local import check_spec, run_local
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = pytest.mark.spark
 

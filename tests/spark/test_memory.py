@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.generator import WorkloadSpec, generate
+from pipelines.workload.generator import WorkloadSpec, generate
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
@@ -32,14 +32,14 @@ MARGIN_BYTES = 150 * 2**20  # allowed growth of the peak from the small to the l
 
 RUNNER = textwrap.dedent("""
     import json, resource, sys
-    from pipelines.config import load_config
-    from pipelines.presets import get_preset
-    from pipelines.replay import Replay
-    from pipelines.spark_session import build_session
+    from pipelines.contract.config import load_config
+    from pipelines.contract.presets import get_preset
+    from pipelines.spark.replay import Replay
+    from pipelines.spark.session import build_session
 
-    import pipelines.replay
+    import pipelines.spark.replay
     log, out, window = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    pipelines.replay.FINALIZE_WINDOW_MESSAGES = window
+    pipelines.spark.replay.FINALIZE_WINDOW_MESSAGES = window
     spark = build_session(app_name="memory", master="local[2]", shuffle_partitions=4,
                           extra_conf={"spark.driver.memory": "1g",
                                       "spark.ui.enabled": "false"})

@@ -14,15 +14,15 @@ from pathlib import Path
 import boto3
 import pytest
 
-from pipelines import storage
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_frames
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
-from pipelines.schemas import table_names
-from pipelines.spark_session import s3a_jars
+from pipelines.analysis.diff import diff_frames
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.contract.schemas import table_names
+from pipelines.spark.replay import Replay
+from pipelines.spark.session import s3a_jars
+from pipelines.storage import fs as storage
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 from tests.conftest import ENGINES
 
 # slow: about 1 min per replay on an idle 2-core machine (moto answers every request in Python)
@@ -55,7 +55,7 @@ def s3_environment(endpoint: str) -> dict[str, str]:
 def bucket(s3_endpoint, spark, monkeypatch) -> str:
     """A new bucket on the server, with this process's ``AWS_*`` variables and the live Spark
     session's s3a settings pointing at it (what ``build_session`` derives from the variables,
-    :func:`pipelines.storage.spark_s3a_conf`, applied to the running session; the keys too:
+    :func:`pipelines.storage.fs.spark_s3a_conf`, applied to the running session; the keys too:
     the session's JVM, and the Python workers it starts, began before the variables were set:
     S3A gets the keys as settings, the workers the variables through the context's
     ``environment``, which every later task carries)."""

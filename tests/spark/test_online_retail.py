@@ -14,11 +14,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.ingest import resolve_input_spec
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.spark.ingest import resolve_input_spec
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

@@ -14,12 +14,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.config import load_config
-from pipelines.delta_io import DeltaStore
-from pipelines.local import run_local
-from pipelines.presets import get_preset
-from pipelines.privacy import pseudonym
-from pipelines.replay import Replay
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.local import run_local
+from pipelines.ingest.privacy import pseudonym
+from pipelines.spark.replay import Replay
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
 

@@ -14,15 +14,15 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-import pipelines.replay as replay_module
-from pipelines.config import load_config
+import pipelines.spark.replay as replay_module
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.contract.schemas import table_names
 from pipelines.core.buckets import bucket_of
-from pipelines.delta_io import DeltaStore
-from pipelines.generator import WorkloadSpec, generate
-from pipelines.presets import get_preset
-from pipelines.replay import Replay
-from pipelines.schemas import table_names
-from pipelines.spark_session import delta_jars
+from pipelines.spark.replay import Replay
+from pipelines.spark.session import delta_jars
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
 SPEC = {

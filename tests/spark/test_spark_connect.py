@@ -6,7 +6,7 @@ session's replay. ``topic-replay sql --remote`` answers from the same tables, an
 --remote`` stops cleanly on SIGINT with the tables current up to its last micro-batch.
 
 Under Spark Connect the micro-batches run in the server's Python process
-(``pipelines.replay.RemoteBatch``) and Delta writes go through delta-rs.
+(``pipelines.spark.replay.RemoteBatch``) and Delta writes go through delta-rs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from pyspark.find_spark_home import _find_spark_home
 
-from pipelines.delta_io import DeltaStore
+from pipelines.storage.delta import DeltaStore
 from tests.spark.conftest import LOOPBACK, StandaloneCluster, assert_replays_equal, free_port
 from tests.spark.test_cluster import REPO, SAMPLE, SAMPLE_MESSAGES, topic_replay
 

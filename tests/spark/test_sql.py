@@ -7,11 +7,11 @@ import json
 import pandas as pd
 import pytest
 
-import pipelines.delta_io as delta_io
-import pipelines.spark_session as spark_session
+import pipelines.spark.session as spark_session
+import pipelines.storage.delta as delta_io
 from jobs.replay import main
-from pipelines.delta_io import DeltaStore
-from pipelines.sql import format_rows
+from pipelines.spark.sql import format_rows
+from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
 

@@ -1,5 +1,6 @@
-"""The replay's staging pass on Spark (``stages.stage_batch``): the input rules, the staged files
-and the quarantined records in one ``mapInArrow``; minute spreading across its tasks."""
+"""The replay's staging pass on Spark (``pipelines.spark.staging_pass.stage_batch``): the input
+rules, the staged files and the quarantined records in one ``mapInArrow``; minute spreading
+across its tasks."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipelines import stages
-from pipelines.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
-from pipelines.local import read_local
-from pipelines.presets import InputSpec, get_preset
+from pipelines.contract.presets import InputSpec, get_preset
+from pipelines.engine.local import read_local
+from pipelines.spark.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
+from pipelines.spark.staging_pass import stage_batch
+from pipelines.storage.staging import (
+    MISPLACED_MARK,
+    StagingPlan,
+    read_staged,
+    staged_batch_stats,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -30,7 +37,7 @@ def _retail(invoice: int, stock: str, minute: int) -> str:
 
 
 def _stage(spark, path: Path, spec: InputSpec, staging: Path,
-           plan: stages.StagingPlan | None = None) -> tuple[list[tuple], int]:
+           plan: StagingPlan | None = None) -> tuple[list[tuple], int]:
     """Stage ``path``'s records as batch 0; the quarantined rows and how many times the pass
     ran (its verdicts taken)."""
     spec = resolve_input_spec(spec, spark, str(path))
@@ -40,8 +47,7 @@ def _stage(spark, path: Path, spec: InputSpec, staging: Path,
     def take(verdicts) -> None:
         taken.append(sorted(tuple(r) for r in quarantine_rows(verdicts, spec).collect()))
 
-    stages.stage_batch(map_records(raw, spec), str(staging), 0,
-                       plan or stages.StagingPlan(spec), take)
+    stage_batch(map_records(raw, spec), str(staging), 0, plan or StagingPlan(spec), take)
     return taken[-1], len(taken)
 
 
@@ -54,8 +60,8 @@ def _messages(pdf) -> list[tuple]:
 
 def _staged(staging: Path) -> list[tuple]:
     """Every staged message of batch 0 (:func:`_messages`)."""
-    return sorted(m for topic in stages.staged_batch_stats(str(staging), 0)
-                  for m in _messages(stages.read_staged(str(staging), topic, None, None)))
+    return sorted(m for topic in staged_batch_stats(str(staging), 0)
+                  for m in _messages(read_staged(str(staging), topic, None, None)))
 
 
 def _local(path: Path, spec: InputSpec) -> list[tuple]:
@@ -81,7 +87,7 @@ def test_late_records_come_out_of_the_staging_pass_as_their_message_json(spark, 
     spec = get_preset("contract")
 
     quarantined, _ = _stage(spark, path, spec, tmp_path / "staging",
-                            stages.StagingPlan(spec, horizon_ms=T0 + 5))
+                            StagingPlan(spec, horizon_ms=T0 + 5))
 
     assert [(json.loads(raw), reason) for _, raw, reason in quarantined] == [
         ({"topic": "t", "key": f"k{T0}", "producer_name": "default-producer",
@@ -115,5 +121,5 @@ def test_a_wrong_minute_hint_makes_the_pass_spread_again_in_one_task(spark, tmp_
     _, passes = _stage(spark, path, spec, tmp_path / "staging")
 
     assert passes == 2
-    assert not (tmp_path / "staging" / "batch_id=0" / stages.MISPLACED_MARK).exists()
+    assert not (tmp_path / "staging" / "batch_id=0" / MISPLACED_MARK).exists()
     assert _staged(tmp_path / "staging") == _local(path, spec)

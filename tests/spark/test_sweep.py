@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from jobs.replay import main
-from pipelines.delta_io import DeltaStore
-from pipelines.diff import diff_runs
+from pipelines.analysis.diff import diff_runs
+from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES
 from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
 

@@ -1,4 +1,5 @@
-"""Python workers import the installed pyspark, not $SPARK_HOME's zip (pipelines.worker_daemon)."""
+"""Python workers import the installed pyspark, not $SPARK_HOME's zip
+(pipelines.spark.worker_daemon)."""
 
 from __future__ import annotations
 

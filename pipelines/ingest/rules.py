@@ -9,12 +9,12 @@ six source columns (:data:`MAPPED_COLUMNS`, values as the source gives them: str
 timestamps), plus a per-record ``invalid_utf8`` / ``malformed`` flag, to
 :func:`ingest_records` as one Arrow batch (the columns :data:`SOURCE_FILE` lists):
 
-- ``pipelines.local.parse_local`` calls it directly;
-- the Spark replay calls it in its staging pass (``pipelines.stages.stage_batch``: one
+- ``pipelines.engine.local.parse_local`` calls it directly;
+- the Spark replay calls it in its staging pass (``pipelines.spark.staging_pass.stage_batch``: one
   ``mapInArrow`` per micro-batch that also hashes the keys and writes the staged files), over
   :func:`ingest_batches`; :func:`verdict_rows` returns the rejected (and late) records to
-  Spark for the ``quarantine`` table; ``pipelines.ingest.parse_records`` (tests, ad-hoc reads)
-  runs the same in a ``mapInArrow`` of its own (``pipelines.udfs.parse_task``).
+  Spark for the ``quarantine`` table; ``pipelines.spark.ingest.parse_records`` (tests, ad-hoc reads)
+  runs the same in a ``mapInArrow`` of its own (``pipelines.spark.udfs.parse_task``).
 
 :func:`key_hashes_arrow` is the one key-hashing function (the staging writer, the verdict rows,
 the local engine).
@@ -102,7 +102,7 @@ LATE = "late"
 the watermark already finalized."""
 
 FILE_REASONS: tuple[str, ...] = (UNREADABLE_FILE, TRUNCATED_FILE)
-"""Quarantine reasons of a whole input file (``pipelines.ingest.salvage_files``)."""
+"""Quarantine reasons of a whole input file (``pipelines.spark.ingest.salvage_files``)."""
 
 PRESENT_PREFIX = "present_"
 """Prefix of ingest's observation metrics counting, per checked contract column of a JSON spec,

@@ -83,8 +83,9 @@ runs on one I/O thread. Measured on 2 cores: 10 M messages in ~3-5 s (Parquet) a
 (gzip JSON lines, depending on load), with peak RSS ~450 MB whatever the message count.
 
 Command line: ``topic-replay generate --spec SPEC.yaml --output DIR`` (or ``python -m
-pipelines.generator SPEC.yaml OUTPUT_DIR``). An OpenMessaging Benchmark workload YAML is detected
-by its keys (:func:`is_omb_workload`) or forced with ``--omb``; see :func:`load_omb_workload`.
+pipelines.workload.generator SPEC.yaml OUTPUT_DIR``). An OpenMessaging Benchmark workload YAML is
+detected by its keys (:func:`is_omb_workload`) or forced with ``--omb``; see
+:func:`load_omb_workload`.
 """
 
 from __future__ import annotations

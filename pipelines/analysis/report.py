@@ -1,10 +1,11 @@
 """``topic-replay report``: one self-contained HTML file of figures and tables for one or more runs.
 
-Reads the output tables with delta-rs (:class:`pipelines.compare.RunTables`; no Spark) and draws
-matplotlib figures (Agg backend). The HTML page is :func:`pipelines.interactive.write_run_page`:
-Plotly figures of the layout, DAG, decisions and rates, these figures (the others) as embedded
-PNG, everything inlined, so the file opens anywhere without network access; ``--png-dir`` saves
-every figure below as PNG. Figures (each a function returning a ``matplotlib.figure.Figure``):
+Reads the output tables with delta-rs (:class:`pipelines.analysis.compare.RunTables`; no Spark) and
+draws matplotlib figures (Agg backend). The HTML page is
+:func:`pipelines.analysis.interactive.write_run_page`: Plotly figures of the layout, DAG, decisions
+and rates, these figures (the others) as embedded PNG, everything inlined, so the file opens
+anywhere without network access; ``--png-dir`` saves every figure below as PNG. Figures (each a
+function returning a ``matplotlib.figure.Figure``):
 
 - :func:`fig_layout` — active segments and entry buckets over time, with auto-scale decisions
   (split / merge / rebucket markers, suppressed evaluations, reasons);
@@ -17,8 +18,8 @@ every figure below as PNG. Figures (each a function returning a ``matplotlib.fig
 - :func:`fig_handoffs` — bucket withheld time during handoffs (draining, PIP-379);
 - :func:`fig_drain` — sealed-segment drain times (PIP-486 use case 1).
 
-The summary table is :func:`pipelines.compare.run_metrics` (the same numbers as ``topic-replay
-compare``), side by side when several runs are given.
+The summary table is :func:`pipelines.analysis.compare.run_metrics` (the same numbers as
+``topic-replay compare``), side by side when several runs are given.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from typing import Any
 
 import matplotlib
 
-from pipelines.compare import format_cell
-from pipelines.config import parse_config
+from pipelines.analysis.compare import format_cell
+from pipelines.contract.config import parse_config
 
 matplotlib.use("Agg")
 
@@ -46,14 +47,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from pipelines.compare import (
+from pipelines.analysis.compare import (
     RunTables,
     consumer_shares,
     drain_times,
     layout_timeline,
     withheld_intervals,
 )
-from pipelines.delta_io import DeltaStore
+from pipelines.storage.delta import DeltaStore
 
 MAX_TOPICS = 6
 """Most topics drawn individually in per-topic figures (the busiest; the rest are summed)."""
@@ -610,15 +611,15 @@ def table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "")
 def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
                  png_dir: str | Path | None = None) -> dict[str, Any]:
     """Render the report of ``run_ids`` (tables under ``output``) to ``html_path``: the
-    interactive page of :func:`pipelines.interactive.write_run_page` (Plotly figures of the
+    interactive page of :func:`pipelines.analysis.interactive.write_run_page` (Plotly figures of the
     layout, DAG, decisions and rates; the other figures of this module as PNG).
 
     ``png_dir``: also save every matplotlib figure of :func:`build_figures` there as
     ``<key>.png``. Returns ``{"html": path, "figures": n on the page, "interactive": n,
     "images": n, "metrics": {run_id: run_metrics}}``.
     """
-    # pipelines.interactive imports this module (its static figures): import it on use
-    from pipelines.interactive import write_run_page  # noqa: PLC0415
+    # pipelines.analysis.interactive imports this module (its static figures): import it on use
+    from pipelines.analysis.interactive import write_run_page  # noqa: PLC0415
 
     store = DeltaStore(output, engine="delta-rs")
     return write_run_page(store, run_ids, html_path, png_dir=png_dir)

@@ -6,7 +6,7 @@ replay's on the same input and config (``tests/spark/test_local_engine.py``), an
 performance anchor (``bench/``). Entry point: :func:`run_local`.
 
 - **Emulation**: the very group function the Spark stage runs in its tasks
-  (:func:`pipelines.stages.topic_group`: control plane, batching, dispatch), called on each
+  (:func:`pipelines.engine.stages.topic_group`: control plane, batching, dispatch), called on each
   topic's pandas group — no rule is duplicated.
   The whole input is one finalized window (horizon = +∞), as a Spark batch replay under
   ``FINALIZE_WINDOW_MESSAGES``; outputs do not depend on the windows anyway.
@@ -14,7 +14,7 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   source, CSV / JSON / regex parsing, Parquet with pyarrow) and maps them to the contract;
   the input rules after the mapping — validation and quarantine reasons in their order,
   timestamp and integer parsing, ``event_ms``, minute spreading, key hashes — are
-  :func:`pipelines.ingest_rules.ingest_records`, the function the Spark replay's staging pass
+  :func:`pipelines.ingest.rules.ingest_records`, the function the Spark replay's staging pass
   runs in its ``mapInArrow``; the differential test proves the engines agree on the sample
   and on the online-retail trace.
   Mapping *expressions* (Spark SQL in ``InputSpec.columns``) are evaluated by a small
@@ -23,7 +23,7 @@ performance anchor (``bench/``). Entry point: :func:`run_local`.
   malformed or exotic input: CSV quoting corner cases, Parquet ``raw_record`` JSON for
   non-scalar types.
 - **Output**: the same Delta tables (schemas, app-transaction versions) through
-  :class:`pipelines.delta_io.DeltaStore` with delta-rs.
+  :class:`pipelines.storage.delta.DeltaStore` with delta-rs.
 """
 
 from __future__ import annotations
@@ -45,10 +45,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pipelines import stages
-from pipelines.config import ReplayConfig
-from pipelines.delta_io import DeltaStore, table_app_id, use_system_arrow_pool
-from pipelines.ingest_rules import (
+from pipelines.contract.config import ReplayConfig
+from pipelines.contract.presets import InputSpec, is_identifier
+from pipelines.contract.schemas import table_columns
+from pipelines.engine import stages
+from pipelines.engine.summary import run_summary, runs_row
+from pipelines.ingest.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
+from pipelines.ingest.rules import (
     ACCEPTED_COLUMNS,
     FILE_REASONS,
     INVALID_UTF8_FLAG,
@@ -62,11 +65,11 @@ from pipelines.ingest_rules import (
     mapped_name,
     order_name,
 )
-from pipelines.ingest_rules import as_str as _as_str
-from pipelines.presets import InputSpec, is_identifier
-from pipelines.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
+from pipelines.ingest.rules import as_str as _as_str
+from pipelines.storage.delta import DeltaStore, table_app_id, use_system_arrow_pool
+from pipelines.storage.frames import STAGE_KINDS
 
-FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.replay
+FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.spark.replay
 
 LOCAL_FUNCTIONS = ("octet_length", "length", "regexp_replace", "coalesce", "lower", "upper",
                    "trim", "concat")
@@ -379,7 +382,7 @@ def _parquet_json(v: Any) -> Any:
 
 def resolve_local_spec(spec: InputSpec, inputs: Sequence[str]) -> InputSpec:
     """``spec`` with ``csv_columns`` read from the header of the first input file (path order),
-    as ``pipelines.ingest.resolve_input_spec`` does with Spark."""
+    as ``pipelines.spark.ingest.resolve_input_spec`` does with Spark."""
     if spec.format != "csv" or spec.csv_columns is not None:
         return spec
     files = sorted(input_files(inputs, spec), key=str)
@@ -405,7 +408,7 @@ def _arrow(s: pd.Series) -> pa.Array:
 
 def _mapped_records(frame: pd.DataFrame, names: list[str], spec: InputSpec,
                     parquet_raw: ParquetRaw | None) -> pa.RecordBatch:
-    """The frame's records as :func:`pipelines.ingest_rules.ingest_records` takes them: every
+    """The frame's records as :func:`pipelines.ingest.rules.ingest_records` takes them: every
     mapping evaluated here (``m_<column>``, ``o_<i>``), the reader's flags, ``source_file`` and,
     when spreading needs it, ``raw_record``."""
     n = len(frame)
@@ -462,8 +465,8 @@ def _accepted_frame(verdict: Ingested, files: npt.NDArray[Any]) -> pd.DataFrame:
 def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
                 parquet_raw: ParquetRaw | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Map :func:`_source_frame` output to the input contract and apply the input rules:
-    :func:`pipelines.ingest_rules.ingest_records`, the function Spark's staging pass calls.
-    Returns ``(accepted, quarantine)`` as ``pipelines.ingest.parse_records`` makes them.
+    :func:`pipelines.ingest.rules.ingest_records`, the function Spark's staging pass calls.
+    Returns ``(accepted, quarantine)`` as ``pipelines.spark.ingest.parse_records`` makes them.
     ``parquet_raw``: the Parquet rows' ``raw_record`` (``None``: the frame's column)."""
     header = frame["_header"].to_numpy(bool)
     if header.any():  # CSV only (Parquet frames have no header rows to drop)
@@ -482,7 +485,7 @@ def read_local(spec: InputSpec, inputs: Sequence[str],
                max_files_per_trigger: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read and parse every input file without Spark: ``(accepted, quarantine)``.
 
-    ``accepted``: ``pipelines.ingest.ACCEPTED_COLUMNS`` (pandas dtypes: ``sequence_id`` /
+    ``accepted``: ``pipelines.ingest.rules.ACCEPTED_COLUMNS`` (pandas dtypes: ``sequence_id`` /
     ``hash32`` Int64, ``segment_hash`` / ``hash_b`` Int32, ``publish_time`` datetime64[ns, UTC],
     ``event_ms`` int64 ms). ``quarantine``: ``source_file``, ``raw_record``, ``reason`` and
     ``batch_id`` (the micro-batch the Spark replay would read the file in: files in
@@ -525,16 +528,14 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
               run_id: str, progress: Callable[[str], None] = print) -> dict[str, Any]:
     """Replay ``inputs`` in this process and write the run's tables under ``output``.
 
-    Same arguments and tables as ``pipelines.replay.Replay(...).run()`` (batch mode), without a
-    SparkSession; returns the run summary (``pipelines.replay.run_summary``). Raises
+    Same arguments and tables as ``pipelines.spark.replay.Replay(...).run()`` (batch mode), without
+    a SparkSession; returns the run summary (``pipelines.engine.summary.run_summary``). Raises
     ``ValueError`` when the spec needs Spark (:func:`check_spec`), and
-    ``pipelines.privacy.PrivacyError`` when ``input.pseudonymize``'s secret is not set. The
+    ``pipelines.ingest.privacy.PrivacyError`` when ``input.pseudonymize``'s secret is not set. The
     privacy options (``input.pseudonymize``, ``output.keys``, ``output.quarantine_raw``) act as
     in the Spark replay. Re-running the same
     ``run_id`` into the same output is a no-op per table (idempotent app-transaction
     versions)."""
-    from pipelines.replay import run_summary, runs_row  # noqa: PLC0415 - replay imports pyspark
-
     pseudonymize = pseudonymizer(config)  # PrivacyError when its secret is missing
     withheld = withheld_columns(config)
     use_system_arrow_pool()
@@ -559,7 +560,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
             data = withhold(data, withheld.get(table, ()))  # output.keys
             data = data.append_column("run_id", pa.array([run_id] * len(data), pa.string()))
         else:
-            keep = [c for c in stages.table_columns(table) if c in data.columns]
+            keep = [c for c in table_columns(table) if c in data.columns]
             data = data[keep].assign(run_id=run_id,
                                      **dict.fromkeys(
                                          [c for c in withheld.get(table, ()) if c in keep]))
@@ -583,7 +584,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     first = int(accepted["event_ms"].min()) if len(accepted) else None
     settings = stages.StageSettings.from_config(config, first)
     controllers: dict[str, Any] = {}
-    frames: dict[str, list[Any]] = {kind: [] for kind in stages.STAGE_KINDS}
+    frames: dict[str, list[Any]] = {kind: [] for kind in STAGE_KINDS}
     for (topic,), g in _groups(accepted, ["topic"]):
         r = stages.topic_group(topic, g.reset_index(drop=True), None, None, None, settings,
                                None, True)
@@ -597,7 +598,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     write("segment_load", ctl.samples, version)
     write("autoscale_decisions", ctl.decisions, version)
     write("segments", ctl.segments, version)
-    for kind, staged in stages.STAGE_KINDS.items():
+    for kind, staged in STAGE_KINDS.items():
         parts = [f for f in frames[kind] if len(f)]
         write(staged, (pa.concat_tables(parts) if isinstance(parts[0], pa.Table)
                       else pd.concat(parts, ignore_index=True)) if parts else None, version)

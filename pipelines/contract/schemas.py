@@ -1,20 +1,19 @@
 """Output table contract: one pyarrow schema per Delta table.
 
-Every writer casts to these schemas (:mod:`pipelines.delta_io` does it on each append) and every
-reader can rely on them. Conventions: ``run_id`` (string) is the first column of every table;
+Every writer casts to these schemas (:mod:`pipelines.storage.delta` does it on each append) and
+every reader can rely on them. Conventions: ``run_id`` (string) is the first column of every table;
 timestamps are ``timestamp[us, tz=UTC]`` (Spark ``TIMESTAMP``; Spark cannot read Parquet
 nanosecond timestamps); rates are float64 msg/s or bytes/s; sizes are bytes; ``*_epoch`` columns
 are layout epochs (integers, not times). A field marked ``nullable=False`` must never hold a
 null: writes with nulls there are rejected.
 
-The docstring after each schema gives its grain (one row = ...).
+The docstring after each schema gives its grain (one row = ...). No Spark here: a table's Spark
+``StructType`` is :func:`pipelines.spark.schemas.spark_schema`.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
-from pyspark.sql.pandas.types import from_arrow_schema
-from pyspark.sql.types import StructType
 
 TS = pa.timestamp("us", tz="UTC")
 """Timestamp type of every time column: microseconds, UTC."""
@@ -247,8 +246,8 @@ QUARANTINE = pa.schema([
     _f("batch_id", pa.int64()),
 ])
 """quarantine — one rejected input record: the file it came from, its raw text (a CSV / JSON
-line, or the JSON of a Parquet row), the reason (``pipelines.ingest.QUARANTINE_REASONS``) and the
-micro-batch that read it."""
+line, or the JSON of a Parquet row), the reason (``pipelines.ingest.rules.QUARANTINE_REASONS``)
+and the micro-batch that read it."""
 
 RUNS = pa.schema([
     RUN_ID,
@@ -284,7 +283,7 @@ numbers the passes over a run (1, 2, …) instead of a wall-clock time, so the r
 deterministic; ``table`` is an output table or ``input_contract``; ``expectation`` is the GE
 expectation type; ``kwargs`` (its arguments) and ``observed`` (the observed value or a sample of
 unexpected values) are JSON strings; ``exception`` is set when the expectation could not be
-evaluated (then ``success`` is false). See :mod:`pipelines.validation`."""
+evaluated (then ``success`` is false). See :mod:`pipelines.analysis.validation`."""
 
 SWEEPS = pa.schema([
     RUN_ID,
@@ -323,9 +322,9 @@ SWEEPS = pa.schema([
 ])
 """sweeps — one scenario of a policy sweep (``topic-replay sweep``); ``run_id`` is the
 scenario's run. ``settings``: JSON object of the scenario's overrides (dotted key → value);
-the metrics are ``topic-replay compare``'s (``pipelines.compare.METRICS``); ``flaps``: splits
-undone by a merge of the same hash range, or merges undone by a split, within
-``flap_window_s`` seconds (``pipelines.sweep.flaps``); ``at_max_segments_s``: the longest time
+the metrics are ``topic-replay compare``'s (``pipelines.analysis.compare.METRICS``); ``flaps``:
+splits undone by a merge of the same hash range, or merges undone by a split, within
+``flap_window_s`` seconds (``pipelines.spark.sweep.flaps``); ``at_max_segments_s``: the longest time
 any topic spent at ``policy.max_segments`` (seconds, log time), per topic in
 ``at_max_segments`` (JSON object topic → seconds)."""
 
@@ -361,12 +360,9 @@ def arrow_schema(table: str) -> pa.Schema:
         raise KeyError(f"unknown table {table!r}; known tables: {', '.join(TABLES)}") from None
 
 
-def spark_schema(table: str) -> StructType:
-    """The Spark ``StructType`` equivalent of :func:`arrow_schema` (timestamps → ``TIMESTAMP``).
-
-    Nullability is carried over (``nullable=False`` fields become non-nullable).
-    """
-    return from_arrow_schema(arrow_schema(table))
+def table_columns(table: str) -> list[str]:
+    """Columns of output ``table`` without ``run_id`` (what the stages produce)."""
+    return [n for n in arrow_schema(table).names if n != "run_id"]
 
 
 def empty_table(table: str) -> pa.Table:

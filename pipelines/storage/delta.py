@@ -1,6 +1,6 @@
 """The one module that owns Delta Lake I/O for the output tables.
 
-Two engines, same paths, same schemas (:mod:`pipelines.schemas`), same idempotency:
+Two engines, same paths, same schemas (:mod:`pipelines.contract.schemas`), same idempotency:
 
 - ``delta-spark``: the native engine (``format("delta")``), used when the Delta Lake classes are
   on the session's classpath (a cluster, or ``--packages io.delta:delta-spark_2.13:4.1.0``).
@@ -60,8 +60,8 @@ from deltalake.transaction import (
     create_table_with_add_actions,
 )
 
-from pipelines.schemas import arrow_schema, spark_schema, table_names
-from pipelines.storage import arrow_filesystem, delta_storage_options
+from pipelines.contract.schemas import arrow_schema, table_names
+from pipelines.storage.fs import arrow_filesystem, delta_storage_options
 
 PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
@@ -222,7 +222,7 @@ class DeltaStore:
     delta-rs), ``"delta-spark"`` or ``"delta-rs"`` to force one. ``spark`` defaults to the active
     session (needed for delta-spark and :meth:`read_spark`). ``storage_options`` are passed to
     delta-rs (object-store credentials etc.; default: those of the ``AWS_*`` variables for an
-    ``s3a://`` root, :func:`pipelines.storage.delta_storage_options`).
+    ``s3a://`` root, :func:`pipelines.storage.fs.delta_storage_options`).
     """
 
     def __init__(
@@ -248,7 +248,7 @@ class DeltaStore:
         self.storage_options = dict(storage_options) if storage_options else None
         available = False
         if spark is not None:
-            from pipelines.spark_session import delta_spark_available  # noqa: PLC0415
+            from pipelines.spark.session import delta_spark_available  # noqa: PLC0415
 
             available = delta_spark_available(spark)
         if engine == "delta-spark" and not available:
@@ -342,7 +342,7 @@ class DeltaStore:
         Returns ``False`` (and writes nothing) when ``table`` already holds an app transaction
         for ``app_id`` with a version ``>= version``; otherwise commits the rows together with
         the transaction ``(app_id, version)`` and returns ``True``. Creates the table (schema
-        from :mod:`pipelines.schemas`, partitioned by ``run_id``) on first write; an empty
+        from :mod:`pipelines.contract.schemas`, partitioned by ``run_id``) on first write; an empty
         ``data`` still commits the transaction. ``ValueError`` when ``data`` does not fit the
         schema (see :func:`conform_arrow`).
         """
@@ -526,6 +526,8 @@ class DeltaStore:
         """``data`` as a Spark DataFrame with exactly ``table``'s columns and types."""
         from pyspark.sql import functions as F  # noqa: PLC0415
 
+        from pipelines.spark.schemas import spark_schema  # noqa: PLC0415 - Spark-only path
+
         schema = spark_schema(table)
         if not _is_spark_dataframe(data):
             return self.spark.createDataFrame(conform_arrow(table, data))
@@ -545,6 +547,8 @@ class DeltaStore:
     def _create_spark_table(self, table: str) -> str:
         """delta-spark: create ``table`` (schema, ``run_id`` partitions) if missing; its path."""
         from delta.tables import DeltaTable as SparkDeltaTable  # noqa: PLC0415
+
+        from pipelines.spark.schemas import spark_schema  # noqa: PLC0415 - Spark-only path
 
         path = self.path(table)
         builder = (
@@ -612,7 +616,7 @@ class DeltaStore:
 
     def schema_problems(self, tables: Sequence[str] | None = None) -> list[str]:
         """One ``"<table>: <problem>"`` per existing table whose Delta schema or partitioning
-        differs from the contract (:mod:`pipelines.schemas`): a missing or extra column, a
+        differs from the contract (:mod:`pipelines.contract.schemas`): a missing or extra column, a
         column of another type or nullability, other partition columns. Tables that do not
         exist yet are fine (they are created on first write). Read with delta-rs for both
         engines (the Delta log is engine-independent); ``[]`` when the output is compatible.
@@ -752,6 +756,8 @@ class DeltaStore:
         if self.spark is None:
             raise ValueError("read_spark needs a SparkSession (pass spark= to DeltaStore)")
         from pyspark.sql import functions as F  # noqa: PLC0415
+
+        from pipelines.spark.schemas import spark_schema  # noqa: PLC0415 - Spark-only path
 
         schema = spark_schema(table)
         if not self.exists(table):

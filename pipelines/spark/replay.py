@@ -2,9 +2,9 @@
 
 Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 
-1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.ingest``), then
-   ONE Python pass (``pipelines.stages.stage_batch``) applies the input rules
-   (``pipelines.ingest_rules``), hashes the keys and stages the accepted records as Parquet
+1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.spark.ingest``), then
+   ONE Python pass (``pipelines.spark.staging_pass.stage_batch``) applies the input rules
+   (``pipelines.ingest.rules``), hashes the keys and stages the accepted records as Parquet
    under ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
    staging is idempotent); the records it rejects, and accepted ones older than the horizon
    already finalized (``late``), come out of the pass → ``quarantine``.
@@ -42,24 +42,12 @@ import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from pipelines import stages, storage
-from pipelines.config import ReplayConfig, run_identity
-from pipelines.delta_io import DeltaStore, table_app_id
-from pipelines.faults import fault
-from pipelines.ingest import (
-    FILE_REASONS,
-    LATE,
-    PRESENT_PREFIX,
-    map_records,
-    micro_batch_files,
-    quarantine_rows,
-    read_raw_stream,
-    salvage_files,
-)
-from pipelines.presets import InputSpec
-from pipelines.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
-from pipelines.progress import BatchProgress
-from pipelines.schemas import arrow_schema
+from pipelines.contract.config import ReplayConfig, run_identity
+from pipelines.contract.presets import InputSpec
+from pipelines.contract.schemas import arrow_schema
+from pipelines.engine import stages
+from pipelines.engine.summary import run_summary, runs_row
+from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.spark import handover
 from pipelines.spark.emulation import (
     FINAL_VERSION,
@@ -70,8 +58,29 @@ from pipelines.spark.emulation import (
     run_emulation,
     write_feed,
 )
-from pipelines.spark_session import is_connect
-from pipelines.validation import latest_validation
+from pipelines.spark.ingest import (
+    FILE_REASONS,
+    LATE,
+    PRESENT_PREFIX,
+    map_records,
+    micro_batch_files,
+    quarantine_rows,
+    read_raw_stream,
+    salvage_files,
+)
+from pipelines.spark.progress import BatchProgress
+from pipelines.spark.session import is_connect
+from pipelines.spark.staging_pass import stage_batch
+from pipelines.storage import fs as storage
+from pipelines.storage.delta import DeltaStore, table_app_id
+from pipelines.storage.faults import fault
+from pipelines.storage.frames import CONTROL_KINDS, STAGE_KINDS
+from pipelines.storage.staging import (
+    StagingPlan,
+    staged_batch_stats,
+    staged_files,
+    staged_histogram,
+)
 
 STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
 """Stages timed into the ``runs`` table's ``timings`` as ``<stage>_s`` (exclusive seconds)."""
@@ -108,7 +117,7 @@ def _config_diff(a: Any, b: Any, path: str = "") -> list[str]:
 def check_output_path(output: str) -> None:
     """Raise :class:`OutputConflictError` when ``output`` is neither a filesystem path nor an
     object-store URL the replay supports (``s3a://``, ``s3://``, ``gs://``, ``abfs(s)://``:
-    :func:`pipelines.storage.check_location`, docs/storage.md). The work folder (``_work``:
+    :func:`pipelines.storage.fs.check_location`, docs/storage.md). The work folder (``_work``:
     manifest, state, staging, checkpoint) lives under the output too, so executors reach it:
     on a cluster the output is an object store or a shared mount (docs/cluster.md)."""
     try:
@@ -123,8 +132,8 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     """Refuse to write into ``output`` when that would mix incompatible data.
 
     Raises :class:`OutputConflictError` listing every problem: an existing table whose schema
-    or partitioning differs from :mod:`pipelines.schemas` (written by another version), or a
-    ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
+    or partitioning differs from :mod:`pipelines.contract.schemas` (written by another version),
+    or a ``run_id`` already started (``_work/<run_id>/run.json``) or finished (``runs`` row) with a
     different configuration or input preset (``lanes``: a sweep's runs by run_id, part of its
     manifest; ``new``: the run must not exist at all — a sweep's scenario starting afresh).
     Reads only Delta logs and small files (delta-rs),
@@ -182,7 +191,7 @@ class RunSpec:
     """One run a replay writes: its ``run_id`` and config. A replay writes one; a sweep
     (``topic-replay sweep``) one per scenario from a single ingest: the scenarios share the
     ingest settings (``input``, ``output``, ``replay`` speed, lateness and trigger sizes) and
-    differ in what the emulation does (``pipelines.sweep.INGEST_KEYS``)."""
+    differ in what the emulation does (``pipelines.spark.sweep.INGEST_KEYS``)."""
 
     run_id: str
     config: ReplayConfig
@@ -201,8 +210,9 @@ class LaneState:
 
 @dataclass
 class ReplayState:
-    """Everything the replay carries between micro-batches (pickled into ``_state``): the
-    ingest's progress and counts, shared by its runs, and each run's :class:`LaneState`."""
+    """Everything the replay carries between micro-batches (pickled into ``state/``,
+    :data:`REPLAY_STATE_FORMAT`): the ingest's progress and counts, shared by its runs, and each
+    run's :class:`LaneState`."""
 
     batch_id: int = -1
     horizon_ms: int | None = None  # emulated-clock ms; messages < horizon are finalized
@@ -226,6 +236,35 @@ class ReplayState:
         return self.lanes.setdefault(run_id, LaneState())
 
 
+REPLAY_STATE_FORMAT = 2
+"""Version of the replay's state files (``_work/<run_id>/state/<batch_id>.pkl``: the pickled
+``(format, ReplayState)``). Pickles name a class by its module path, so moving or reshaping
+:class:`ReplayState` / :class:`LaneState` bumps it, and a state file of another format is
+refused (:func:`read_state`) instead of failing to unpickle. 1: a bare ``ReplayState`` of
+``pipelines.replay``; 2: the module moved to ``pipelines.spark.replay`` (issue #19's layout)."""
+
+
+def state_blob(state: ReplayState) -> bytes:
+    """What a state file holds: ``state`` pickled with :data:`REPLAY_STATE_FORMAT`."""
+    return pickle.dumps((REPLAY_STATE_FORMAT, state))
+
+
+def read_state(blob: bytes, where: str) -> ReplayState:
+    """The :class:`ReplayState` of a state file's ``blob`` (``where``: the file, for the
+    message). ``handover.StateFormatError`` when it was written in another format."""
+    try:
+        loaded = pickle.loads(blob)
+    except (ModuleNotFoundError, AttributeError):  # format 1: a class no longer where it was
+        loaded = None
+    if (isinstance(loaded, tuple) and len(loaded) == 2 and loaded[0] == REPLAY_STATE_FORMAT
+            and isinstance(loaded[1], ReplayState)):
+        return loaded[1]
+    fmt = loaded[0] if isinstance(loaded, tuple) and loaded else 1
+    raise handover.StateFormatError(
+        f"the replay state {where} is of format {fmt}, this version reads format "
+        f"{REPLAY_STATE_FORMAT}: replay into a new --output or --run-id")
+
+
 @dataclass
 class Replay:
     """One replay: inputs, config, output store and the state. It writes the run ``run_id``
@@ -238,7 +277,7 @@ class Replay:
     inputs: Sequence[str]
     output: str
     run_id: str
-    progress: Callable[[Any], None] = print  # str or BatchProgress (pipelines.progress)
+    progress: Callable[[Any], None] = print  # str or BatchProgress (pipelines.spark.progress)
     streaming: bool = False
     runs: Sequence[RunSpec] = ()
     store: DeltaStore = field(init=False)
@@ -268,7 +307,7 @@ class Replay:
         # cluster their working folder is not the driver's (a URL stays as it is).
         self.output = storage.absolute(self.output)
         if storage.scheme(self.output) in storage.S3_SCHEMES:
-            from pipelines.spark_session import require_s3a  # noqa: PLC0415
+            from pipelines.spark.session import require_s3a  # noqa: PLC0415
 
             require_s3a(self.spark, self.output)
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
@@ -311,12 +350,12 @@ class Replay:
                  if int(f.removesuffix(".pkl")) < batch_id]
         if not files:
             return ReplayState()
-        state: ReplayState = pickle.loads(storage.read_bytes(storage.join(folder, files[-1])))
-        return state
+        path = storage.join(folder, files[-1])
+        return read_state(storage.read_bytes(path), path)
 
     def _save_state(self) -> int:
         """Write the state of the current batch; returns its size in bytes."""
-        blob = pickle.dumps(self.state)
+        blob = state_blob(self.state)
         # atomic: a state file is whole or absent
         storage.write_bytes(self._state_file(self.state.batch_id), blob)
         return len(blob)
@@ -461,9 +500,13 @@ class Replay:
 
     def validate(self) -> Any:
         """End-of-run Great Expectations checks (``output.validate``): validation pass
-        :data:`pipelines.validation.END_OF_RUN_VALIDATION_ID`, written to ``validations`` when
-        that table is enabled (idempotent on a re-run). A failed check does not fail the run."""
-        from pipelines.validation import END_OF_RUN_VALIDATION_ID, validate_run  # noqa: PLC0415
+        :data:`pipelines.analysis.validation.END_OF_RUN_VALIDATION_ID`, written to ``validations``
+        when that table is enabled (idempotent on a re-run). A failed check does not fail the
+        run."""
+        from pipelines.analysis.validation import (  # noqa: PLC0415
+            END_OF_RUN_VALIDATION_ID,
+            validate_run,
+        )
 
         return [validate_run(self.store, r.run_id, END_OF_RUN_VALIDATION_ID,
                              write="validations" in self.config.output.tables)
@@ -565,18 +608,20 @@ class Replay:
 
     def _stage(self, raw: DataFrame, batch_id: int, fields: Observation | None,
                bad_files: DataFrame | None = None) -> None:
-        """The staging pass of a micro-batch's raw records (``stages.stage_batch``: the rules
-        of ``pipelines.ingest_rules``, key hashes and ``input.pseudonymize`` in the one Python
-        pass that writes the staged files, rewritten whole on a re-run, partitioned by topic
-        (``stages.STAGING_TOPIC_COLUMN``) so the control plane reads a topic alone). Records
+        """The staging pass of a micro-batch's raw records
+        (``pipelines.spark.staging_pass.stage_batch``: the rules of ``pipelines.ingest.rules``,
+        key hashes and ``input.pseudonymize`` in the one Python pass that writes the staged
+        files, rewritten whole on a re-run, partitioned by topic
+        (``pipelines.storage.staging.STAGING_TOPIC_COLUMN``) so the control plane reads a topic
+        alone). Records
         the rules reject, and accepted ones older than the finalized horizon (``late``), come
         out of the pass and are written with ``bad_files`` (salvage's rows) by
         :meth:`_write_quarantine`. ``fields``: the mapped records' metrics
-        (``pipelines.ingest.map_records``)."""
-        plan = stages.StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
-                                  self.pseudonymize)
-        stages.stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
-                           plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
+        (``pipelines.spark.ingest.map_records``)."""
+        plan = StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
+                           self.pseudonymize)
+        stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
+                    plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
 
     def _check_fields(self, parsed: Observation, batch_id: int) -> None:
         """JSON only, on the first micro-batch with records: each mapped field of
@@ -611,11 +656,11 @@ class Replay:
         """Run the staging pass of micro-batch ``batch_id`` (``verdicts``: its rows of rejected
         and late records, kept on the executors: one job, and the pass runs once) and write
         those records, with ``bad_files``, as ``quarantine`` rows (``source_file``,
-        ``raw_record``, ``reason``; ``pipelines.ingest.quarantine_rows``) in Parquet under
+        ``raw_record``, ``reason``; ``pipelines.spark.ingest.quarantine_rows``) in Parquet under
         :meth:`_quarantine_dir`, by the executors (the driver never holds the rows), replacing
         what is there; nothing to quarantine: no folder (a crashed run's is removed), no second
         job. ``output.quarantine_raw: false``: a record's ``raw_record`` is ``sha256:<hex>`` of
-        its text (:func:`pipelines.privacy.record_digest`); a file's keeps its read error."""
+        its text (:func:`pipelines.ingest.privacy.record_digest`); a file's keeps its read error."""
         counted = Observation()
         kept = verdicts.observe(counted, F.count(F.lit(1)).alias("rows")).localCheckpoint()
         if bad_files is None and _observed(counted, "rows") == 0:
@@ -651,9 +696,10 @@ class Replay:
 
     def _staged_stats(self, batch_id: int) -> dict[str, Any]:
         """Micro-batch ``batch_id``'s staged messages: ``n``, ``min`` / ``max`` event ms
-        (``None`` when empty), from the staged files' footers (``stages.staged_batch_stats``);
+        (``None`` when empty), from the staged files' footers
+        (``pipelines.storage.staging.staged_batch_stats``);
         their per-topic counts are added to ``state.staged``."""
-        stats = stages.staged_batch_stats(self.staging, batch_id)
+        stats = staged_batch_stats(self.staging, batch_id)
         for topic, (n, _, _) in stats.items():
             self.state.staged[topic] = self.state.staged.get(topic, 0) + n
         return {"n": sum(n for n, _, _ in stats.values()),
@@ -663,7 +709,7 @@ class Replay:
     def _salvage(self, raw: DataFrame, batch_id: int,
                  exc: Exception) -> tuple[DataFrame, DataFrame]:
         """After micro-batch ``batch_id`` failed: re-read its files one by one
-        (:func:`pipelines.ingest.salvage_files`); re-raises ``exc`` when every file reads
+        (:func:`pipelines.spark.ingest.salvage_files`); re-raises ``exc`` when every file reads
         (the failure was not a file's). Reports each bad file with its path."""
         files = micro_batch_files(self.spark, self.checkpoint, batch_id)
         if not files:
@@ -713,7 +759,7 @@ class Replay:
             last, final = group[-1][0], group[-1][1] is None
             self._finalize_windows([hi for _, hi in group], FINAL_VERSION_OFFSET + last, final)
             # the last group's state is saved once the run is marked finalized, below
-            state_bytes = self._save_state() if not final else len(pickle.dumps(self.state))
+            state_bytes = self._save_state() if not final else len(state_blob(self.state))
             for i, hi in group:
                 self.progress(f"window {i + 1}/{len(windows)}: finalized up to "
                               f"{self._fmt_time(hi) if hi is not None else 'end of input'}"
@@ -730,11 +776,11 @@ class Replay:
     def _final_windows(self) -> list[int | None]:
         """Upper bounds (emulated ms, exclusive) of the end-of-input windows, ``None`` (= +∞)
         last. Computed from ALL staged messages (so the same on a restart): event time is cut
-        into at most 4096 equal bins (:func:`pipelines.stages.staged_histogram`, read by the
-        driver a column chunk at a time) and consecutive bins are packed greedily into windows
+        into at most 4096 equal bins (:func:`pipelines.storage.staging.staged_histogram`, read by
+        the driver a column chunk at a time) and consecutive bins are packed greedily into windows
         of at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one
         window)."""
-        histogram = stages.staged_histogram(self.staging, 4096)
+        histogram = staged_histogram(self.staging, 4096)
         limit = FINALIZE_WINDOW_MESSAGES
         if histogram is None or int(histogram[2].sum()) <= limit:
             return [None]
@@ -794,11 +840,11 @@ class Replay:
             for name, n in counts.items():
                 self.state.lane(r).add(name, n)
         # the control plane's tables are small (topics × samples): appended as frames
-        for kind, table in stages.CONTROL_KINDS.items():
+        for kind, table in CONTROL_KINDS.items():
             self._write_rows(table, {r: _read_rows(storage.join(f, kind))
                                      for r, f in out.items()}, version,
                              replace=table == "segments")
-        for kind, table in stages.STAGE_KINDS.items():
+        for kind, table in STAGE_KINDS.items():
             self._append_files(table, {r: storage.join(f, kind) for r, f in out.items()},
                                version)
         remove_versions(emulation, version)
@@ -956,7 +1002,7 @@ def _staged_keyless(staging: str, batch_id: int) -> int:
     """Keyless messages (null ``key``) staged by micro-batch ``batch_id``, from the staged
     files' footer statistics (the column is read when a writer left none)."""
     n = 0
-    for pf in stages.staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
+    for pf in staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
         col = pf.schema_arrow.get_field_index("key")
         for i in range(pf.metadata.num_row_groups):
             st = pf.metadata.row_group(i).column(col).statistics
@@ -970,93 +1016,3 @@ def _staged_keyless(staging: str, batch_id: int) -> int:
 def _staged_rows(path: str) -> int:
     """Rows of a window's staged output of one kind (0 when the kind had none)."""
     return storage.count_rows(path)
-
-
-def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any], engine: str,
-             started: float, timings: dict[str, Any]) -> dict[str, Any]:
-    """The ``runs`` row of a finished run (columns of ``pipelines.schemas.RUNS`` but
-    ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
-    other facts) stored with ``wall_s`` in the ``timings`` JSON."""
-    import pyspark  # noqa: PLC0415
-
-    return {
-        "status": "finished", "config": config.to_json(), "inputs": [str(p) for p in inputs],
-        "counts": json.dumps(counts, sort_keys=True),
-        "versions": json.dumps({"pyspark": pyspark.__version__, "engine": engine}),
-        "started_at": pd.Timestamp(started, unit="s", tz="UTC"),
-        "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
-        "timings": json.dumps({"wall_s": round(time.time() - started, 3), **timings}),
-    }
-
-
-def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
-    """Headline numbers of one run, read back from the tables (``topic-replay summary``)."""
-    def read(t: str) -> pd.DataFrame:
-        return store.read(t, run_id=run_id)
-
-    runs = read("runs")
-    decisions = read("autoscale_decisions")
-    segments = read("segments")
-    # entries grow with the input: scanned by batches, never loaded whole (bounded memory)
-    n_entries, n_msgs = store.column_totals("entries", "num_messages", run_id)
-    counts = json.loads(runs["counts"].iloc[-1]) if len(runs) else {}
-    acted = decisions[decisions["action"] != "none"] if len(decisions) else decisions
-    per_topic = {}
-    if len(segments):
-        for topic, g in segments.groupby("topic"):
-            per_topic[topic] = {"segments_created": len(g),
-                                "active_segments": int((g["state"] == "ACTIVE").sum()),
-                                "buckets": int(g.loc[g["state"] == "ACTIVE",
-                                                     "bucket_count"].sum())}
-    return {
-        "run_id": run_id,
-        "status": runs["status"].iloc[-1] if len(runs) else "unknown",
-        "accepted": counts.get("accepted", 0),
-        "quarantined": counts.get("quarantined", 0),
-        "late": counts.get("late", 0),
-        "keyless": counts.get("keyless"),  # None: a run written before it was counted
-        "missing_fields": counts.get("missing_fields", {}),
-        "topics": len(per_topic),
-        "splits": int((acted["action"] == "split").sum()) if len(acted) else 0,
-        "merges": int((acted["action"] == "merge").sum()) if len(acted) else 0,
-        "rebuckets": int((acted["action"] == "rebucket").sum()) if len(acted) else 0,
-        "suppressed": int((decisions["action"] == "none").sum()) if len(decisions) else 0,
-        "entries": n_entries,
-        "entries_per_message": round(n_entries / n_msgs, 4) if n_msgs else None,
-        "per_topic": per_topic,
-        "validation": latest_validation(store, run_id),
-    }
-
-
-def _keyless_line(summary: dict[str, Any]) -> str:
-    """``  keys      keyless 1,234 of 10,000 messages (12.3 %)`` (always shown: a mapping
-    mistake shows as a keyless share far from what the log should have)."""
-    keyless, accepted = summary.get("keyless"), summary["accepted"]
-    if keyless is None:
-        return "  keys      keyless share unknown (run written by an older version)"
-    share = f"{100 * keyless / accepted:.1f} %" if accepted else "-"
-    return f"  keys      keyless {keyless:,} of {accepted:,} messages ({share})"
-
-
-def format_summary(summary: dict[str, Any]) -> str:
-    """The run summary as printed by ``topic-replay run`` / ``summary`` (one line per fact)."""
-    lines = [f"run {summary['run_id']}: {summary['status']}",
-             f"  records   accepted {summary['accepted']:,}  quarantined "
-             f"{summary['quarantined']:,} (late {summary['late']:,})",
-             _keyless_line(summary),
-             *[f"  warning   no record of the first micro-batch has field {s!r} (mapped to "
-               f"{c})" for c, s in sorted(summary.get("missing_fields", {}).items())],
-             f"  autoscale splits {summary['splits']}  merges {summary['merges']}  rebuckets "
-             f"{summary['rebuckets']}  suppressed {summary['suppressed']}",
-             f"  entries   {summary['entries']:,}  (entries/message "
-             f"{summary['entries_per_message']})"]
-    for topic, t in sorted(summary["per_topic"].items()):
-        lines.append(f"  topic {topic}: {t['active_segments']} active segments, {t['buckets']} "
-                     f"buckets, {t['segments_created']} segments created")
-    v = summary.get("validation")
-    if v:
-        lines.append(f"  validation {v['validation_id']}: {v['expectations'] - len(v['failed'])}"
-                     f"/{v['expectations']} expectations passed")
-        lines += [f"    FAILED {f}" for f in v["failed"]]
-    return "\n".join(lines)
-

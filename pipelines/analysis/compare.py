@@ -8,27 +8,25 @@ defaults) or ``dotted.key=value`` overrides separated by ``,`` or ``;``.
 
 The metrics (:func:`run_metrics`) are read back from the tables, so a comparison can also be
 made later from the tables alone (``topic-replay report --run-id A --run-id B``). This module
-needs no Spark except :func:`replay_scenarios`.
+needs no Spark: the scenarios are replayed by :func:`pipelines.spark.sweep.replay_scenarios`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import yaml
-from pyspark.sql import SparkSession
 
-from pipelines.config import run_identity
+from pipelines.contract.config import run_identity
 from pipelines.core.dispatch import reader_subscription
-from pipelines.delta_io import DeltaStore
-from pipelines.ingest import resolve_input_spec
-from pipelines.replay import Replay, run_summary
+from pipelines.engine.summary import run_summary
+from pipelines.storage.delta import DeltaStore
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 """A scenario name (= its run_id and a folder name under ``DIR/_work``)."""
@@ -147,7 +145,8 @@ METRICS: tuple[tuple[str, str], ...] = (
 
 @dataclass
 class RunTables:
-    """The output tables of one run as pandas frames (columns of :mod:`pipelines.schemas`)."""
+    """The output tables of one run as pandas frames (columns of
+    :mod:`pipelines.contract.schemas`)."""
 
     run_id: str
     store: DeltaStore
@@ -302,7 +301,7 @@ def _configured_consumers(config: dict[str, Any]) -> list[tuple[str, str]]:
 def run_metrics(tables: RunTables) -> dict[str, Any]:
     """The headline metrics of one run (keys of :data:`METRICS`), computed from its tables.
 
-    Counts of records, actions and entries come from :func:`pipelines.replay.run_summary`.
+    Counts of records, actions and entries come from :func:`pipelines.engine.summary.run_summary`.
     Segments / buckets are summed over topics (max over time and at the end); batch sizes are
     ``num_messages`` / ``payload_bytes`` per entry; the consumer share is a consumer's part of
     its subscription's messages (max over consumers); an idle consumer is one configured but
@@ -410,8 +409,8 @@ class PreparedScenario:
     """A scenario with its validated config and input spec (ready to replay)."""
 
     scenario: Scenario
-    config: Any  # pipelines.config.ReplayConfig
-    input_spec: Any  # pipelines.presets.InputSpec
+    config: Any  # pipelines.contract.config.ReplayConfig
+    input_spec: Any  # pipelines.contract.presets.InputSpec
 
 
 def existing_run(store: DeltaStore, run_id: str) -> dict[str, Any] | None:
@@ -437,36 +436,3 @@ def check_reuse(store: DeltaStore, prepared: PreparedScenario, inputs: Sequence[
         raise ScenarioError(f"run {prepared.scenario.name} already exists in {store.root} with "
                             f"other {what}; pick another scenario name or output directory")
     return bool(row["status"] == "finished")
-
-
-def _prefixed(name: str) -> Callable[[object], None]:
-    return lambda event: print(f"[{name}] {event}", flush=True)
-
-
-def replay_scenarios(spark: SparkSession, prepared: Sequence[PreparedScenario],
-                     inputs: Sequence[str], output: str, say: Callable[[str], None] = print,
-                     progress_for: Callable[[str], Any] = _prefixed) -> pd.DataFrame:
-    """Replay ``inputs`` once per scenario (run_id = scenario name) into ``output`` and return
-    :func:`comparison_table` over the scenarios, in the given order.
-
-    ``say`` gets one line per scenario; ``progress_for(name)`` gives the ``progress`` callable of
-    that scenario's :class:`pipelines.replay.Replay` (closed after the run when it has
-    ``close()``). A scenario whose finished run already exists with the same config and inputs is
-    not replayed again (:func:`check_reuse`). Everything is written under ``output`` (tables and
-    each run's ``_work`` folder); nothing else is touched.
-    """
-    store = DeltaStore(output, engine="delta-rs")
-    for p in prepared:
-        name = p.scenario.name
-        if check_reuse(store, p, inputs):
-            say(f"scenario {name}: already in {output} with the same config and inputs; reused")
-            continue
-        say(f"scenario {name}: replaying with {', '.join(p.scenario.sets) or 'the base config'}")
-        spec = resolve_input_spec(p.input_spec, spark, list(inputs))
-        progress = progress_for(name)
-        try:
-            Replay(spark, p.config, spec, list(inputs), output, name, progress=progress).run()
-        finally:
-            if hasattr(progress, "close"):
-                progress.close()
-    return comparison_table(store, [p.scenario.name for p in prepared])

@@ -20,10 +20,10 @@ line is one record).
 :func:`map_records` turns a raw DataFrame into *mapped records*: the format is parsed
 (``from_csv``, ``from_json``, ``record_regex``) and the mapping evaluated in Spark SQL, nothing
 more. The input rules — validation and the quarantine reasons, integer and timestamp parsing,
-``event_ms``, minute spreading, key hashing — are :mod:`pipelines.ingest_rules`' Arrow
+``event_ms``, minute spreading, key hashing — are :mod:`pipelines.ingest.rules`' Arrow
 functions, written once: the replay runs them in its one Python pass, the staging pass
-(``pipelines.stages.stage_batch``: a ``mapInArrow`` that also hashes the keys and writes the
-staged files, and returns the records the rules reject, which :func:`quarantine_rows` turns
+(``pipelines.spark.staging_pass.stage_batch``: a ``mapInArrow`` that also hashes the keys and writes
+the staged files, and returns the records the rules reject, which :func:`quarantine_rows` turns
 into ``quarantine`` rows); the local engine calls them directly. A spec that spreads minutes
 needs a minute's records in one task: :func:`map_records` adds Spark's guess at each record's
 minute (``minute_hint``), by which the staging pass partitions them; the rules check the guess
@@ -35,14 +35,14 @@ worker about what the SQL expressions cost the JVM, and no second pass is added.
 
 :func:`parse_records` (tests, ad-hoc reads; ``ingest_batch``) gives ``(accepted,
 quarantine)`` DataFrames from the same functions in one ``mapInArrow``
-(:func:`pipelines.udfs.parse_task`). Spreading needs a micro-batch's minutes together, so a
+(:func:`pipelines.spark.udfs.parse_task`). Spreading needs a micro-batch's minutes together, so a
 stream is accepted only for specs without spreading. Both outputs derive from the same input:
 cache the micro-batch when writing both.
 
 Every input line is either a header line (CSV only: a line equal to the spec's header row; not a
 record, neither accepted nor quarantined), accepted, or quarantined with exactly one reason:
 the first failing rule in :data:`QUARANTINE_REASONS` order (constants re-exported from
-:mod:`pipelines.ingest_rules`).
+:mod:`pipelines.ingest.rules`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,13 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from pipelines.ingest_rules import (  # the rules' constants, re-exported for callers
+from pipelines.contract.presets import (
+    CSV_DEFAULT_OPTIONS,
+    InputSpec,
+    is_identifier,
+    normalize_format,
+)
+from pipelines.ingest.rules import (  # the rules' constants, re-exported for callers
     ACCEPTED_COLUMNS,
     BAD_PAYLOAD_SIZE,
     BAD_PUBLISH_TIME,
@@ -95,8 +101,7 @@ from pipelines.ingest_rules import (  # the rules' constants, re-exported for ca
     order_name,
     row_field,
 )
-from pipelines.presets import CSV_DEFAULT_OPTIONS, InputSpec, is_identifier, normalize_format
-from pipelines.udfs import parse_task, verdict_type
+from pipelines.spark.udfs import parse_task, verdict_type
 
 # Internal column names (prefixed so they cannot shadow source columns).
 _RAW = "__tr_raw"
@@ -440,7 +445,7 @@ def _check_session_time_zone(df: DataFrame) -> None:
     if tz not in UTC_ZONES:
         raise ValueError(
             f"map_records needs the Spark session time zone to be UTC (got {tz!r}); "
-            "pipelines.spark_session.build_session sets it"
+            "pipelines.spark.session.build_session sets it"
         )
 
 
@@ -449,7 +454,7 @@ def _minute_hint(c: Column, dtype: T.DataType, spec: InputSpec) -> Column:
     it has none) from the mapped publish time ``c`` of type ``dtype``: timestamps, and strings
     in an ISO or pattern ``publish_time_format`` (taken in the spec's time zone). Only the
     staging pass's partitioning reads it, to put a minute's records in one task before the
-    rules spread them; the rules check it (``pipelines.ingest_rules.minutes_misplaced``), so a
+    rules spread them; the rules check it (``pipelines.ingest.rules.minutes_misplaced``), so a
     wrong or missing guess costs a second pass in one task, never a result."""
     fmt = spec.publish_time_format
     if isinstance(dtype, T.TimestampType):
@@ -485,7 +490,7 @@ def map_records(raw_df: DataFrame, spec: InputSpec,
                 observation: Observation | None = None) -> DataFrame:
     """Raw records (:func:`read_raw_batch`, or a micro-batch of :func:`read_raw_stream`) →
     the mapped records the rules take, one row per record (CSV header lines dropped), in the
-    columns :data:`pipelines.ingest_rules.SOURCE_FILE` lists: the format parsed and the mapping
+    columns :data:`pipelines.ingest.rules.SOURCE_FILE` lists: the format parsed and the mapping
     evaluated in Spark SQL, no rule applied.
 
     ``raw_record`` is shipped for text formats and, as the row's JSON, for a Parquet spec that
@@ -544,7 +549,7 @@ def map_records(raw_df: DataFrame, spec: InputSpec,
 
 def quarantine_rows(verdicts: DataFrame, spec: InputSpec) -> DataFrame:
     """The quarantined records among the rules' ``verdicts`` (rows of
-    ``pipelines.udfs.verdict_type``) as :data:`QUARANTINE_COLUMNS`: a rejected record's
+    ``pipelines.spark.udfs.verdict_type``) as :data:`QUARANTINE_COLUMNS`: a rejected record's
     ``raw_record`` is its text (invalid UTF-8 replaced by U+FFFD) or, for Parquet, its row's
     JSON (``to_json(record)``); a late one's is the JSON of its message columns."""
     text = F.to_json(F.col(SOURCE_ROW)) if spec.format == "parquet" else F.col(RAW_RECORD)
@@ -559,15 +564,15 @@ def parse_records(raw_df: DataFrame, spec: InputSpec, observation: Observation |
                   ) -> tuple[DataFrame, DataFrame]:
     """Map a raw DataFrame to the input contract and apply the rules: ``(accepted,
     quarantine)`` (tests and ad-hoc reads; the replay stages instead:
-    ``pipelines.stages.stage_batch``).
+    ``pipelines.spark.staging_pass.stage_batch``).
 
     ``raw_df`` comes from :func:`read_raw_batch` or is a ``foreachBatch`` micro-batch of
     :func:`read_raw_stream`. A streaming ``raw_df`` is accepted only for specs that do not
     spread minutes (spreading needs a micro-batch's records of a minute together); the pipeline
     always calls it on the static micro-batch. The Spark session time zone must be UTC.
 
-    :func:`map_records`, then the rules of :mod:`pipelines.ingest_rules` in one Python pass
-    (``mapInArrow``, :func:`pipelines.udfs.parse_task`; a spec that spreads minutes runs it in
+    :func:`map_records`, then the rules of :mod:`pipelines.ingest.rules` in one Python pass
+    (``mapInArrow``, :func:`pipelines.spark.udfs.parse_task`; a spec that spreads minutes runs it in
     one task).
 
     ``accepted`` columns (:data:`ACCEPTED_COLUMNS`): ``topic``, ``key`` (null = keyless),

@@ -12,7 +12,7 @@ Compared columns: every column of the table except those in :data:`IGNORED_COLUM
 processing lineage, which depends on how the input was chunked, not a result). Values compare
 exactly (floats bit for bit, nulls equal nulls, lists element by element).
 
-Pure pandas over :meth:`pipelines.delta_io.DeltaStore.read`; no Spark.
+Pure pandas over :meth:`pipelines.storage.delta.DeltaStore.read`; no Spark.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 from deltalake import DeltaTable
 
-from pipelines.delta_io import DeltaStore
-from pipelines.schemas import table_names
+from pipelines.contract.schemas import table_names
+from pipelines.storage.delta import DeltaStore
 
 IGNORED_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "*": ("run_id",),
@@ -117,9 +117,10 @@ def diff_frames(table: str, a: pd.DataFrame, b: pd.DataFrame, sample: int = 5) -
 
 def diff_runs(store: DeltaStore, run_a: str, run_b: str, tables: Sequence[str] | None = None,
               sample: int = 5, store_b: DeltaStore | None = None) -> list[TableDiff]:
-    """:func:`diff_frames` of every table (default: all of :func:`pipelines.schemas.table_names`;
-    a table that does not exist compares as empty) between ``run_a`` in ``store`` and ``run_b``
-    in ``store_b`` (default: the same store)."""
+    """:func:`diff_frames` of every table (default: all of
+    :func:`pipelines.contract.schemas.table_names`; a table that does not exist compares as
+    empty) between ``run_a`` in ``store`` and ``run_b`` in ``store_b`` (default: the same
+    store)."""
     other = store_b if store_b is not None else store
     return [diff_frames(t, store.read(t, run_id=run_a), other.read(t, run_id=run_b), sample)
             for t in (tables if tables is not None else table_names())]

@@ -194,7 +194,7 @@ def default_conf_path() -> Path | Traversable:
     env = os.environ.get(DEFAULT_CONF_ENV)
     if env:
         return Path(env)
-    repo_copy = Path(__file__).resolve().parent.parent / "conf" / "default.yaml"
+    repo_copy = Path(__file__).resolve().parents[2] / "conf" / "default.yaml"
     if repo_copy.is_file():
         return repo_copy
     installed = resources.files("pipelines") / "conf" / "default.yaml"
@@ -1002,4 +1002,5 @@ def _policy_fields_match() -> bool:
     return section == core == set(PolicyOverrides.model_fields)
 
 
-assert _policy_fields_match(), "pipelines.config policy models out of sync with AutoScaleConfig"
+assert _policy_fields_match(), (
+    "pipelines.contract.config policy models out of sync with AutoScaleConfig")

@@ -1,18 +1,13 @@
-"""The emulation stages around ``pipelines.core``, in two layers:
-
-- **group functions** — plain pandas in, pandas out, plus the group's carried state (pickled
-  blobs): :func:`control_group` (a topic's routing and controller), :func:`batch_topic` (its
-  producers' bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per
-  topic by :func:`topic_group`. No Spark in them; the local engine (:mod:`pipelines.local`)
-  calls :func:`topic_group` on pandas groups, the Spark wrapper below in its tasks. Every
-  emulation rule lives in ``pipelines.core``; these only sort, slice and convert (emulated ms →
-  UTC timestamps in log time).
-- **staging and output files** — the staged messages partitioned by topic
-  (:class:`StagingWriter`, :func:`read_topic`), written by the replay's staging pass
-  (:func:`stage_batch`: the input rules of ``pipelines.ingest_rules`` and the staging in one
-  ``mapInArrow``), and the typed Parquet files of output rows (:class:`FrameWriter`) that the
-  Spark runtime (:mod:`pipelines.spark`: the group functions as grouped stateful operators)
-  writes and the driver commits to Delta.
+"""What both engines run on a topic's window: the emulation stages around ``pipelines.core``,
+plain pandas in, pandas out, plus the group's carried state (pickled blobs) —
+:func:`control_group` (a topic's routing and controller), :func:`batch_topic` (its producers'
+bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed per topic by
+:func:`topic_group`. No Spark here: the local engine (:mod:`pipelines.engine.local`) calls
+:func:`topic_group` on pandas groups, the Spark runtime (:mod:`pipelines.spark`: the group
+functions as grouped stateful operators) in its tasks. Every emulation rule lives in
+``pipelines.core``; these only sort, slice and convert (emulated ms → UTC timestamps in log
+time). The staged messages they read and the output files the Spark runtime writes are
+:mod:`pipelines.storage.staging` and :mod:`pipelines.storage.frames`.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.
@@ -21,11 +16,9 @@ Outputs do not depend on how the input is cut into windows (the core is chunking
 
 from __future__ import annotations
 
-import hashlib
-import os
 import pickle
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,12 +26,9 @@ import numpy as np
 import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
-from pipelines.config import ConfigError, ReplayConfig
+from pipelines.contract.config import ConfigError, ReplayConfig
+from pipelines.contract.schemas import table_columns
 from pipelines.core.assignment import SubscriptionType
 from pipelines.core.batching import (
     BatchingConfig,
@@ -58,18 +48,8 @@ from pipelines.core.controller import (
 from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
-from pipelines.delta_io import conform_arrow
-from pipelines.ingest_rules import (
-    MINUTE_HINT,
-    ingest_batches,
-    key_hashes_arrow,
-    late_rows,
-    minutes_misplaced,
-    verdict_rows,
-)
-from pipelines.privacy import Pseudonymizer
-from pipelines.schemas import arrow_schema
-from pipelines.storage import arrow_filesystem
+from pipelines.storage.delta import conform_arrow
+from pipelines.storage.frames import DISPATCH_TABLES
 
 SORT_KEYS = ["event_ms", "producer_name", "_seq_sort"]
 """Replay order of a topic's messages (``_seq_sort``: ``sequence_id``, null as -1)."""
@@ -85,20 +65,9 @@ MESSAGE_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time
                    "bucket_index", "layout_epoch"]
 """Routed message columns carried into the ``messages`` table (``entry_id`` is added)."""
 
-
-def table_columns(table: str) -> list[str]:
-    """Columns of output ``table`` without ``run_id`` (what the stages produce)."""
-    return [n for n in arrow_schema(table).names if n != "run_id"]
-
-
 ENTRY_COLUMNS = [*table_columns("entries"), "emu_publish_ms"]
 """Columns of the entries frames the data plane emits: the ``entries`` table's plus
 ``emu_publish_ms`` (int64, the emulated-clock publish time dispatch works on)."""
-
-DISPATCH_TABLES = {"dispatch": "dispatch", "consumer_load": "consumer_load",
-                   "handoff": "bucket_handoffs", "window_stats": "subscription_stats",
-                   "segment_drain": "segment_drains"}
-"""``_kind`` of a dispatch-stage row → its output table."""
 
 
 @dataclass(frozen=True)
@@ -117,8 +86,8 @@ class StageSettings:
 
         A consumer's reconnects must lie after its join and before its leave in log time (a
         seconds offset against a timestamp is checked here, once the first event is known:
-        :class:`~pipelines.config.ConfigError` otherwise). A reconnect that lands on the join
-        or leave millisecond of the emulated clock (``speed`` compression) merges into it."""
+        :class:`~pipelines.contract.config.ConfigError` otherwise). A reconnect that lands on the
+        join or leave millisecond of the emulated clock (``speed`` compression) merges into it."""
         speed = cfg.replay.speed
         first_log_ms = int((first_event_ms or 0) * speed)
         subs, caps = [], {}
@@ -261,7 +230,7 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
                   horizon_ms: int | None, final: bool) -> tuple[pd.DataFrame, TopicController]:
     """Route one topic's window of messages and run its controller up to ``horizon_ms``.
 
-    ``pdf``: accepted messages (``pipelines.ingest.ACCEPTED_COLUMNS``; ``event_ms`` int64 ms,
+    ``pdf``: accepted messages (``pipelines.ingest.rules.ACCEPTED_COLUMNS``; ``event_ms`` int64 ms,
     ``segment_hash`` / ``hash_b`` null for keyless), any order. Returns the messages sorted by
     :data:`SORT_KEYS` and :data:`TIE_KEYS` with ``segment_id`` (int64),
     ``bucket_index`` (int32) and ``layout_epoch`` (int64) added, and the advanced controller
@@ -626,25 +595,14 @@ class TopicResult:
     ``controller``: the advanced controller, its decisions and samples not yet taken (the driver
     takes them with :func:`control_outputs`); ``batching``: the new batching state blob
     (:class:`BatchingState`); ``dispatch``: the new dispatch state blob (``None`` while
-    the topic has no layout); ``frames``: output rows by ``_kind`` (:data:`STAGE_KINDS`)."""
+    the topic has no layout); ``frames``: output rows by ``_kind``
+    (:data:`pipelines.storage.frames.STAGE_KINDS`)."""
 
     controller: TopicController
     batching: bytes
     dispatch: bytes | None
     frames: dict[str, Any]  # pandas frames; ``msg`` a pyarrow Table (:func:`batch_topic`)
     seconds: dict[str, float] = field(default_factory=dict)  # per stage (wall, this task)
-
-
-STAGE_KINDS = {"msg": "messages", "entry": "entries", **DISPATCH_TABLES}
-"""``_kind`` of a topic-stage output row → its output table (the data plane's and dispatch's
-tables; the control plane's small tables come from :func:`control_outputs`)."""
-
-CONTROL_KINDS = {"sample": "segment_load", "decision": "autoscale_decisions",
-                 "segment": "segments"}
-"""Kinds of the control plane's tables (:class:`ControlResult`'s frames) → their tables."""
-
-OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS}
-"""Every kind :class:`FrameWriter` writes → its table."""
 
 
 def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
@@ -655,8 +613,9 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     order — a topic's three stages only depend on the topic, so one task runs them all (one
     shuffle per window instead of three).
 
-    ``pdf``: the topic's accepted messages of the window (``pipelines.ingest.ACCEPTED_COLUMNS``),
-    any order, possibly empty (the topic then only moves through time). ``controller`` /
+    ``pdf``: the topic's accepted messages of the window
+    (``pipelines.ingest.rules.ACCEPTED_COLUMNS``), any order, possibly empty (the topic then
+    only moves through time). ``controller`` /
     ``producers`` (producer name → blob) / ``dispatcher``: the carried state blobs (``None`` /
     missing = new). Producers without messages run only while they hold open batches (their
     timers fire). Returns a :class:`TopicResult`; ``frames`` holds ``msg`` (messages table
@@ -685,409 +644,6 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
     return TopicResult(ctl, new_batching, dispatcher, frames, seconds)
 
 
-# ---- staged output files ----------------------------------------------------------------------
-
-
-STAGE_INPUT_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
-                       "payload_size", "event_ms", "hash32", "segment_hash", "hash_b"]
-"""Accepted-message columns the emulation reads (``source_file`` is not shipped)."""
-
-
-def staged_file(out_dir: str, kind: str, topic: str) -> str:
-    """Where :class:`FrameWriter` puts one topic's rows of one kind: ``<out_dir>/<kind>/
-    part-<sha1(topic)>.parquet`` (topic names may hold any character; one file per topic and
-    Spark job, the same on every re-run)."""
-    digest = hashlib.sha1(topic.encode("utf-8")).hexdigest()
-    return f"{out_dir.rstrip('/')}/{kind}/part-{digest}.parquet"
-
-
-class FrameWriter:
-    """A task's output files under ``out_dir``: one Parquet file per topic and kind
-    (:func:`staged_file`), open across the windows of a Spark job, each window's frame of a
-    kind appended as its own row groups (a file per window meant creating, finishing and
-    moving seven files per topic and window, and 16 times as many files in the tables).
-    Frames are cast to their table's columns without ``run_id``
-    (:func:`pipelines.delta_io.conform_arrow`: a null in a required column or a wrong type fails
-    here, in the task). Files are written under hidden temporary names (readers skip them,
-    whatever a failed attempt left) and moved into place by :meth:`close`, so a retried or
-    re-run task replaces each whole with the same rows."""
-
-    def __init__(self, out_dir: str,
-                 withheld: Mapping[str, tuple[str, ...]] | None = None) -> None:
-        """``withheld``: table → nullable columns written as nulls (``output.keys``,
-        :func:`pipelines.privacy.withheld_columns`)."""
-        self.out_dir = out_dir
-        self.withheld = dict(withheld or {})
-        self.files: dict[tuple[str, str], tuple[Any, Any, str, str]] = {}
-
-    def write(self, topic: str, frames: Mapping[str, Any]) -> None:
-        """Append a topic's window of output frames (``_kind`` → pandas frame or pyarrow
-        table; empty ones skipped)."""
-
-        for kind, df in frames.items():
-            if not len(df):
-                continue
-            table = OUTPUT_KINDS[kind]
-            columns = table_columns(table)
-            withheld = self.withheld.get(table, ())
-            # a withheld column is left out: conform_arrow fills it with nulls
-            taken = [c for c in columns if c not in withheld]
-            arrow = conform_arrow(table, df.select([c for c in taken if c in df.column_names])
-                                  if isinstance(df, pa.Table)
-                                  else df[[c for c in taken if c in df.columns]],
-                                  columns=columns)
-            if (topic, kind) not in self.files:
-                fs, path = arrow_filesystem(staged_file(self.out_dir, kind, topic))
-                folder, name = path.rsplit("/", 1)
-                fs.create_dir(folder, recursive=True)
-                tmp = f"{folder}/.{name}.{os.getpid()}.tmp"
-                # zstd, and dictionaries only for strings (topics, producers, consumers: few
-                # values): 40 % smaller than snappy with dictionaries everywhere, no slower
-                strings = [f.name for f in arrow.schema if f.type == "string"]
-                writer = pq.ParquetWriter(tmp, arrow.schema, filesystem=fs, compression="zstd",
-                                          use_dictionary=strings)
-                self.files[(topic, kind)] = (writer, fs, tmp, path)
-            self.files[(topic, kind)][0].write_table(arrow, row_group_size=128 * 1024)
-
-    def close(self) -> None:
-        """Finish every file and move it into place."""
-        for writer, fs, tmp, path in self.files.values():
-            writer.close()
-            fs.move(tmp, path)
-        self.files = {}
-
-
-# ---- staged input ------------------------------------------------------------------------------
-
-STAGING_TOPIC_COLUMN = "topic_sha1"
-"""Partition column of the staged messages (``<staging>/batch_id=<k>/topic_sha1=<hex>/``): the
-SHA-1 hex of the topic name, a folder name for any topic, so a task reads only its topic."""
-
-
-STAGING_ROW_GROUP_ROWS = 65_536
-"""Rows per row group of the staged messages (about 4 MiB). Input is roughly in time order, so
-small row groups let :func:`read_staged` skip, by their ``event_ms`` statistics, the part of a
-micro-batch outside the window (one row group per file would make every window overlapping a
-micro-batch read all of it)."""
-
-KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
-"""Staged columns the staging writer adds (``ingest_rules.key_hashes_arrow`` of ``key``)."""
-
-STAGING_SOURCE_COLUMNS = [c for c in STAGE_INPUT_COLUMNS if c not in KEY_HASH_COLUMNS]
-"""Accepted-message columns :class:`StagingWriter` takes (the columns of
-``pipelines.ingest_rules.ACCEPTED_FIELDS``; the hashes are added as the files are written)."""
-
-
-def topic_digest(topic: str) -> str:
-    """SHA-1 hex of ``topic``'s UTF-8 bytes (Spark's ``sha1(topic)``)."""
-    return hashlib.sha1(topic.encode("utf-8")).hexdigest()
-
-
-def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
-    """One topic's staged messages with ``lo_ms <= event_ms < hi_ms`` (``None``: unbounded).
-
-    ``staging``: the folder the replay stages accepted messages to, partitioned by
-    ``batch_id`` and :data:`STAGING_TOPIC_COLUMN`. Read with pyarrow (the topic's folders only;
-    row groups outside the window are skipped by their ``event_ms`` statistics). Returns the
-    :data:`STAGE_INPUT_COLUMNS` in file order (the stages sort; strings as
-    ``pd.ArrowDtype(pa.string())``, which the stages take as they take object strings); no
-    rows when none match."""
-    return read_topic(staged_dataset(staging), topic, lo_ms, hi_ms)
-
-
-class StagingWriter:
-    """One task's staged Parquet files of a micro-batch: :meth:`add` accepted messages (any
-    topics, any order), then :meth:`close`.
-
-    Each added batch gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
-    ``pipelines.ingest_rules.key_hashes_arrow``, the one hashing function) and goes, split by
-    topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
-    groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
-    under a hidden temporary name and moved into place by :meth:`close`, so a retried task
-    replaces it whole (readers skip hidden files). ``pseudonymize`` (``input.pseudonymize``):
-    its columns are replaced by their pseudonyms once the key hashes are computed (routing is
-    unchanged; no raw value is staged). pyarrow's C++ writer, on the Python worker that hashes
-    the keys: about half the time of Spark's Parquet writer here."""
-
-    def __init__(self, folder: str, part: int, pseudonymize: Pseudonymizer | None = None) -> None:
-        self.fs, self.root = arrow_filesystem(folder)
-        self.part = part
-        self.pseudonymize = pseudonymize
-        self.pending: dict[str, list[Any]] = {}
-        self.counts: dict[str, int] = {}
-        self.writers: dict[str, tuple[Any, str]] = {}
-
-    def add(self, records: Any) -> None:
-        """Stage a pyarrow ``RecordBatch`` of :data:`STAGING_SOURCE_COLUMNS`."""
-        if not records.num_rows:
-            return
-        hashes = key_hashes_arrow(records.column("key"))
-        records = pa.RecordBatch.from_arrays(
-            [*records.columns, *[hashes.field(c) for c in KEY_HASH_COLUMNS]],
-            names=[*records.schema.names, *KEY_HASH_COLUMNS])
-        if self.pseudonymize is not None:  # after hashing: the emulation's answers do not change
-            records = self.pseudonymize.batch(records)
-        codes = records.column("topic").dictionary_encode()
-        order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
-        cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
-        by_topic = records.take(pa.array(order))
-        for topic, hi, lo in zip(codes.dictionary.to_pylist(), cuts, [0, *cuts[:-1]],
-                                 strict=True):
-            self.pending.setdefault(topic, []).append(by_topic.slice(lo, hi - lo))
-            self.counts[topic] = self.counts.get(topic, 0) + int(hi - lo)
-            if sum(b.num_rows for b in self.pending[topic]) >= STAGING_ROW_GROUP_ROWS:
-                self._flush(topic, last=False)
-
-    def close(self) -> dict[str, int]:
-        """Write what is pending, move every file into place; returns topic → messages."""
-        for topic in list(self.pending):
-            self._flush(topic, last=True)
-        for writer, target in self.writers.values():
-            writer.close()
-            self.fs.move(_hidden(target), target)
-        return self.counts
-
-    def _flush(self, topic: str, last: bool) -> None:
-        """Write the topic's pending rows as whole row groups (all of them when ``last``)."""
-        size = STAGING_ROW_GROUP_ROWS
-        table = pa.Table.from_batches(self.pending.pop(topic))
-        rows = table.num_rows if last else table.num_rows // size * size
-        if rows < table.num_rows:
-            self.pending[topic] = table.slice(rows).to_batches()
-        if topic not in self.writers:
-            target = (f"{self.root}/{STAGING_TOPIC_COLUMN}={topic_digest(topic)}/"
-                      f"part-{self.part:05d}.parquet")
-            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-            # dictionaries only where they pay (a topic and its producers: few values); for
-            # keys, times and hashes they cost 40 % of the write and save no space here
-            self.writers[topic] = (pq.ParquetWriter(_hidden(target), table.schema,
-                                                    filesystem=self.fs,
-                                                    use_dictionary=["topic", "producer_name"]),
-                                   target)
-        self.writers[topic][0].write_table(table.slice(0, rows), row_group_size=size)
-
-
-def _hidden(target: str) -> str:
-    """The temporary name a staged file is written under (hidden: readers skip it)."""
-    return target.replace("/part-", "/.part-") + ".tmp"
-
-
-def write_staging(batches: Iterable[Any], folder: str, part: int,
-                  pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
-    """Write one task's accepted messages (pyarrow ``RecordBatch``es of
-    :data:`STAGING_SOURCE_COLUMNS`) as staged Parquet under ``folder`` with a
-    :class:`StagingWriter`; returns topic → messages written."""
-    writer = StagingWriter(folder, part, pseudonymize)
-    for records in batches:
-        writer.add(records)
-    return writer.close()
-
-
-def staged_files(folder: str) -> Iterator[Any]:
-    """Open pyarrow ``ParquetFile``s of the staged files under ``folder`` (recursively, path
-    order; hidden and temporary files skipped), one at a time."""
-
-    fs, path = arrow_filesystem(folder)
-    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
-    for info in sorted(infos, key=lambda i: i.path):
-        name = info.base_name
-        if (info.type != pafs.FileType.File or not name.endswith(".parquet")
-                or name.startswith((".", "_"))):
-            continue
-        with fs.open_input_file(info.path) as f:
-            yield pq.ParquetFile(f)
-
-
-def _event_ms_ranges(pf: Any) -> Iterator[tuple[int, int, int]]:
-    """``(row group, min event_ms, max event_ms)`` of each non-empty row group of a staged
-    file, from its footer statistics (the column is read when a writer left none)."""
-
-    col = pf.schema_arrow.get_field_index("event_ms")
-    for i in range(pf.metadata.num_row_groups):
-        group = pf.metadata.row_group(i)
-        if not group.num_rows:
-            continue
-        st = group.column(col).statistics
-        if st is not None and st.has_min_max:
-            yield i, int(st.min), int(st.max)
-        else:
-            mm = pc.min_max(pf.read_row_group(i, columns=["event_ms"]).column(0))
-            yield i, mm["min"].as_py(), mm["max"].as_py()
-
-
-def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int, int]]:
-    """Micro-batch ``batch_id``'s staged messages per topic: ``(messages, min event_ms, max
-    event_ms)``, from the Parquet footers of its files under ``staging`` (row counts and
-    ``event_ms`` statistics; the topic's name from one value of its ``topic`` column), so no
-    data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
-    out: dict[str, tuple[int, int, int]] = {}
-    for pf in staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
-        topic = None  # one topic per file (its folder): read one value of it
-        for i, lo, hi in _event_ms_ranges(pf):
-            if topic is None:
-                topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
-            n, lo0, hi0 = out.get(topic, (0, lo, hi))
-            out[topic] = (n + pf.metadata.row_group(i).num_rows, min(lo, lo0), max(hi, hi0))
-    return out
-
-
-def staged_histogram(staging: str, bins: int) -> tuple[int, int, npt.NDArray[Any]] | None:
-    """Every staged message's ``event_ms`` (all batches under ``staging``) counted in ``bins``
-    equal bins: ``(lo, width, counts)`` — bin ``i`` holds ``lo + i * width <= event_ms <
-    lo + (i + 1) * width`` (``lo`` the smallest ``event_ms``, ``width = (max - lo) // bins +
-    1``); ``counts``: int64 array of length ``bins``. ``None`` when nothing is staged. The
-    range comes from the footers' statistics, the counts from one row group's ``event_ms``
-    at a time, read on this thread: memory does not grow with the messages (a dataset scan's
-    read-ahead left the driver 95 MB larger at 10 M messages)."""
-    ranges = [(lo, hi) for pf in staged_files(staging) for _, lo, hi in _event_ms_ranges(pf)]
-    if not ranges:
-        return None
-    lo = min(r[0] for r in ranges)
-    width = (max(r[1] for r in ranges) - lo) // bins + 1
-    counts = np.zeros(bins, dtype=np.int64)
-    for pf in staged_files(staging):
-        for i, _, _ in _event_ms_ranges(pf):
-            values = pf.read_row_group(i, columns=["event_ms"], use_threads=False).column(0)
-            counts += np.bincount((values.to_numpy() - lo) // width, minlength=bins)
-    return lo, width, counts
-
-
-def staged_dataset(staging: str) -> Any:
-    """The staging folder as a pyarrow dataset (its files listed once)."""
-
-    fs, path = arrow_filesystem(staging)
-    partitioning = ds.partitioning(
-        pa.schema([("batch_id", pa.int64()), (STAGING_TOPIC_COLUMN, pa.string())]),
-        flavor="hive")
-    return ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning)
-
-
-def read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
-    where = pc.field(STAGING_TOPIC_COLUMN) == topic_digest(topic)
-    if lo_ms is not None:
-        where = where & (pc.field("event_ms") >= lo_ms)
-    if hi_ms is not None:
-        where = where & (pc.field("event_ms") < hi_ms)
-    # Strings stay Arrow arrays (pandas ArrowDtype): the stages only take, sort and factorize
-    # them, and the output files are Arrow again, so no Python object per key and producer
-    # is made and converted back (a fifth of a busy topic's read and write time). One chunk
-    # per column: taking rows across a chunk per row group is several times slower.
-    return dataset.to_table(columns=STAGE_INPUT_COLUMNS, filter=where).combine_chunks().to_pandas(
-        types_mapper=arrow_strings)
-
-
-def arrow_strings(t: Any) -> Any:
-    """``to_pandas`` types mapper: Arrow strings → ``pd.ArrowDtype`` (others as pyarrow does)."""
-
-    return pd.ArrowDtype(t) if pa.types.is_string(t) else None
-
-
-# ---- Spark wrapper ----------------------------------------------------------------------------
-# pyspark is imported lazily so that the local engine runs without it.
-
-
-MISPLACED_MARK = "_minutes_misplaced"
-"""File a task of :func:`stage_batch` leaves in the micro-batch's staging folder when a record's
-minute hint was not its publish-time minute (the spreading must be redone in one task)."""
-
-
-@dataclass(frozen=True)
-class StagingPlan:
-    """What a micro-batch's staging pass applies (picklable: it travels to the tasks).
-
-    ``spec``: the ``InputSpec`` (the rules' settings); ``horizon_ms`` (emulated ms) /
-    ``finalized``: which accepted records are late (``pipelines.ingest_rules.late_rows``);
-    ``pseudonymize``: see :class:`StagingWriter`."""
-
-    spec: Any
-    horizon_ms: int | None = None
-    finalized: bool = False
-    pseudonymize: Pseudonymizer | None = None
-
-
-def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder: str, part: int,
-                    check_minutes: bool = False) -> Iterator[pa.RecordBatch]:
-    """One task of the staging pass: the rules (``pipelines.ingest_rules.ingest_batches``) on
-    ``batches`` (mapped records), the accepted messages that are not late staged under
-    ``folder`` as ``part`` (:class:`StagingWriter`); yields the rejected and the late records
-    (``pipelines.ingest_rules.verdict_rows``). ``check_minutes``: the records were spread over
-    the tasks by their minute hint; a hint that is not its record's minute
-    (``pipelines.ingest_rules.minutes_misplaced``) leaves the :data:`MISPLACED_MARK` file and
-    stages and yields nothing."""
-    writer = StagingWriter(folder, part, plan.pseudonymize)
-    for records, verdict in ingest_batches(batches, plan.spec):
-        if check_minutes and minutes_misplaced(records, verdict):
-            _mark_misplaced(folder)
-            return
-        late = late_rows(verdict, plan.horizon_ms, plan.finalized)
-        staged = verdict.accepted.filter(pa.array(~late)) if late.any() else verdict.accepted
-        for accepted in staged.to_batches():
-            writer.add(accepted)
-        if late.any() or len(verdict.rejected_rows):
-            yield verdict_rows(records, verdict, late)
-    writer.close()
-
-
-def _staging_task(plan: StagingPlan, folder: str, check_minutes: bool
-                  ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The ``mapInArrow`` function: :func:`stage_partition` of the task's partition."""
-
-    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext  # noqa: PLC0415
-
-        context = TaskContext.get()
-        assert context is not None  # a Spark task's function
-        yield from stage_partition(batches, plan, folder, context.partitionId(), check_minutes)
-
-    return run
-
-
-def _fresh_folder(folder: str) -> None:
-    fs, path = arrow_filesystem(folder)
-    if fs.get_file_info(path).type != pafs.FileType.NotFound:
-        fs.delete_dir(path)
-    fs.create_dir(path, recursive=True)
-
-
-def _mark_misplaced(folder: str) -> None:
-    fs, path = arrow_filesystem(folder)
-    fs.create_dir(path, recursive=True)
-    fs.open_output_stream(f"{path}/{MISPLACED_MARK}").close()
-
-
-def _misplaced(folder: str) -> bool:
-    fs, path = arrow_filesystem(folder)
-    return bool(fs.get_file_info(f"{path}/{MISPLACED_MARK}").type != pafs.FileType.NotFound)
-
-
-def stage_batch(records: Any, staging: str, batch_id: int, plan: StagingPlan,
-                take_verdicts: Callable[[Any], None]) -> None:
-    """Spark: the rules and the staging of micro-batch ``batch_id`` in ONE Python pass.
-
-    ``records``: a DataFrame of mapped records (``pipelines.ingest.map_records``). Each task
-    runs :func:`stage_partition` under ``plan`` in ``mapInArrow``: it stages the accepted
-    messages under ``<staging>/batch_id=<batch_id>`` (replaced whole, so a re-run restages it)
-    and returns the rejected and late records as rows (``pipelines.ingest_rules.verdict_rows``;
-    Spark types: ``pipelines.udfs.verdict_type``). ``take_verdicts`` gets that DataFrame and
-    must run it exactly once (e.g. write it): that action is the pass.
-
-    A spec that spreads minutes needs a minute's records in one task: they are partitioned by
-    their minute hint first; when a task finds a hint that is not its record's minute, the pass
-    runs again with every record in one task, and ``take_verdicts`` gets its rows (replacing
-    the first ones)."""
-    from pipelines.udfs import verdict_type  # noqa: PLC0415 - Spark-only path
-
-    folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
-    attempts = ([(records.repartition(MINUTE_HINT), True), (records.repartition(1), False)]
-                if plan.spec.spread_within_minute else [(records, False)])
-    for parts, check in attempts:
-        _fresh_folder(folder)
-        take_verdicts(parts.mapInArrow(_staging_task(plan, folder, check),
-                                       verdict_type(records)))
-        if not _misplaced(folder):
-            return
-
-
 @dataclass(frozen=True)
 class StageWindow:
     """One window of a finalization (:mod:`pipelines.spark.emulation`): staged messages with
@@ -1097,3 +653,4 @@ class StageWindow:
     lo_ms: int | None
     hi_ms: int | None
     final: bool
+

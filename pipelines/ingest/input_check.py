@@ -10,7 +10,7 @@ columns the files have:
 - CSV: the spec's ``csv_columns`` or, without them, the header row of the first input file;
 - Parquet: the schema of the first input file (its footer, read with pyarrow);
 - JSON lines and ``text``: nothing here (JSON has no schema up front; the replay reports a
-  mapped field absent from every record of the first micro-batch, see ``pipelines.replay``).
+  mapped field absent from every record of the first micro-batch, see ``pipelines.spark.replay``).
 
 Only local paths are checked (a URI with a scheme other than ``file:`` is skipped).
 See docs/design.md, "Input contract".
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from pipelines.presets import InputSpec
+from pipelines.contract.presets import InputSpec
 
 
 class InputColumnError(ValueError):

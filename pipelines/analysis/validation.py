@@ -26,14 +26,15 @@ What is checked (per table; "key" = the table's grain):
   ``operation-failed: …``), ``action`` in :data:`pipelines.core.controller.DECISION_ACTIONS`,
   ``trigger`` a ``+``-join of :class:`pipelines.core.controller.Trigger` values,
   ``entries.close_reason`` in :data:`pipelines.core.batching.CLOSE_REASONS`,
-  ``quarantine.reason`` in :data:`pipelines.ingest.QUARANTINE_REASONS` or
-  :data:`pipelines.ingest.LATE`, ``segments.state`` / ``created_by`` in
+  ``quarantine.reason`` in :data:`pipelines.ingest.rules.QUARANTINE_REASONS` or
+  :data:`pipelines.ingest.rules.LATE`, ``segments.state`` / ``created_by`` in
   :class:`pipelines.core.layout.SegmentState` / :data:`pipelines.core.controller.CREATED_BY`.
 
-Results are rows of the ``validations`` table (:data:`pipelines.schemas.VALIDATIONS`): one per
-(run_id, validation_id, table, expectation, kwargs). ``validation_id`` numbers the passes over a
-run (the end-of-run pass is 1) so that the table holds no wall-clock time. Frames are sorted by
-their key columns before validation, so the sampled unexpected values are deterministic too.
+Results are rows of the ``validations`` table (:data:`pipelines.contract.schemas.VALIDATIONS`):
+one per (run_id, validation_id, table, expectation, kwargs). ``validation_id`` numbers the passes
+over a run (the end-of-run pass is 1) so that the table holds no wall-clock time. Frames are
+sorted by their key columns before validation, so the sampled unexpected values are
+deterministic too.
 
 Limits: each table of the run is read whole into driver memory (pandas); for a very large run
 validate a sample run or raise the driver memory.
@@ -52,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from pipelines.contract.schemas import arrow_schema
 from pipelines.core.batching import CLOSE_REASONS
 from pipelines.core.controller import (
     CREATED_BY,
@@ -61,9 +63,9 @@ from pipelines.core.controller import (
 )
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
-from pipelines.delta_io import DeltaStore, table_app_id
-from pipelines.ingest import LATE, QUARANTINE_REASONS
-from pipelines.schemas import arrow_schema
+from pipelines.engine.summary import describe
+from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
+from pipelines.storage.delta import DeltaStore, table_app_id
 
 if TYPE_CHECKING:
     from great_expectations.expectations import Expectation
@@ -416,10 +418,10 @@ def next_validation_id(store: DeltaStore, run_id: str) -> int:
 
 def validate_run(store: DeltaStore, run_id: str, validation_id: int | None = None,
                  write: bool = True) -> ValidationResult:
-    """Validate the tables of ``run_id`` in ``store`` (a :class:`pipelines.delta_io.DeltaStore`)
-    and, when ``write``, append the result to the ``validations`` table (idempotent: app id
-    ``topic-replay:<run_id>:validations``, version = ``validation_id``). ``validation_id``
-    defaults to :func:`next_validation_id`."""
+    """Validate the tables of ``run_id`` in ``store`` (a
+    :class:`pipelines.storage.delta.DeltaStore`) and, when ``write``, append the result to the
+    ``validations`` table (idempotent: app id ``topic-replay:<run_id>:validations``, version =
+    ``validation_id``). ``validation_id`` defaults to :func:`next_validation_id`."""
     if validation_id is None:
         validation_id = next_validation_id(store, run_id)
     frames = {t: store.read(t, run_id=run_id) for t in KEYS}
@@ -428,34 +430,6 @@ def validate_run(store: DeltaStore, run_id: str, validation_id: int | None = Non
         store.append(VALIDATIONS_TABLE, result.rows,
                      app_id=table_app_id(run_id, VALIDATIONS_TABLE), version=validation_id)
     return result
-
-
-def latest_validation(store: DeltaStore, run_id: str) -> dict[str, Any] | None:
-    """Summary of the latest stored validation pass of ``run_id`` (None when there is none):
-    ``{"validation_id", "expectations", "failed": ["table: expectation kwargs", …]}``."""
-    done = store.read(VALIDATIONS_TABLE, run_id=run_id)
-    if not len(done):
-        return None
-    last = done[done["validation_id"] == done["validation_id"].max()]
-    failed = last[~last["success"]]
-    return {"validation_id": int(last["validation_id"].iloc[0]),
-            "expectations": len(last),
-            "failed": [describe(r) for r in failed.to_dict("records")]}
-
-
-def describe(row: Mapping[str, Any]) -> str:
-    """One line for a ``validations`` row: table, expectation, its arguments and what was
-    observed."""
-    kwargs = json.loads(row["kwargs"])
-    args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
-    text = f"{row['table']}: {row['expectation']}({args})"
-    if row.get("unexpected_count") is not None and not pd.isna(row["unexpected_count"]):
-        text += f" — {int(row['unexpected_count'])} unexpected"
-    if row.get("exception"):
-        text += f" — error: {row['exception']}"
-    elif row.get("observed"):
-        text += f" — observed {row['observed'][:200]}"
-    return text
 
 
 def format_validation(result: ValidationResult) -> str:

@@ -10,9 +10,11 @@ so they spread over the cluster's cores. Each scenario's tables equal a ``topic-
 it alone.
 
 The ``sweeps`` table gets one row per scenario (:func:`sweep_rows`): its settings, the metrics
-``topic-replay compare`` prints (``pipelines.compare.run_metrics``), flapping (:func:`flaps`)
-and the time each topic spent at ``policy.max_segments`` (:func:`time_at_max_segments`).
-This module needs no Spark except :func:`run_sweep`.
+``topic-replay compare`` prints (``pipelines.analysis.compare.run_metrics``), flapping
+(:func:`flaps`) and the time each topic spent at ``policy.max_segments``
+(:func:`time_at_max_segments`). Spark runs only in :func:`run_sweep`, and in
+:func:`replay_scenarios`: ``topic-replay compare``'s replays, one per scenario (its comparison is
+:mod:`pipelines.analysis.compare`).
 """
 
 from __future__ import annotations
@@ -28,17 +30,20 @@ import pandas as pd
 import yaml
 from pyspark.sql import SparkSession
 
-from pipelines.compare import (
+from pipelines.analysis.compare import (
     NAME_PATTERN,
     PreparedScenario,
     RunTables,
     Scenario,
+    check_reuse,
+    comparison_table,
     layout_timeline,
     run_metrics,
 )
-from pipelines.config import parse_config
-from pipelines.delta_io import DeltaStore, table_app_id
-from pipelines.replay import Replay, RunSpec
+from pipelines.contract.config import parse_config
+from pipelines.spark.ingest import resolve_input_spec
+from pipelines.spark.replay import Replay, RunSpec
+from pipelines.storage.delta import DeltaStore, table_app_id
 
 INGEST_KEYS: tuple[str, ...] = ("input", "output", "console", "replay.speed",
                                 "replay.allowed_lateness_s", "replay.max_files_per_trigger",
@@ -235,7 +240,8 @@ def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], i
 
 def sweep_row(tables: RunTables, sweep_id: str, settings: Mapping[str, Any],
               flap_window_s: int) -> dict[str, Any]:
-    """One ``sweeps`` row (columns of ``pipelines.schemas.SWEEPS``) of one scenario's run."""
+    """One ``sweeps`` row (columns of ``pipelines.contract.schemas.SWEEPS``) of one scenario's
+    run."""
     config = parse_config(tables.config)
     at_max = time_at_max_segments(tables.segments,
                                   lambda t: config.policy_for(t).max_segments,
@@ -272,7 +278,7 @@ def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
     ``output``, write the ``sweeps`` rows and return them.
 
     The replay's work folder is ``_work/sweep.<sweep_id>`` (a restart of the same sweep
-    resumes there). Raises ``pipelines.replay.OutputConflictError`` as ``topic-replay run``
+    resumes there). Raises ``pipelines.spark.replay.OutputConflictError`` as ``topic-replay run``
     does, for the sweep or any of its runs."""
     replay = Replay(spark, base.config, base.input_spec, list(inputs), output,
                     f"sweep.{sweep_id}", progress=progress,
@@ -284,3 +290,38 @@ def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
     rows = sweep_rows(store, sweep_id, [p.scenario for p in prepared], flap_window_s)
     write_sweep_rows(DeltaStore(output, engine=replay.store.engine, spark=spark), sweep_id, rows)
     return rows
+
+
+# ---- compare: one replay per scenario ------------------------------------------------------
+
+def _prefixed(name: str) -> Callable[[object], None]:
+    return lambda event: print(f"[{name}] {event}", flush=True)
+
+
+def replay_scenarios(spark: SparkSession, prepared: Sequence[PreparedScenario],
+                     inputs: Sequence[str], output: str, say: Callable[[str], None] = print,
+                     progress_for: Callable[[str], Any] = _prefixed) -> pd.DataFrame:
+    """Replay ``inputs`` once per scenario (run_id = scenario name) into ``output`` and return
+    :func:`~pipelines.analysis.compare.comparison_table` over the scenarios, in the given order.
+
+    ``say`` gets one line per scenario; ``progress_for(name)`` gives the ``progress`` callable of
+    that scenario's :class:`pipelines.spark.replay.Replay` (closed after the run when it has
+    ``close()``). A scenario whose finished run already exists with the same config and inputs is
+    not replayed again (:func:`~pipelines.analysis.compare.check_reuse`). Everything is written
+    under ``output`` (tables and each run's ``_work`` folder); nothing else is touched.
+    """
+    store = DeltaStore(output, engine="delta-rs")
+    for p in prepared:
+        name = p.scenario.name
+        if check_reuse(store, p, inputs):
+            say(f"scenario {name}: already in {output} with the same config and inputs; reused")
+            continue
+        say(f"scenario {name}: replaying with {', '.join(p.scenario.sets) or 'the base config'}")
+        spec = resolve_input_spec(p.input_spec, spark, list(inputs))
+        progress = progress_for(name)
+        try:
+            Replay(spark, p.config, spec, list(inputs), output, name, progress=progress).run()
+        finally:
+            if hasattr(progress, "close"):
+                progress.close()
+    return comparison_table(store, [p.scenario.name for p in prepared])

@@ -3,8 +3,8 @@
 Figure builders return ``list[(title, plotly.graph_objects.Figure)]``; zoom and pan are Plotly's
 defaults and every mark has a hover label.
 
-- :func:`run_figures` — one run (:class:`pipelines.compare.RunTables`): segments over time (each
-  segment's hash range ``[range_start, range_end]`` as a bar from ``created_at`` to
+- :func:`run_figures` — one run (:class:`pipelines.analysis.compare.RunTables`): segments over time
+  (each segment's hash range ``[range_start, range_end]`` as a bar from ``created_at`` to
   ``sealed_at``), the segment DAG (parents → children), auto-scale decisions over time (hover:
   Pulsar's reason, the thresholds of the topic's resolved policy and the rates of the segments
   at ``eval_time``), and per-segment ``msg_rate_in`` against the split / merge thresholds.
@@ -18,7 +18,7 @@ defaults and every mark has a hover label.
   ``customdata`` holds the run_id) jumps there.
 
 The figures the Plotly views do not cover (consumers, handoffs, drain, batching) stay the
-matplotlib figures of :mod:`pipelines.report`, embedded as PNG.
+matplotlib figures of :mod:`pipelines.analysis.report`, embedded as PNG.
 """
 
 from __future__ import annotations
@@ -40,10 +40,8 @@ from deltalake import DeltaTable
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from pipelines.compare import METRICS, RunTables, metrics_frame, run_metrics
-from pipelines.config import parse_config
-from pipelines.delta_io import DeltaStore
-from pipelines.report import (
+from pipelines.analysis.compare import METRICS, RunTables, metrics_frame, run_metrics
+from pipelines.analysis.report import (
     _CSS,
     CREATED_BY_COLOR,
     ReportFigure,
@@ -58,6 +56,8 @@ from pipelines.report import (
     table_html,
     topic_table,
 )
+from pipelines.contract.config import parse_config
+from pipelines.storage.delta import DeltaStore
 
 Figures = list[tuple[str, go.Figure]]
 
@@ -673,8 +673,8 @@ def _png(fig: ReportFigure) -> str:
 
 def static_figures(tables: RunTables) -> list[ReportFigure]:
     """The matplotlib figures of one run that have no Plotly counterpart: consumers, bucket
-    handoffs, sealed-segment drain, batching (keys as in :func:`pipelines.report.build_figures`,
-    batching keyed ``batching-<run_id>``)."""
+    handoffs, sealed-segment drain, batching (keys as in
+    :func:`pipelines.analysis.report.build_figures`, batching keyed ``batching-<run_id>``)."""
     r = tables
     return [
         ReportFigure(f"consumers-{r.run_id}", "Consumers",
@@ -760,10 +760,10 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
     file at ``path``: the side-by-side summary (rows that differ highlighted), then a
     :func:`run_section` per run, then (several runs) the batching figure of all runs.
 
-    ``png_dir``: also save every matplotlib figure of :func:`pipelines.report.build_figures`
-    there as ``<key>.png``. Returns ``{"html": path, "figures": figures on the page,
-    "interactive": Plotly figures, "images": PNG figures, "metrics": {run_id: run_metrics}}``.
-    Raises :class:`PageError` when ``run_ids`` is empty.
+    ``png_dir``: also save every matplotlib figure of
+    :func:`pipelines.analysis.report.build_figures` there as ``<key>.png``. Returns ``{"html": path,
+    "figures": figures on the page, "interactive": Plotly figures, "images": PNG figures, "metrics":
+    {run_id: run_metrics}}``. Raises :class:`PageError` when ``run_ids`` is empty.
     """
     if not run_ids:
         raise PageError("no run to report")

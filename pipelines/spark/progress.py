@@ -1,6 +1,6 @@
 """Replay progress: a ``tqdm`` bar on a terminal, plain lines otherwise.
 
-:class:`pipelines.replay.Replay` reports each micro-batch by calling its ``progress`` callable
+:class:`pipelines.spark.replay.Replay` reports each micro-batch by calling its ``progress`` callable
 with a :class:`BatchProgress` (whose ``str()`` is the plain progress line) and other milestones
 with a plain ``str``. :class:`ReplayProgress` is that callable for the command line:
 
@@ -59,7 +59,7 @@ class BatchProgress:
 
 
 class ReplayProgress:
-    """``progress`` callable for :class:`pipelines.replay.Replay` (see the module docstring).
+    """``progress`` callable for :class:`pipelines.spark.replay.Replay` (see the module docstring).
 
     ``stream``: where to write (default ``sys.stdout``); ``bar``: force the bar on or off
     (default: on when ``stream`` is a terminal). Use as a context manager, or call

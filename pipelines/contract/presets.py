@@ -90,7 +90,8 @@ class InputSpec:
             split by ``record_regex``).
         columns: contract column → source column name or Spark SQL expression.
         csv_columns: CSV column order. ``None`` = the header row of the first input file (see
-            ``pipelines.ingest.resolve_input_spec``). A line equal to this header is not a record.
+            ``pipelines.spark.ingest.resolve_input_spec``). A line equal to this header is not a
+            record.
         csv_options: Spark CSV options for parsing a line (``from_csv``), over the default
             :data:`CSV_DEFAULT_OPTIONS` (RFC 4180 quoting: ``""`` inside quotes is one ``"``);
             e.g. ``{"sep": ";"}``.

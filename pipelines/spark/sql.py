@@ -8,7 +8,7 @@ Each existing output table under the output directory is made queryable by its n
   LOCATION '<path>'``), so Delta's time travel works (``SELECT ... FROM segments VERSION AS OF
   3`` / ``TIMESTAMP AS OF '...'``) and so do ``DESCRIBE HISTORY segments`` and ``delta.`<path>```;
 - delta-rs (no Delta jars): a temporary view of the table's current files
-  (:meth:`pipelines.delta_io.DeltaStore.read_spark`); no time travel.
+  (:meth:`pipelines.storage.delta.DeltaStore.read_spark`); no time travel.
 
 Usage examples are in docs/delta.md.
 """
@@ -23,8 +23,8 @@ import pandas as pd
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from pipelines.delta_io import DeltaStore
-from pipelines.schemas import table_names
+from pipelines.contract.schemas import table_names
+from pipelines.storage.delta import DeltaStore
 
 FORMATS = ("table", "csv", "json")
 
@@ -111,7 +111,7 @@ def format_rows(rows: pd.DataFrame, fmt: str) -> str:
 def maintain_tables(store: DeltaStore, tables: list[str] | None = None,
                     retain_hours: int | None = None) -> pd.DataFrame:
     """``OPTIMIZE`` and ``VACUUM`` each existing table of ``store`` (all tables by default;
-    :meth:`pipelines.delta_io.DeltaStore.maintain`). One row per table: ``table``,
+    :meth:`pipelines.storage.delta.DeltaStore.maintain`). One row per table: ``table``,
     ``files_removed``, ``files_added``, ``files_vacuumed``."""
     rows = []
     for table in tables or table_names():

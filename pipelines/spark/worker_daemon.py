@@ -1,5 +1,5 @@
 """Spark's Python worker daemon for this pipeline (``spark.python.daemon.module``, set by
-:func:`pipelines.spark_session.build_session`): ``pyspark.daemon`` itself, started after taking
+:func:`pipelines.spark.session.build_session`): ``pyspark.daemon`` itself, started after taking
 off ``sys.path`` the archives Spark puts first on it — ``$SPARK_HOME/python/lib/pyspark.zip``,
 the py4j zip and the Spark jar — when the installed ``pyspark`` and ``py4j`` import without them.
 
@@ -49,7 +49,7 @@ def drop_spark_archives() -> list[str]:
     return archives
 
 
-PRELOADED = ("pipelines.stages", "pipelines.spark.emulation")
+PRELOADED = ("pipelines.spark.staging_pass", "pipelines.spark.emulation")
 """Modules the daemon imports before forking workers: the staging pass's and the emulation
 operators' (with pandas, pyarrow and the core)."""
 

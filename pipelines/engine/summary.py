@@ -1,0 +1,134 @@
+"""What a run leaves for its reader, for both engines: the ``runs`` row of a finished run
+(:func:`runs_row`), the run summary read back from the tables (:func:`run_summary`: what
+``topic-replay run`` and ``summary`` print, :func:`format_summary`) and the latest stored
+validation pass in it (:func:`latest_validation`). No Spark (``runs_row`` reads pyspark's
+version only)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+from pipelines.contract.config import ReplayConfig
+from pipelines.storage.delta import DeltaStore
+
+
+def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any], engine: str,
+             started: float, timings: dict[str, Any]) -> dict[str, Any]:
+    """The ``runs`` row of a finished run (columns of ``pipelines.contract.schemas.RUNS`` but
+    ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
+    other facts) stored with ``wall_s`` in the ``timings`` JSON."""
+    import pyspark  # noqa: PLC0415 - the installed version, recorded; not needed to import this
+
+    return {
+        "status": "finished", "config": config.to_json(), "inputs": [str(p) for p in inputs],
+        "counts": json.dumps(counts, sort_keys=True),
+        "versions": json.dumps({"pyspark": pyspark.__version__, "engine": engine}),
+        "started_at": pd.Timestamp(started, unit="s", tz="UTC"),
+        "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
+        "timings": json.dumps({"wall_s": round(time.time() - started, 3), **timings}),
+    }
+
+
+def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
+    """Headline numbers of one run, read back from the tables (``topic-replay summary``)."""
+    def read(t: str) -> pd.DataFrame:
+        return store.read(t, run_id=run_id)
+
+    runs = read("runs")
+    decisions = read("autoscale_decisions")
+    segments = read("segments")
+    # entries grow with the input: scanned by batches, never loaded whole (bounded memory)
+    n_entries, n_msgs = store.column_totals("entries", "num_messages", run_id)
+    counts = json.loads(runs["counts"].iloc[-1]) if len(runs) else {}
+    acted = decisions[decisions["action"] != "none"] if len(decisions) else decisions
+    per_topic = {}
+    if len(segments):
+        for topic, g in segments.groupby("topic"):
+            per_topic[topic] = {"segments_created": len(g),
+                                "active_segments": int((g["state"] == "ACTIVE").sum()),
+                                "buckets": int(g.loc[g["state"] == "ACTIVE",
+                                                     "bucket_count"].sum())}
+    return {
+        "run_id": run_id,
+        "status": runs["status"].iloc[-1] if len(runs) else "unknown",
+        "accepted": counts.get("accepted", 0),
+        "quarantined": counts.get("quarantined", 0),
+        "late": counts.get("late", 0),
+        "keyless": counts.get("keyless"),  # None: a run written before it was counted
+        "missing_fields": counts.get("missing_fields", {}),
+        "topics": len(per_topic),
+        "splits": int((acted["action"] == "split").sum()) if len(acted) else 0,
+        "merges": int((acted["action"] == "merge").sum()) if len(acted) else 0,
+        "rebuckets": int((acted["action"] == "rebucket").sum()) if len(acted) else 0,
+        "suppressed": int((decisions["action"] == "none").sum()) if len(decisions) else 0,
+        "entries": n_entries,
+        "entries_per_message": round(n_entries / n_msgs, 4) if n_msgs else None,
+        "per_topic": per_topic,
+        "validation": latest_validation(store, run_id),
+    }
+
+
+def _keyless_line(summary: dict[str, Any]) -> str:
+    """``  keys      keyless 1,234 of 10,000 messages (12.3 %)`` (always shown: a mapping
+    mistake shows as a keyless share far from what the log should have)."""
+    keyless, accepted = summary.get("keyless"), summary["accepted"]
+    if keyless is None:
+        return "  keys      keyless share unknown (run written by an older version)"
+    share = f"{100 * keyless / accepted:.1f} %" if accepted else "-"
+    return f"  keys      keyless {keyless:,} of {accepted:,} messages ({share})"
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """The run summary as printed by ``topic-replay run`` / ``summary`` (one line per fact)."""
+    lines = [f"run {summary['run_id']}: {summary['status']}",
+             f"  records   accepted {summary['accepted']:,}  quarantined "
+             f"{summary['quarantined']:,} (late {summary['late']:,})",
+             _keyless_line(summary),
+             *[f"  warning   no record of the first micro-batch has field {s!r} (mapped to "
+               f"{c})" for c, s in sorted(summary.get("missing_fields", {}).items())],
+             f"  autoscale splits {summary['splits']}  merges {summary['merges']}  rebuckets "
+             f"{summary['rebuckets']}  suppressed {summary['suppressed']}",
+             f"  entries   {summary['entries']:,}  (entries/message "
+             f"{summary['entries_per_message']})"]
+    for topic, t in sorted(summary["per_topic"].items()):
+        lines.append(f"  topic {topic}: {t['active_segments']} active segments, {t['buckets']} "
+                     f"buckets, {t['segments_created']} segments created")
+    v = summary.get("validation")
+    if v:
+        lines.append(f"  validation {v['validation_id']}: {v['expectations'] - len(v['failed'])}"
+                     f"/{v['expectations']} expectations passed")
+        lines += [f"    FAILED {f}" for f in v["failed"]]
+    return "\n".join(lines)
+
+
+def latest_validation(store: DeltaStore, run_id: str) -> dict[str, Any] | None:
+    """Summary of the latest stored validation pass of ``run_id`` (None when there is none):
+    ``{"validation_id", "expectations", "failed": ["table: expectation kwargs", …]}``."""
+    done = store.read("validations", run_id=run_id)
+    if not len(done):
+        return None
+    last = done[done["validation_id"] == done["validation_id"].max()]
+    failed = last[~last["success"]]
+    return {"validation_id": int(last["validation_id"].iloc[0]),
+            "expectations": len(last),
+            "failed": [describe(r) for r in failed.to_dict("records")]}
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """One line for a ``validations`` row: table, expectation, its arguments and what was
+    observed."""
+    kwargs = json.loads(row["kwargs"])
+    args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+    text = f"{row['table']}: {row['expectation']}({args})"
+    if row.get("unexpected_count") is not None and not pd.isna(row["unexpected_count"]):
+        text += f" — {int(row['unexpected_count'])} unexpected"
+    if row.get("exception"):
+        text += f" — error: {row['exception']}"
+    elif row.get("observed"):
+        text += f" — observed {row['observed'][:200]}"
+    return text

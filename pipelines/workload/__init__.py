@@ -1,0 +1,2 @@
+"""Synthetic workloads: the message-log generator (:mod:`~pipelines.workload.generator`). No
+Spark."""
