@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -61,3 +62,19 @@ def test_worker_python_is_the_driver_interpreter_unless_one_is_configured(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")  # an environment's: not a choice
     assert worker_python(conf, submitted) == python
+
+
+def test_daemon_imports_the_worker_modules_before_it_starts_forking() -> None:
+    # a fresh interpreter: the manager (which forks the workers) replaced by a probe that
+    # reports which of the preloaded modules are imported when it starts
+    code = ("import sys, pyspark.daemon\n"
+            "from pipelines.spark import worker_daemon as d\n"
+            "before = [m for m in d.PRELOADED if m in sys.modules]\n"
+            "pyspark.daemon.manager = lambda: print(before, [m for m in d.PRELOADED "
+            "if m in sys.modules])\n"
+            "d.main()\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == str([]) + " " + str(list(worker_daemon.PRELOADED))
+    assert worker_daemon.PRELOADED == ("pipelines.spark.staging_pass",
+                                       "pipelines.spark.emulation")
