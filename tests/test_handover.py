@@ -7,6 +7,7 @@ import pickle
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -123,3 +124,25 @@ def test_no_topics_means_nothing_to_feed(tmp_path) -> None:
     assert not write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], [],
                           snapshot=False)
     assert not (tmp_path / "feed").exists()
+
+
+@pytest.mark.parametrize(("shard", "shards", "expected"), [
+    ([1, 0, 1, 0, 2], 3, [[1, 3], [0, 2], [4]]),   # rows keep their order within a shard
+    ([2, 2], 3, [[], [], [0, 1]]),                  # every shard gets a part, maybe empty
+    ([], 2, [[], []]),
+])
+def test_split_by_shard_gives_each_shard_its_rows_in_order(
+        shard: list[int], shards: int, expected: list[list[int]]) -> None:
+    table = pa.table({"row": pa.array(range(len(shard)), pa.int64())})
+    parts = handover.split_by_shard(table, np.asarray(shard, dtype=np.int64), shards)
+    assert [p["row"].to_pylist() for p in parts] == expected
+
+
+def test_frame_round_trips_through_its_file(tmp_path) -> None:
+    table = pa.table({"producer_name": ["p1", None, "p2"], "entry_id": [3, 1, 2]})
+    path = str(tmp_path / "w" / handover.shard_file("x", 1).split("/")[-1])
+    handover.write_frame(path, table)
+    assert path.endswith(handover.HANDOVER_SUFFIX)
+    assert handover.read_frame(path).equals(table)
+    assert handover.read_frame(str(tmp_path / "missing.arrow")) is None
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["shard-0001.arrow"]  # no temp left
