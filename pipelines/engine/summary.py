@@ -1,14 +1,15 @@
 """What a run leaves for its reader, for both engines: the ``runs`` row of a finished run
 (:func:`runs_row`), the run summary read back from the tables (:func:`run_summary`: what
 ``topic-replay run`` and ``summary`` print, :func:`format_summary`) and the latest stored
-validation pass in it (:func:`latest_validation`). No Spark (``runs_row`` reads pyspark's
-version only)."""
+validation pass in it (:func:`latest_validation`). No Spark (``runs_row`` records pyspark's
+installed version from the package metadata, without importing it)."""
 
 from __future__ import annotations
 
 import json
 import time
 from collections.abc import Mapping, Sequence
+from importlib.metadata import version
 from typing import Any
 
 import pandas as pd
@@ -22,12 +23,10 @@ def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any]
     """The ``runs`` row of a finished run (columns of ``pipelines.contract.schemas.RUNS`` but
     ``run_id``). ``started``: wall-clock epoch seconds; ``timings``: per-stage seconds (and
     other facts) stored with ``wall_s`` in the ``timings`` JSON."""
-    import pyspark  # noqa: PLC0415 - the installed version, recorded; not needed to import this
-
     return {
         "status": "finished", "config": config.to_json(), "inputs": [str(p) for p in inputs],
         "counts": json.dumps(counts, sort_keys=True),
-        "versions": json.dumps({"pyspark": pyspark.__version__, "engine": engine}),
+        "versions": json.dumps({"pyspark": version("pyspark"), "engine": engine}),
         "started_at": pd.Timestamp(started, unit="s", tz="UTC"),
         "ended_at": pd.Timestamp(time.time(), unit="s", tz="UTC"),
         "timings": json.dumps({"wall_s": round(time.time() - started, 3), **timings}),
