@@ -56,9 +56,9 @@ operators' (with pandas, pyarrow and the core)."""
 
 def main() -> None:
     drop_spark_archives()
+    # only after the archives are off sys.path, so that pyspark comes from site-packages
     for module in PRELOADED:
         importlib.import_module(module)
-    # only after the archives are off sys.path, so that pyspark comes from site-packages
     from pyspark.daemon import manager  # noqa: PLC0415
 
     manager()

@@ -363,14 +363,12 @@ class DeltaStore:
         committed = self.transaction_version(table, app_id)
         return committed is not None and committed >= version
 
-    def _append_rs(self, table: str, data: Any, app_id: str, version: int) -> None:
-        if _is_spark_dataframe(data):
-            self._append_rs_spark(table, data, app_id, version)
-            return
-        arrow = conform_arrow(table, data)
+    def _write_rs(self, table: str, data: Any, app_id: str, version: int) -> None:
+        """delta-rs: append ``data`` (a conformed Arrow table or record batch reader) to
+        ``table`` in one commit carrying ``app_id``'s transaction ``version``."""
         write_deltalake(
             self.path(table),
-            arrow,
+            data,
             mode="append",
             partition_by=list(PARTITION_COLUMNS),
             configuration=self._new_table_properties(table),
@@ -379,6 +377,12 @@ class DeltaStore:
                 app_transactions=[Transaction(app_id=app_id, version=version)]
             ),
         )
+
+    def _append_rs(self, table: str, data: Any, app_id: str, version: int) -> None:
+        if _is_spark_dataframe(data):
+            self._append_rs_spark(table, data, app_id, version)
+            return
+        self._write_rs(table, conform_arrow(table, data), app_id, version)
 
     def _append_rs_spark(self, table: str, data: Any, app_id: str, version: int) -> None:
         """delta-rs append of a Spark DataFrame without holding it on the driver: the executors
@@ -426,17 +430,8 @@ class DeltaStore:
                         t = t.append_column(name, pa.array([value] * t.num_rows))
                     yield from conform_arrow(table, t).to_batches()
 
-        write_deltalake(
-            self.path(table),
-            pa.RecordBatchReader.from_batches(schema, batches()),
-            mode="append",
-            partition_by=list(PARTITION_COLUMNS),
-            configuration=self._new_table_properties(table),
-            storage_options=self.storage_options,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)]
-            ),
-        )
+        self._write_rs(table, pa.RecordBatchReader.from_batches(schema, batches()), app_id,
+                       version)
 
     def _adopt_files(self, table: str, fs: Any, footers: Mapping[str, Any],
                      constants: Mapping[str, Any], app_id: str, version: int) -> None:
