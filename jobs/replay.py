@@ -102,6 +102,9 @@ def _add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
         r.add_argument("--engine", choices=("spark", "local"), default="spark",
                        help="spark (default) or local: the in-process reference replay "
                             "without Spark, for inputs that fit in memory")
+        r.add_argument("--allow-empty", action="store_true",
+                       help="exit 0 even when no record is accepted (default: exit 1 with "
+                            "the main quarantine reason)")
     r.add_argument("--master", default=None, help="Spark master (default: local[*])")
     r.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
                    help="run on a Spark Connect server (also SPARK_REMOTE; not with "
@@ -230,6 +233,7 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
     from pipelines.contract.presets import get_preset  # noqa: PLC0415
     from pipelines.ingest.input_check import InputColumnError, check_columns  # noqa: PLC0415
+    from pipelines.ingest.time_unit import guess_epoch_unit  # noqa: PLC0415
 
     for path in args.input:
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
@@ -252,11 +256,18 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         spec = get_preset(preset)
     except ValueError as exc:
         raise UsageError(what + str(exc)) from None
-    spec = _input_spec(spec, cfg, args.input)
+    try:
+        spec = _input_spec(spec, cfg, args.input)
+    except ValueError as exc:  # a preset's own pattern the replay cannot parse
+        raise UsageError(what + str(exc)) from None
     try:  # a mapped column the CSV header / Parquet schema lacks: before Spark starts
         check_columns(spec, args.input)
     except InputColumnError as exc:
         raise UsageError(what + str(exc)) from None
+    guess = guess_epoch_unit(spec, args.input)
+    if guess is not None:  # timestamp_format auto and numbers: one unit for the whole run
+        spec = spec.replace(epoch_unit=guess.unit, epoch_unit_guessed=True)
+        print(f"input: {guess.note}")
     return cfg, spec
 
 
@@ -285,7 +296,22 @@ def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
                      write="validations" in cfg.output.tables)
         summary = run_summary(store, run_id)
     print(format_summary(summary))
-    return 0
+    return _exit_code(args, summary)
+
+
+def _exit_code(args: argparse.Namespace, summary: dict[str, Any]) -> int:
+    """0, or 1 with one sentence on stderr when the run accepted no record and ``--allow-empty``
+    was not given."""
+    from pipelines.engine.summary import nothing_accepted  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
+
+    if getattr(args, "allow_empty", True):
+        return 0
+    problem = nothing_accepted(summary, DeltaStore(args.output, engine="delta-rs"))
+    if problem is None:
+        return 0
+    print(f"topic-replay: error: {problem}", file=sys.stderr)
+    return 1
 
 
 def _replay(args: argparse.Namespace, stream: bool) -> int:
@@ -339,7 +365,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
             raise UsageError(str(exc)) from None
         if stop.is_set():
             replay.request_stop()
-        return _drive(replay, progress, stream, args.output)
+        return _drive(replay, progress, stream, args)
     finally:
         if owned and not stop.is_set():  # the application ends with the command: a cluster's
             spark.stop()                  # master records it as completed
@@ -358,9 +384,12 @@ def _check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) 
         raise UsageError(f"output {output} cannot be read: {exc}") from None
 
 
-def _drive(replay: Replay, progress: ReplayProgress, stream: bool, output: str) -> int:
+def _drive(replay: Replay, progress: ReplayProgress, stream: bool,
+           args: argparse.Namespace) -> int:
     """Run ``replay`` (batch: to its summary; ``stream``: until stopped) and print the summary
-    or, when a stop request ended it, one status line; returns the exit code (0)."""
+    or, when a stop request ended it, one status line; returns the exit code (0; 1 when a
+    finished batch replay accepted nothing, see :func:`_exit_code`)."""
+    output = args.output
     from pipelines.engine.summary import format_summary  # noqa: PLC0415
 
     if not stream:
@@ -368,7 +397,7 @@ def _drive(replay: Replay, progress: ReplayProgress, stream: bool, output: str) 
             summary = replay.run()
         if summary:
             print(format_summary(summary))
-            return 0
+            return _exit_code(args, summary)
     else:
         replay.run(stream=True)
         replay.await_query()
@@ -393,7 +422,8 @@ def _spark_log(args: argparse.Namespace, shown: bool) -> str | None:
 
 
 def _input_spec(spec: InputSpec, cfg: ReplayConfig, inputs: list[str]) -> InputSpec:
-    """Apply the config's input section (format, columns, defaults) and speed to a preset."""
+    """Apply the config's input section (format, columns, defaults, timestamp format) and speed
+    to a preset. ``ValueError`` when the result is not a valid spec."""
     changes: dict[str, Any] = {"speed": cfg.replay.speed}
     fmt: str = cfg.input.format
     if fmt == "auto" and spec.preset == "contract":
@@ -411,6 +441,8 @@ def _input_spec(spec: InputSpec, cfg: ReplayConfig, inputs: list[str]) -> InputS
             changes["time_zone"] = cfg.input.time_zone
     if cfg.topic.name is not None:
         changes["topic"] = cfg.topic.name
+    if cfg.input.timestamp_format is not None:  # over the preset's own format
+        changes["publish_time_format"] = cfg.input.timestamp_format
     return spec.replace(**changes)
 
 

@@ -286,7 +286,7 @@ policy:
         ("clicks", 16, 120),  # broker -> namespace
         ("orders", 4, 120),  # topic override by exact local name
         ("persistent://public/default/orders", 8, 120),  # exact full name wins
-        ("persistent://other/ns/orders", 4, 120),  # local-name match
+        ("persistent://other/ns/orders", 4, 60),  # local-name match; not in topic.namespace
         ("payments", 16, 120),  # null inherits
     ],
 )
@@ -649,3 +649,18 @@ def test_incompatible_output_is_refused_by_the_cli_before_spark(
 
 def test_output_tables_are_the_schema_tables_in_the_same_order():
     assert OUTPUT_TABLES == tuple(TABLES)
+
+
+@pytest.mark.parametrize(("namespace", "topic", "max_segments"), [
+    ("public/default", "orders", 8),
+    ("public/default", "persistent://public/default/orders", 8),
+    ("public/default", "public/default/orders", 8),
+    ("public/default", "persistent://other/ns/orders", 64),
+    ("other/ns", "persistent://other/ns/orders", 8),
+    ("other/ns", "orders", 8),
+    ("other/ns", "persistent://public/default/orders", 64),
+])
+def test_namespace_overrides_apply_to_topics_of_topic_namespace(namespace, topic, max_segments):
+    cfg = load_config(None, [f"topic.namespace={namespace}",
+                             "policy.namespace_overrides={max_segments: 8}"])
+    assert cfg.policy_for(topic).max_segments == max_segments

@@ -62,6 +62,11 @@ from pydantic import (
     model_validator,
 )
 
+from pipelines.contract.timeformat import (
+    NAMED_FORMATS,
+    TimestampFormatError,
+    check_timestamp_format,
+)
 from pipelines.core.batching import BatchingConfig, BatchingMode
 from pipelines.core.policy import AutoScaleConfig
 
@@ -106,8 +111,9 @@ CONTRACT_COLUMNS: tuple[str, ...] = (
 BROKER_ONLY_POLICY_FIELDS: tuple[str, ...] = ("max_buckets_per_segment",)
 """Policy fields that namespace / topic overrides cannot carry (reference §4.2)."""
 
-TIMESTAMP_FORMATS: tuple[str, ...] = ("iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
-"""Named ``input.timestamp_format`` values; anything else must be a strptime pattern."""
+TIMESTAMP_FORMATS: tuple[str, ...] = NAMED_FORMATS
+"""Named ``input.timestamp_format`` values; anything else must be a Spark datetime pattern
+(``pipelines.contract.timeformat``)."""
 
 TableName = Literal[
     "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
@@ -481,6 +487,13 @@ class PolicyOverrides(_Model):
         return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
+def topic_namespace(topic: str, default: str) -> str:
+    """The ``tenant/namespace`` of a topic name: ``persistent://t/ns/x`` or ``t/ns/x`` → ``t/ns``;
+    a local name (``orders``) lies in ``default`` (``topic.namespace``)."""
+    parts = topic.split("://", 1)[-1].split("/")
+    return "/".join(parts[:2]) if len(parts) >= 3 else default
+
+
 class PolicySection(_Model):
     """``policy``: broker-level :class:`AutoScaleConfig` plus namespace and topic overrides."""
 
@@ -516,10 +529,14 @@ class PolicySection(_Model):
             return self.topic_overrides[topic]
         return self.topic_overrides.get(topic.rsplit("/", 1)[-1])
 
-    def resolve(self, topic: str) -> AutoScaleConfig:
-        """Broker → namespace → topic layering (reference §4.2)."""
+    def resolve(self, topic: str, namespace: str = "public/default") -> AutoScaleConfig:
+        """Broker → namespace → topic layering (reference §4.2). ``namespace``: the one
+        ``namespace_overrides`` belong to (``topic.namespace``); they apply to ``topic`` only
+        when it lies in it (:func:`topic_namespace`)."""
         layer = self.topic_override(topic)
-        return AutoScaleConfig.resolve(self.broker(), self.namespace_overrides.as_mapping(),
+        ns = (self.namespace_overrides.as_mapping()
+              if topic_namespace(topic, namespace) == namespace else None)
+        return AutoScaleConfig.resolve(self.broker(), ns,
                                        layer.as_mapping() if layer is not None else None)
 
     def problems(self) -> list[str]:
@@ -718,10 +735,12 @@ class InputSection(_Model):
     @field_validator("timestamp_format")
     @classmethod
     def _check_format(cls, value: str | None) -> str | None:
-        if value is None or value in TIMESTAMP_FORMATS or "%" in value:
+        if value is None:
             return value
-        raise ValueError(f"must be null, one of {', '.join(TIMESTAMP_FORMATS)}, or a strptime "
-                         f"pattern containing '%', got {value!r}")
+        try:
+            return check_timestamp_format(value)
+        except TimestampFormatError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("time_zone")
     @classmethod
@@ -796,7 +815,7 @@ class ReplayConfig(_Model):
 
         ``topic`` may be the full name or the local name; see :meth:`PolicySection.topic_override`.
         """
-        return self.policy.resolve(topic)
+        return self.policy.resolve(topic, self.topic.namespace)
 
     def batching_config(self) -> BatchingConfig:
         return self.batching.to_core()

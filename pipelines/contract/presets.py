@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from pipelines.contract.timeformat import EPOCH_FORMATS, NAMED_FORMATS, check_timestamp_format
+
 CONTRACT_COLUMNS: tuple[str, ...] = (
     "topic",
     "key",
@@ -47,11 +49,9 @@ FORMAT_ALIASES: Mapping[str, str] = MappingProxyType(
     {"jsonl": "json", "ndjson": "json", "log": "text", "txt": "text"}
 )
 
-TIME_FORMATS: tuple[str, ...] = ("auto", "iso", "epoch_s", "epoch_ms", "epoch_us", "epoch_ns")
+TIME_FORMATS: tuple[str, ...] = NAMED_FORMATS
 """Named publish-time formats; anything else is a Spark datetime pattern (``yyyy-MM-dd HH:mm``).
-
-``auto``: a number is epoch milliseconds, a string is an ISO-8601 timestamp (``T`` or space,
-optional fraction and offset). ``iso``: ISO-8601 only. ``epoch_*``: numbers only, in that unit.
+The language, and what each named format reads: :mod:`pipelines.contract.timeformat`.
 Timestamps without an explicit offset are wall-clock times in the spec's ``time_zone``.
 """
 
@@ -103,7 +103,13 @@ class InputSpec:
         topic: constant topic used when the record has none (``None``: such records are
             quarantined as ``missing_topic``).
         producer_name: default producer name when the record has none (null or blank).
-        publish_time_format: one of :data:`TIME_FORMATS` or a Spark datetime pattern.
+        publish_time_format: one of :data:`TIME_FORMATS` or a Spark datetime pattern
+            (``input.timestamp_format`` replaces a preset's).
+        epoch_unit: the unit of epoch numbers under a format that is not ``epoch_*``
+            (``epoch_ms`` unless the run guessed another from their magnitude:
+            ``pipelines.ingest.time_unit``).
+        epoch_unit_guessed: ``epoch_unit`` was guessed from the magnitude of the numbers
+            (recorded in the ``runs`` row).
         time_zone: zone of publish times written without an offset (e.g. ``Europe/London``).
         speed: replay speed factor (> 0): the emulated clock is ``publish_time / speed``.
         spread_within_minute: spread records sharing a publish-time minute evenly over it
@@ -128,6 +134,8 @@ class InputSpec:
     topic: str | None = None
     producer_name: str = DEFAULT_PRODUCER_NAME
     publish_time_format: str = "auto"
+    epoch_unit: str = "epoch_ms"
+    epoch_unit_guessed: bool = False
     time_zone: str = "UTC"
     speed: float = 1.0
     spread_within_minute: bool = False
@@ -152,6 +160,10 @@ class InputSpec:
         object.__setattr__(self, "fields", tuple(self.fields))
         object.__setattr__(self, "spread_order", tuple(self.spread_order))
         object.__setattr__(self, "strict_columns", tuple(self.strict_columns))
+        check_timestamp_format(self.publish_time_format)  # TimestampFormatError (ValueError)
+        if self.epoch_unit not in EPOCH_FORMATS:
+            raise ValueError(f"epoch_unit must be one of {', '.join(EPOCH_FORMATS)}, "
+                             f"got {self.epoch_unit!r}")
         if not float(self.speed) > 0:
             raise ValueError(f"speed must be > 0, got {self.speed}")
         object.__setattr__(self, "speed", float(self.speed))
@@ -185,6 +197,15 @@ class InputSpec:
         return {c: v for c in CONTRACT_COLUMNS
                 if c in wanted and (v := self.columns.get(c)) is not None
                 and is_identifier(v) and v not in ("raw_record", "source_file")}
+
+    def publish_time_facts(self) -> dict[str, Any]:
+        """How this spec reads publish times, for the ``runs`` row's ``counts``
+        (``publish_time``): the format, the unit of epoch numbers and whether it was
+        guessed."""
+        return {"timestamp_format": self.publish_time_format,
+                "epoch_unit": (self.publish_time_format
+                               if self.publish_time_format in EPOCH_FORMATS else self.epoch_unit),
+                "guessed": self.epoch_unit_guessed}
 
     def replace(self, **changes: Any) -> InputSpec:
         """A copy with ``changes`` applied (validated again)."""

@@ -551,7 +551,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
 
     store = DeltaStore(output, engine="delta-rs")
     tables = set(config.output.tables)
-    counts: dict[str, int] = {}
+    counts: dict[str, Any] = {}
 
     def write(table: str, data: pd.DataFrame | pa.Table, version: int) -> None:
         if table not in tables or data is None or not len(data):
@@ -604,6 +604,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
                       else pd.concat(parts, ignore_index=True)) if parts else None, version)
     counts["entries"] = sum(len(f) for f in frames["entry"])
     counts["dispatched"] = sum(len(f) for f in frames["dispatch"])
+    counts["publish_time"] = input_spec.publish_time_facts()
     lap("delta_write")
 
     row = runs_row(config, inputs, counts, store.engine, started, {"engine": "local", **timings})

@@ -72,6 +72,22 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
     }
 
 
+def nothing_accepted(summary: dict[str, Any], store: DeltaStore) -> str | None:
+    """The sentence a run that accepted no record ends with (its exit code is then 1), naming
+    the main quarantine reason; ``None`` when something was accepted. A run whose input held
+    no record at all says so instead."""
+    if summary["accepted"]:
+        return None
+    total = summary["quarantined"]
+    if not total:
+        return ("no record was accepted: the input holds no record (pass --allow-empty when "
+                "that is expected)")
+    reasons = store.value_counts("quarantine", "reason", summary["run_id"])
+    main, n = next(iter(reasons.items())) if reasons else ("unknown", total)
+    return (f"no record was accepted: all {total:,} records were quarantined, {n:,} of them as "
+            f"{main} (see the quarantine table; pass --allow-empty when that is expected)")
+
+
 def _keyless_line(summary: dict[str, Any]) -> str:
     """``  keys      keyless 1,234 of 10,000 messages (12.3 %)`` (always shown: a mapping
     mistake shows as a keyless share far from what the log should have)."""

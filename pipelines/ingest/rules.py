@@ -40,6 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.contract.timeformat import to_strptime
 from pipelines.core.hashing import hash32_array, hash_b_array, segment_hash_array
 
 INVALID_UTF8 = "invalid_utf8"
@@ -196,11 +197,6 @@ _ISO = re.compile(
     r"^(\d{4})(?:-(\d{1,2})(?:-(\d{1,2})(?:[T ](\d{1,2}):(\d{1,2})(?::(\d{1,2})(?:[.,](\d*))?)?"
     r"\s*(Z|z|UTC|GMT|[+-]\d{1,2}(?::?\d{2})?)?)?)?)?\s*$")
 _ISO_UTC_FAST = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})?Z"
-_JAVA_PATTERN = [("yyyy", "%Y"), ("MMM", "%b"), ("MM", "%m"), ("dd", "%d"), ("HH", "%H"),
-                 ("mm", "%M"), ("ss", "%S"), ("SSSSSS", "%f"), ("SSS", "%f"), ("XXX", "%z"),
-                 ("Z", "%z"), ("EEE", "%a")]
-
-
 def as_str(s: pd.Series) -> pd.Series:
     """``s`` as Python strings with ``None`` for null (object Series, same index)."""
     if s.dtype == object and pd.api.types.infer_dtype(s, skipna=True) in ("string", "empty"):
@@ -360,15 +356,9 @@ def _iso_micros_slow(s: pd.Series, tz: str) -> Array:
 
 
 def _pattern_micros(s: pd.Series, pattern: str, tz: str) -> Array:
-    """Strings in the Spark datetime ``pattern`` → epoch µs (float, NaN when unparseable)."""
-    fmt, rest = "", re.split(r"('[^']*')", pattern)
-    for piece in rest:
-        if piece.startswith("'"):
-            fmt += piece.strip("'").replace("%", "%%")
-            continue
-        for java, py in _JAVA_PATTERN:
-            piece = piece.replace(java, "\0" + py[1:] + "\0")
-        fmt += re.sub("\0(.)\0", r"%\1", piece)
+    """Strings in the Spark datetime ``pattern`` → epoch µs (float, NaN when unparseable).
+    The pattern language: :mod:`pipelines.contract.timeformat`."""
+    fmt = to_strptime(pattern)
     has_zone = "%z" in fmt
     parsed = pd.to_datetime(s, format=fmt, errors="coerce", utc=has_zone)
     us = np.full(len(s), np.nan)
@@ -404,9 +394,11 @@ def publish_micros(a: pa.Array, spec: Any) -> tuple[Array, Array, Array]:
     - ``missing``: null or blank; ``bad``: not parseable in ``spec.publish_time_format``.
 
     Timestamps are instants (a zone-less Arrow timestamp or a date is a wall-clock time in
-    ``spec.time_zone``); numbers are epoch values in the format's unit (``epoch_ms`` for
-    ``auto`` / ``iso`` / patterns); strings are numbers (epoch formats, and ``auto`` when the
-    string is a number), ISO-8601 (``auto`` / ``iso``) or the Spark datetime pattern.
+    ``spec.time_zone``); numbers are epoch values in the format's unit (``spec.epoch_unit``
+    for ``auto`` / ``iso`` / patterns: ``epoch_ms`` unless the run guessed another from their
+    magnitude); strings are numbers (epoch formats, and ``auto`` when the string is a number),
+    ISO-8601 (``auto`` / ``iso``) or the Spark datetime pattern
+    (:mod:`pipelines.contract.timeformat`).
     """
     fmt, tz = spec.publish_time_format, spec.time_zone
     n = len(a)
@@ -421,7 +413,7 @@ def publish_micros(a: pa.Array, spec: Any) -> tuple[Array, Array, Array]:
         if t.tz is None:
             us = _localize(us, ~null, tz)
         return us, null, np.zeros(n, dtype=bool)
-    unit = fmt if fmt in TIME_UNITS else "epoch_ms"
+    unit = fmt if fmt in TIME_UNITS else spec.epoch_unit
     if pa.types.is_integer(t):
         us, over = _int_micros(a, unit)
         return np.where(over, np.iinfo(np.int64).max, us), null, np.zeros(n, dtype=bool)

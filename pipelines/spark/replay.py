@@ -929,6 +929,7 @@ class Replay:
             counts: dict[str, Any] = {**self.state.counts, **self.state.lane(r.run_id).counts}
             if self.state.missing_fields:
                 counts["missing_fields"] = dict(self.state.missing_fields)
+            counts["publish_time"] = self.input_spec.publish_time_facts()
             rows[r.run_id] = pd.DataFrame([runs_row(r.config, self.inputs, counts,
                                                     self.store.engine, self.started, timings)])
         self._write_rows("runs", rows, version, replace=True)

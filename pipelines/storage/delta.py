@@ -736,6 +736,20 @@ class DeltaStore:
             total += int(pc.sum(batch.column(0)).as_py() or 0)
         return rows, total
 
+    def value_counts(self, table: str, column: str, run_id: str | None = None) -> dict[Any, int]:
+        """How many rows of ``table`` (optionally one run) hold each value of ``column``, most
+        frequent first; scanned one record batch at a time, only that column; ``{}`` when the
+        table doesn't exist. delta-rs reads the log for both engines."""
+        if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
+            return {}
+        dataset = self._delta_table(table).to_pyarrow_dataset()
+        flt = (pc.field("run_id") == run_id) if run_id is not None else None
+        counts: dict[Any, int] = {}
+        for batch in dataset.to_batches(columns=[column], filter=flt):
+            for row in pc.value_counts(batch.column(0)).to_pylist():
+                counts[row["values"]] = counts.get(row["values"], 0) + int(row["counts"])
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))))
+
     def read(self, table: str, run_id: str | None = None) -> pd.DataFrame:
         """``table`` (optionally one run) as a pandas DataFrame (timestamps ``datetime64[us,
         UTC]``); an empty frame with the table's columns when ``table`` does not exist."""
