@@ -29,7 +29,7 @@ $(DELTA_JARS)/.fetched: pyproject.toml
 	  echo "delta-jars: no mvn on PATH; the replay will write with delta-rs (docs/delta.md)"; exit 0; fi; \
 	mkdir -p $(DELTA_JARS) && \
 	for a in $(DELTA_ARTIFACTS); do \
-	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$(DELTA_JARS) || \
+	  tools/mvn_quiet.sh dependency:copy -Dartifact=$$a -DoutputDirectory=$(DELTA_JARS) || \
 	  { echo "delta-jars: could not fetch $$a from Maven; the replay will write with delta-rs"; \
 	    rm -rf $(DELTA_JARS); exit 0; }; \
 	done && touch $@
@@ -49,7 +49,7 @@ $(S3A_JARS)/.fetched: tools/s3a-jars/pom.xml
 	@if ! command -v mvn >/dev/null; then \
 	  echo "s3a-jars: no mvn on PATH; s3a:// outputs need the jars (docs/storage.md)"; exit 0; fi; \
 	mkdir -p $(S3A_JARS) && \
-	{ mvn -q -B -Dstyle.color=never -f tools/s3a-jars/pom.xml dependency:copy-dependencies \
+	{ tools/mvn_quiet.sh -f tools/s3a-jars/pom.xml dependency:copy-dependencies \
 	    -DincludeScope=runtime -DexcludeGroupIds=$(S3A_SHIPPED) \
 	    -DoutputDirectory=$(CURDIR)/$(S3A_JARS) && touch $@; } || \
 	{ echo "s3a-jars: could not fetch hadoop-aws from Maven; s3a:// outputs are unavailable"; \
