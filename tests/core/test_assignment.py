@@ -104,6 +104,29 @@ def test_worked_example_two_sharers_of_four_buckets(hash_b: int, owner: str) -> 
     assert owners[(0, bucket_of(layout.segment(0).bucket_splits, hash_b))] == owner
 
 
+@pytest.mark.parametrize(
+    ("connected", "expected"),
+    [
+        (None, {(0, 0): "a", (0, 1): "b", (1, 0): "c", (1, 1): "c"}),
+        ({"a", "b", "c"}, {(0, 0): "a", (0, 1): "b", (1, 0): "c", (1, 1): "c"}),
+        # b lost its connection (within the grace period): a takes segment 0's buckets
+        ({"a", "c"}, {(0, 0): "a", (0, 1): "a", (1, 0): "c", (1, 1): "c"}),
+        # c, the sole owner of segment 1, lost it: segment 1 has no owner
+        ({"a", "b"}, {(0, 0): "a", (0, 1): "b"}),
+    ],
+    ids=["all", "all-connected", "lost-sharer", "lost-sole-owner"],
+)
+def test_bucket_owners_spread_over_connected_consumers_only(
+        connected: set[str] | None, expected: dict[tuple[int, int], str]) -> None:
+    """§6.1, §3.7: a session within its grace period keeps its assignment, but only the
+    consumers connected to the broker own buckets."""
+    layout = SegmentLayout.initial(2, bucket_budget=4)  # N=2 each
+    ranges = tuple(bucket_ranges(layout.segment(0).bucket_splits))
+    assignment = {"a": [SegmentAssignment(0, ranges)], "b": [SegmentAssignment(0, ranges)],
+                  "c": [SegmentAssignment(1)]}
+    assert bucket_owners(assignment, layout, connected) == expected
+
+
 # ---- assign_segments (reference §6.3) -----------------------------------------------------------
 def test_fewer_consumers_than_segments_assigns_round_robin_as_sole_owners() -> None:
     segs = list(SegmentLayout.initial(3, bucket_budget=4).segments.values())
