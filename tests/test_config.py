@@ -65,7 +65,8 @@ def test_default_batching_equals_pulsar_producer_defaults() -> None:
         (lambda c: c.replay.allowed_lateness_s, 60),
         (lambda c: c.replay.auto_scale_interval_s, 60),
         (lambda c: c.replay.load_report_interval_s, 10),
-        (lambda c: c.replay.rate_window_s, 60),
+        (lambda c: c.replay.stats_update_frequency_s, 60),
+        (lambda c: c.replay.stats_update_initial_delay_s, 60),
         (lambda c: c.replay.load_report_rate_change_threshold, 0.25),
         (lambda c: c.replay.max_files_per_trigger, 16),
         (lambda c: c.replay.consumer_window_s, 60),
@@ -427,6 +428,44 @@ def test_leave_offset_and_never() -> None:
     first, second = cfg.subscriptions[0].consumers
     assert (first.leave_ms(FIRST_EVENT_MS), second.leave_ms(FIRST_EVENT_MS)) == (
         FIRST_EVENT_MS + 30_000, None)
+
+
+@pytest.mark.parametrize(
+    ("leave", "how", "serialized"),
+    [
+        ("30", "close", 30.0),  # the short form is a clean close
+        ("{at: 30}", "close", 30.0),  # close is the default, serialized in the short form
+        ("{at: 30, how: close}", "close", 30.0),
+        ("{at: 30, how: CRASH}", "crash", {"at": 30.0, "how": "crash"}),
+        ("{at: '2010-12-01T08:00:30Z', how: crash}", "crash",
+         {"at": "2010-12-01T08:00:30Z", "how": "crash"}),
+    ],
+    ids=["short-form", "at-only", "close", "crash-any-case", "crash-timestamp"],
+)
+def test_leave_says_when_and_how_a_consumer_leaves(leave: str, how: str,
+                                                   serialized: object) -> None:
+    cfg = load_config(None, [f"subscriptions.0.consumers.0.leave={leave}"])
+    consumer = cfg.subscriptions[0].consumers[0]
+    assert (consumer.leave_ms(FIRST_EVENT_MS), consumer.leave_how) == (
+        FIRST_EVENT_MS + 30_000, how)
+    assert cfg.to_dict()["subscriptions"][0]["consumers"][0]["leave"] == serialized
+    assert parse_config(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(
+    ("leave", "expected"),
+    [
+        ("{at: 30, how: vanish}", "subscriptions.0.consumers.0.leave.how: must be 'close' or "
+         "'crash', got 'vanish'"),
+        ("{how: crash}", "subscriptions.0.consumers.0.leave.at: required key is missing"),
+        ("{at: 30, when: 40}", "subscriptions.0.consumers.0.leave.when: unknown key"),
+        ("{at: -1, how: crash}", "subscriptions.0.consumers.0.leave.at: seconds offset must be "
+         ">= 0, got -1"),
+    ],
+    ids=["unknown-how", "no-time", "unknown-key", "negative-time"],
+)
+def test_invalid_leave_is_error(leave: str, expected: str) -> None:
+    assert _problems(sets=[f"subscriptions.0.consumers.0.leave={leave}"]) == [expected]
 
 
 @pytest.mark.parametrize(

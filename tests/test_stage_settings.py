@@ -6,8 +6,9 @@ import pandas as pd
 import pytest
 
 from pipelines.contract.config import ConfigError, load_config
+from pipelines.core.assignment import LeaveHow
 from pipelines.core.layout import SegmentLayout
-from pipelines.engine.stages import StageSettings, dispatch_group
+from pipelines.engine.stages import StageSettings, dispatch_group, new_dispatchers
 
 FIRST_MS = 1_000_000
 
@@ -34,6 +35,24 @@ def _settings(subscriptions: str, speed: float = 1.0) -> StageSettings:
 def test_reconnects_reach_the_controller_spec_on_the_emulated_clock(consumer, speed, expected):
     c = _settings(f"[{{name: s, consumers: [{consumer}]}}]", speed).subscriptions[0].consumers[0]
     assert (c.join_ms, c.leave_ms, c.reconnects_ms) == expected
+
+
+@pytest.mark.parametrize(
+    ("leave", "how"),
+    [("30", LeaveHow.CLOSE), ("{at: 30, how: crash}", LeaveHow.CRASH), ("null", LeaveHow.CLOSE)],
+    ids=["close", "crash", "never"],
+)
+def test_leave_how_reaches_the_controller_and_dispatch_specs(leave, how):
+    settings = _settings(f"[{{name: s, consumers: [{{name: a, leave: {leave}}}]}}]")
+    assert settings.subscriptions[0].consumers[0].leave_how is how
+    dispatcher = new_dispatchers(settings)[0]
+    assert dispatcher._consumers["a"].spec.leave_how is how
+
+
+def test_stats_updates_are_anchored_at_the_replays_first_event():
+    ctl = _settings("[]").controller_settings("t")
+    assert (ctl.stats_anchor_ms, ctl.stats_update_frequency_ms,
+            ctl.stats_update_initial_delay_ms) == (FIRST_MS, 60_000, 60_000)
 
 
 def test_reconnect_timestamp_before_offset_join_is_config_error():

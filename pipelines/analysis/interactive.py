@@ -372,10 +372,10 @@ def fig_decisions(tables: RunTables) -> go.Figure:
 
 
 def fig_rates(tables: RunTables, max_topics: int = 4) -> go.Figure:
-    """Per-segment ``msg_rate_in`` (msg/s, 60 s rolling, every load sample) of the busiest topics,
-    one panel per topic, with the split (red dashed) and merge (blue dotted) thresholds of the
-    topic's resolved policy. Hover: segment, time, all four rates. Source: ``segment_load``,
-    ``runs.config``."""
+    """Per-segment ``msg_rate_in`` (msg/s, per stats period, every load sample) of the busiest
+    topics, one panel per topic, with the split (red dashed) and merge (blue dotted) thresholds
+    of the topic's resolved policy. Hover: segment, time, all four rates. Source:
+    ``segment_load``, ``runs.config``."""
     title = f"{tables.run_id}: per-segment msg_rate_in against the split / merge thresholds"
     load = tables.segment_load
     present = set(map(str, load["topic"])) if len(load) else set()

@@ -233,7 +233,7 @@ def _count_at(timeline: pd.DataFrame, topic: str, when: Any) -> int:
 
 
 def fig_rates(tables: RunTables, max_topics: int = 4) -> Figure:
-    """Per-segment ``msg_rate_in`` (msg/s, 60 s rolling, every load sample) of the busiest
+    """Per-segment ``msg_rate_in`` (msg/s, per stats period, every load sample) of the busiest
     topics, one panel per topic, with the topic's split threshold (red) and merge threshold
     (blue) of its resolved policy. Source: ``segment_load``, ``runs.config``."""
     load = tables.segment_load
@@ -521,7 +521,7 @@ def build_figures(runs: Sequence[RunTables]) -> list[ReportFigure]:
                          "Active segments and total entry buckets per topic (step lines), "
                          "auto-scale decisions as markers with Pulsar's reason.", fig_layout(r)),
             ReportFigure(f"rates-{r.run_id}", f"{p}Segment load against thresholds",
-                         "msg_rate_in of every segment (msg/s, 60 s rolling) with the split "
+                         "msg_rate_in of every segment (msg/s, per stats period) with the split "
                          "and merge thresholds of the topic's policy.", fig_rates(r)),
             ReportFigure(f"dag-{r.run_id}", f"{p}Segment DAG",
                          "Each segment spans its lifetime (x) and hash range (y); arrows lead "

@@ -80,6 +80,7 @@ __all__ = [
     "ConsumerConfig",
     "InputDefaults",
     "InputSection",
+    "LeaveConfig",
     "OutputSection",
     "PolicyOverrides",
     "PolicySection",
@@ -387,7 +388,7 @@ def _parse_time_point(value: Any, info: ValidationInfo) -> Any:
 
 JoinTime = Annotated[TimePoint, BeforeValidator(_parse_time_point)]
 ReconnectTime = Annotated[TimePoint, BeforeValidator(_parse_time_point)]
-LeaveTime = Annotated[TimePoint | None, BeforeValidator(_parse_time_point)]
+LeaveTime = Annotated[TimePoint, BeforeValidator(_parse_time_point)]
 
 
 def _show(point: TimePoint) -> str:
@@ -423,7 +424,11 @@ class ReplaySection(_Model):
     allowed_lateness_s: NonNegativeInt
     auto_scale_interval_s: int
     load_report_interval_s: PositiveInt
-    rate_window_s: PositiveInt
+    # The broker's stats updater (reference §5.1): TopicStats rates recomputed every
+    # stats_update_frequency_s, the first time stats_update_initial_delay_s after the replay's
+    # first event (the emulated broker start).
+    stats_update_frequency_s: PositiveInt
+    stats_update_initial_delay_s: NonNegativeInt
     load_report_rate_change_threshold: NonNegativeFloat
     max_files_per_trigger: PositiveInt
     consumer_window_s: PositiveInt
@@ -575,12 +580,38 @@ class BatchingSection(_Model):
         return [f"batching: {p}" for p in self.to_core().problems()]
 
 
+LeaveHowName = Literal["close", "crash"]
+
+
+def _leave_form(value: Any) -> Any:
+    """``leave: <time>`` is ``leave: {at: <time>}`` (a clean close); ``null`` stays ``None``."""
+    if value is None or isinstance(value, Mapping | LeaveConfig):
+        return value
+    return {"at": value}
+
+
+class LeaveConfig(_Model):
+    """How and when a consumer leaves (reference §6.1): ``at`` (same forms as ``join``), ``how``
+    ``close`` (a clean close: unregistered at once; the default) or ``crash`` (a lost
+    connection: the session stays registered for the grace period). Serialized as the bare
+    time when ``how`` is ``close`` (the short form, ``leave: 120``)."""
+
+    at: LeaveTime
+    how: Annotated[LeaveHowName, BeforeValidator(_lower)] = "close"
+
+    @model_serializer(mode="wrap")
+    def _short_form(self, handler: SerializerFunctionWrapHandler) -> Any:
+        out: dict[str, Any] = handler(self)
+        return out["at"] if self.how == "close" else out
+
+
 class ConsumerConfig(_Model):
     """One consumer of a subscription (after ``count`` expansion every consumer has a name).
 
-    ``join`` / ``leave`` / each of ``reconnects``: ``float`` = seconds after the first event's
+    ``join`` / ``leave.at`` / each of ``reconnects``: ``float`` = seconds after the first event's
     publish_time (log time, before ``speed`` compression), or an aware UTC ``datetime``; see
-    :meth:`join_ms`. A reconnect re-registers the existing session (reference §6.1, §7.3): it
+    :meth:`join_ms`. ``leave`` is a time (a clean close) or ``{at, how: close | crash}``
+    (:class:`LeaveConfig`). A reconnect re-registers the existing session (reference §6.1, §7.3): it
     triggers an auto-scale evaluation but no rebalance and does not change the consumer count;
     it must lie strictly after ``join`` and before ``leave``. ``reconnects`` is left out of the
     serialized config when empty (so configurations without it keep their fingerprint).
@@ -590,7 +621,7 @@ class ConsumerConfig(_Model):
     count: PositiveInt | None = Field(default=None, exclude=True)
     name_prefix: str | None = Field(default=None, exclude=True)
     join: JoinTime = 0.0
-    leave: LeaveTime = None
+    leave: Annotated[LeaveConfig | None, BeforeValidator(_leave_form)] = None
     reconnects: list[ReconnectTime] = []
     capacity_msg_per_s: PositiveFloat | None = None
     ack_delay_ms: NonNegativeInt = 0
@@ -604,18 +635,19 @@ class ConsumerConfig(_Model):
                              "<name_prefix>0 .. <name_prefix>N-1)")
         if self.name_prefix is not None and self.count is None:
             raise ValueError("name_prefix is only valid together with count")
-        if self.leave is not None and type(self.join) is type(self.leave):
-            if self.leave <= self.join:  # type: ignore[operator]
-                raise ValueError(f"leave ({_show(self.leave)}) must be after join "
+        leave = None if self.leave is None else self.leave.at
+        if leave is not None and type(self.join) is type(leave):
+            if leave <= self.join:  # type: ignore[operator]
+                raise ValueError(f"leave ({_show(leave)}) must be after join "
                                  f"({_show(self.join)})")
         for r in self.reconnects:
             if type(r) is type(self.join) and r <= self.join:  # type: ignore[operator]
                 raise ValueError(f"reconnect ({_show(r)}) must be after join "
                                  f"({_show(self.join)})")
-            if (self.leave is not None and type(r) is type(self.leave)
-                    and r >= self.leave):  # type: ignore[operator]
+            if (leave is not None and type(r) is type(leave)
+                    and r >= leave):  # type: ignore[operator]
                 raise ValueError(f"reconnect ({_show(r)}) must be before leave "
-                                 f"({_show(self.leave)})")
+                                 f"({_show(leave)})")
         return self
 
     @model_serializer(mode="wrap")
@@ -631,7 +663,12 @@ class ConsumerConfig(_Model):
 
     def leave_ms(self, first_event_ms: int) -> int | None:
         """Leave time as epoch ms (``None`` = never leaves)."""
-        return None if self.leave is None else _time_point_ms(self.leave, first_event_ms)
+        return None if self.leave is None else _time_point_ms(self.leave.at, first_event_ms)
+
+    @property
+    def leave_how(self) -> LeaveHowName:
+        """How the consumer leaves: ``close`` (also when it never leaves) or ``crash``."""
+        return "close" if self.leave is None else self.leave.how
 
     def reconnects_ms(self, first_event_ms: int) -> list[int]:
         """Reconnect times as epoch ms, ascending (duplicates kept once)."""

@@ -116,9 +116,12 @@ SEGMENT_LOAD = pa.schema([
     _f("written", pa.bool_()),
     _f("modified_at", TS),
 ])
-"""segment_load — one segment x load sample (``SegmentLoadStats``). Rates in msg/s and bytes/s;
-``written`` is true when the reporter wrote the sample (material change); ``modified_at`` is the
-time of the last written sample."""
+"""segment_load — one segment x load sample (``SegmentLoadStats``). A sweep every
+``load_report_interval_s`` over every loaded segment (a sealed one until it reads zeros) gives a
+row when it reads a non-zero rate or writes; rates in msg/s and bytes/s are the TopicStats
+values of the last stats update (once per ``stats_update_frequency_s``); ``written`` is true
+when the reporter wrote the sample (material change); ``modified_at`` is the time of the last
+written sample."""
 
 AUTOSCALE_DECISIONS = pa.schema([
     RUN_ID,

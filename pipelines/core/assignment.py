@@ -7,10 +7,15 @@ Two levels decide who receives an entry of an ordered (STREAM / CHECKPOINT) subs
    :class:`SegmentAssignment` with empty ``bucket_ranges`` makes the consumer the segment's sole
    owner; a non-empty ``bucket_ranges`` (the segment's full boundary list, identical for every
    sharer) makes it one of several sharers.
-2. The broker of a shared segment spreads the segment's buckets over its sharers
-   (:func:`bucket_spread`): contiguous slices in consumer-name order.
+2. The broker of a shared segment spreads the segment's buckets over its connected sharers
+   (:func:`bucket_spread`): contiguous slices in the order of the per-segment consumer names,
+   ``<consumerName>-seg-<segmentId>``.
 
 :func:`bucket_owners` combines both into one ``(segment_id, bucket_index) → consumer`` map.
+
+Sessions (§6.1, apache/pulsar PR #26433): a consumer leaves by a clean close (:data:`LeaveHow`
+``close``: it unregisters at once) or by losing its connection (``crash``: the session, and its
+assignment, stay for the grace period, :data:`CONSUMER_SESSION_GRACE_MS`, then expire).
 
 Deterministic refinements: consumer names are the identity (§6.1), so the broker's secondary sort
 key (consumerId) never matters; :func:`assignable_segments` returns segments by ascending id (the
@@ -19,7 +24,7 @@ assignment re-sorts them by range anyway).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -28,6 +33,31 @@ from pipelines.core.layout import SegmentInfo, SegmentLayout
 
 BucketKey = tuple[int, int]
 """``(segment_id, bucket_index)``."""
+
+CONSUMER_SESSION_GRACE_MS = 60_000
+"""``scalableTopicConsumerSessionGracePeriodSeconds`` (the coordinator's 60 s fallback,
+reference §4.2, §6.1): how long a disconnected session stays registered."""
+
+
+class LeaveHow(StrEnum):
+    """How a consumer leaves (reference §6.1). Values match the config (lower case)."""
+
+    CLOSE = "close"
+    """A clean close: the client unregisters, the session is removed and the subscription
+    rebalanced at once (apache/pulsar PR #26433)."""
+    CRASH = "crash"
+    """A lost connection: the session, and its assignment, stay for the grace period and then
+    expire (removed, rebalanced)."""
+
+
+def session_end_ms(leave_ms: int | None, how: LeaveHow,
+                   grace_ms: int = CONSUMER_SESSION_GRACE_MS) -> int | None:
+    """When a consumer that disconnects at ``leave_ms`` (event-time ms; ``None`` = never)
+    stops being registered: at ``leave_ms`` for a clean close, ``leave_ms + grace_ms`` for a
+    lost connection (reference §6.1)."""
+    if leave_ms is None:
+        return None
+    return leave_ms + grace_ms if how is LeaveHow.CRASH else leave_ms
 
 
 class SubscriptionType(StrEnum):
@@ -88,17 +118,32 @@ def _sorted_unique_names(consumer_names: Iterable[str]) -> list[str]:
     return sorted(names)
 
 
-def bucket_spread(bucket_count: int, consumer_names: Sequence[str]) -> dict[str, list[int]]:
-    """Which buckets of a shared segment each connected consumer owns (reference §3.7).
+def segment_consumer_name(consumer_name: str, segment_id: int) -> str:
+    """The per-segment v4 consumer's name the V5 stream consumer gives the broker,
+    ``<consumerName>-seg-<segmentId>`` (reference §3.7)."""
+    return f"{consumer_name}-seg-{segment_id}"
 
-    Consumers are sorted by name; consumer ``j`` of ``k`` owns buckets
-    ``[floor(j*N/k), floor((j+1)*N/k))``. Every consumer is a key (possibly with ``[]``: with
-    ``k > N`` the first consumers get nothing); no consumers → ``{}``. ``ValueError`` when
-    ``bucket_count < 1`` or a name repeats.
+
+def _java_order(name: str) -> bytes:
+    """Sort key ordering strings as Java's ``String.compareTo`` (UTF-16 code units)."""
+    return name.encode("utf-16-be", "surrogatepass")
+
+
+def bucket_spread(bucket_count: int, consumer_names: Sequence[str],
+                  segment_id: int) -> dict[str, list[int]]:
+    """Which buckets of shared segment ``segment_id`` each connected consumer owns (§3.7).
+
+    The broker sorts the segment's consumers by their per-segment names
+    (:func:`segment_consumer_name`, ``<consumerName>-seg-<segmentId>``, in Java string order),
+    so ``w-2`` comes before ``w`` (``"w-2-seg-0" < "w-seg-0"``); consumer ``j`` of ``k`` owns
+    buckets ``[floor(j*N/k), floor((j+1)*N/k))``. Every consumer is a key (possibly with
+    ``[]``: with ``k > N`` the first consumers get nothing); no consumers → ``{}``.
+    ``ValueError`` when ``bucket_count < 1`` or a name repeats.
     """
     if bucket_count < 1:
         raise ValueError(f"a segment has at least 1 bucket, got bucket_count={bucket_count}")
-    names = _sorted_unique_names(consumer_names)
+    names = sorted(_sorted_unique_names(consumer_names),
+                   key=lambda n: _java_order(segment_consumer_name(n, segment_id)))
     k = len(names)
     return {name: list(range(j * bucket_count // k, (j + 1) * bucket_count // k))
             for j, name in enumerate(names)}
@@ -187,16 +232,23 @@ def assignable_segments(layout: SegmentLayout, drained: set[int] | None) -> list
 
 
 def bucket_owners(assignment: Mapping[str, Sequence[SegmentAssignment]],
-                  layout: SegmentLayout) -> dict[BucketKey, str]:
+                  layout: SegmentLayout,
+                  connected: Collection[str] | None = None) -> dict[BucketKey, str]:
     """``(segment_id, bucket_index) → consumer`` implied by a coordinator assignment.
 
     A sole owner owns every bucket of its segment; the sharers of a segment split its buckets by
-    :func:`bucket_spread` (broker side, reference §3.7). Segments missing from ``layout`` are
-    skipped. Keys are inserted in ascending ``(segment_id, bucket_index)`` order.
+    :func:`bucket_spread` (broker side, reference §3.7). ``connected``: the consumers with a
+    connection (``None`` = all). A registered consumer without one (a lost connection within
+    the grace period, §6.1) keeps its assignment but is not on the broker: its sole-owned
+    segments have no owner, and a shared segment's buckets are spread over its connected
+    sharers only. Segments missing from ``layout`` are skipped. Keys are inserted in ascending
+    ``(segment_id, bucket_index)`` order.
     """
     owners: dict[BucketKey, str] = {}
     sharers: dict[int, list[str]] = {}
     for name in sorted(assignment):
+        if connected is not None and name not in connected:
+            continue
         for seg_asg in assignment[name]:
             seg = layout.segments.get(seg_asg.segment_id)
             if seg is None:
@@ -207,7 +259,8 @@ def bucket_owners(assignment: Mapping[str, Sequence[SegmentAssignment]],
                 for b in range(seg.bucket_count):
                     owners[(seg.segment_id, b)] = name
     for sid, names in sharers.items():
-        for name, buckets in bucket_spread(layout.segments[sid].bucket_count, names).items():
+        for name, buckets in bucket_spread(layout.segments[sid].bucket_count, names,
+                                           sid).items():
             for b in buckets:
                 owners[(sid, b)] = name
     return dict(sorted(owners.items()))
@@ -219,8 +272,9 @@ class SubscriptionCoordinator:
     Sessions are keyed by consumer name. :meth:`register` of a new name adds a session and
     counts a rebalance; registering an existing name is a reconnect (the consumer id is updated,
     no rebalance). :meth:`unregister` removes the session (rebalance) unless the given consumer
-    id is stale (the name re-registered with another id) — then it is ignored. The disconnect
-    grace period is the caller's: unregister when it expires.
+    id is stale (the name re-registered with another id) — then it is ignored. When to
+    unregister is the caller's (:func:`session_end_ms`): at a clean close, or when the grace
+    period after a lost connection expires.
 
     The assignment is a pure function of (sessions, layout, drained set):
     :meth:`compute_assignment`. STREAM subscriptions use the drain checker; CHECKPOINT and

@@ -1,4 +1,4 @@
-"""Per-topic scalable-topic controller in event time (reference §4.7, §5, §1.3).
+"""Per-topic scalable-topic controller in event time (reference §4.7, §5, §5.1, §6.1, §1.3).
 
 One :class:`TopicController` owns a topic's :class:`SegmentLayout` and replays, in event time,
 what Pulsar's controller, load reporter and producers' segment routers do:
@@ -6,24 +6,43 @@ what Pulsar's controller, load reporter and producers' segment routers do:
 - **Routing** (§1.3): a keyed message goes to the active segment whose range holds its
   ``segment_hash``; a keyless message goes round-robin over the active segments (sorted by range)
   with one counter per producer. Its bucket is ``bucket_of(splits, hash_b)`` (keyless → 0).
-- **Load samples** every ``load_report_interval_ms`` of ``rate_window_ms`` rolling rates, written
-  through the 25 % material-change gate (§5).
+- **Stats updates** (§5.1) at ``stats_anchor_ms + stats_update_initial_delay_ms + k *
+  stats_update_frequency_ms``: every loaded segment's TopicStats rates become "messages (bytes)
+  since the previous update / elapsed seconds" (:class:`~pipelines.core.load.TopicStatsRates`)
+  and stay constant until the next update; a segment created in between reads 0 until then.
+- **Load sweeps** every ``load_report_interval_ms`` over every loaded segment — the active ones
+  and the sealed ones still loaded — writing what they read through the 25 % material-change
+  gate (§5). A sealed segment's producers are closed at its seal (§7.2), so its in-rates fall
+  to 0 at the next stats update and that record is written; the evaluator reads the active
+  segments' records only.
 - **Evaluations** at every ``auto_scale_interval_ms`` tick, at each consumer registration (a
   join or a reconnect of a STREAM / grouped CHECKPOINT consumer; a leave does not evaluate,
   reference §7.3) and at follow-ups after a split (``split_cooldown + 1 ms``) or rebucket
   (``rebucket_cooldown + 1 ms``); triggers at the same instant coalesce into one evaluation
   (§4.7).
+- **Consumer count** (§4.1, §6.1): a registered session counts until it is unregistered — at
+  once for a clean close, ``consumer_grace_ms`` after a lost connection.
 - **Cooldown clocks** are set to the evaluation time only when an operation succeeds.
 
 Event-time model (docs/design.md): an evaluation at ``T`` uses data with ``event_ms < T``;
-the new layout applies to messages with ``event_ms >= T``. At one instant the order is: load
-sample, then evaluation. Samples and ticks are aligned to multiples of their interval on the
-event clock.
+the new layout applies to messages with ``event_ms >= T``. At one instant the order is: stats
+update, load sweep, then evaluation. Sweeps and ticks are aligned to multiples of their interval
+on the event clock; stats updates to the anchor (the emulated broker start: the replay's first
+event, given by the caller as ``stats_anchor_ms``, else the topic's first event), carried in the
+controller's state.
 
 Emulator refinements, documented here because Pulsar has no equivalent:
-- ``msg_rate_out``/``bytes_rate_out`` are modelled as the in-rates times the number of
-  subscriptions with a connected consumer (consumers assumed to keep up; dispatch runs later).
-- ``segment_load`` rows are kept for samples with traffic in the window or a written record;
+- ``msg_rate_out``/``bytes_rate_out``: every message is dispatched at its publish time once per
+  subscription with a connected consumer then (consumers assumed to keep up; dispatch runs
+  later), counted per stats period like the in-rates. A sealed segment's subscriptions stay, so
+  its first update after the seal still counts what was dispatched before the seal.
+- A stats period's elapsed time starts at the previous update, or at the segment's creation if
+  later (Pulsar's ``Rate`` starts with its producer / consumer; the replay does not model when
+  they connect).
+- A sealed segment stays loaded (swept) until a sweep reads all-zero rates with nothing left to
+  count, then it is unloaded: Pulsar keeps it until retention prunes it (not emulated), and
+  every later sweep would read the same zeros and write nothing.
+- ``segment_load`` rows are kept for samples that read a non-zero rate or wrote a record;
   idle samples (zero rates, nothing written) produce no row.
 - A suppressed evaluation (``NoAction`` with ``suppressed_by``) is recorded when its suppression
   differs from the previous evaluation's, so a standing block is one row, not one per tick.
@@ -44,10 +63,21 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pipelines.core.assignment import SubscriptionType
+from pipelines.core.assignment import (
+    CONSUMER_SESSION_GRACE_MS,
+    LeaveHow,
+    SubscriptionType,
+    session_end_ms,
+)
 from pipelines.core.buckets import bucket_of_array
 from pipelines.core.layout import SegmentLayout
-from pipelines.core.load import DEFAULT_RATE_CHANGE_THRESHOLD, RollingRates, SegmentLoadReporter
+from pipelines.core.load import (
+    DEFAULT_RATE_CHANGE_THRESHOLD,
+    DEFAULT_STATS_UPDATE_FREQUENCY_MS,
+    DEFAULT_STATS_UPDATE_INITIAL_DELAY_MS,
+    SegmentLoadReporter,
+    TopicStatsRates,
+)
 from pipelines.core.policy import (
     AutoScaleConfig,
     Decision,
@@ -75,20 +105,24 @@ class Trigger(StrEnum):
 
 @dataclass(frozen=True)
 class ConsumerSpec:
-    """A consumer session: registers at ``join_ms``, disconnects at ``leave_ms`` (None = never),
-    and re-registers (reconnects) at each of ``reconnects_ms`` (event-time ms).
+    """A consumer session: registers at ``join_ms``, disconnects at ``leave_ms`` (None = never)
+    the way ``leave_how`` says, and re-registers (reconnects) at each of ``reconnects_ms``
+    (event-time ms).
 
-    A disconnected session still counts for ``grace_ms`` (reference §6.1). A reconnect is a
-    register call for an existing name (§6.1, §7.3): it triggers an auto-scale evaluation, but
-    no rebalance, and the consumer count does not change. The replay assumes the connection
-    dropped and came back within the grace period, so the session never left. Each reconnect
-    must lie strictly between ``join_ms`` and ``leave_ms``; ``ValueError`` otherwise.
+    ``leave_how`` (reference §6.1): ``close`` (a clean close) unregisters at ``leave_ms``;
+    ``crash`` (a lost connection) keeps the session registered for the grace period, then it
+    expires. A reconnect is a register call for an existing name (§6.1, §7.3): it triggers an
+    auto-scale evaluation, but no rebalance, and the consumer count does not change. The replay
+    assumes the connection dropped and came back within the grace period, so the session never
+    left. Each reconnect must lie strictly between ``join_ms`` and ``leave_ms``; ``ValueError``
+    otherwise.
     """
 
     name: str
     join_ms: int
     leave_ms: int | None = None
     reconnects_ms: tuple[int, ...] = ()
+    leave_how: LeaveHow = LeaveHow.CLOSE
 
     def __post_init__(self) -> None:
         for r in self.reconnects_ms:
@@ -141,9 +175,13 @@ class ControllerSettings:
     bucket_budget: int = 4
     auto_scale_interval_ms: int = 60_000
     load_report_interval_ms: int = 10_000
-    rate_window_ms: int = 60_000
+    stats_update_frequency_ms: int = DEFAULT_STATS_UPDATE_FREQUENCY_MS
+    stats_update_initial_delay_ms: int = DEFAULT_STATS_UPDATE_INITIAL_DELAY_MS
+    stats_anchor_ms: int | None = None
+    """Emulated broker start, from which stats updates are timed (§5.1); ``None`` = the topic's
+    first event. A later anchor than the topic's first event is taken as that event."""
     rate_change_threshold: float = DEFAULT_RATE_CHANGE_THRESHOLD
-    consumer_grace_ms: int = 60_000
+    consumer_grace_ms: int = CONSUMER_SESSION_GRACE_MS
 
 
 @dataclass(frozen=True)
@@ -168,7 +206,7 @@ class TopicController:
     subscriptions: tuple[SubscriptionSpec, ...] = ()
     layout: SegmentLayout | None = None
     reporter: SegmentLoadReporter = field(init=False)
-    rolling: RollingRates = field(init=False)
+    stats: TopicStatsRates = field(init=False)
     last_split_ms: int | None = None
     last_merge_ms: int | None = None
     last_rebucket_ms: int | None = None
@@ -176,6 +214,7 @@ class TopicController:
     _horizon_ms: int = -(2**62)  # every message with event_ms < _horizon_ms has been seen
     _next_sample_ms: int = 0
     _next_tick_ms: int = 0
+    _next_update_ms: int = 0
     _follow_ups: list[int] = field(default_factory=list)  # heap
     _registrations: list[int] = field(default_factory=list)  # sorted join times not yet run
     _rr_counters: dict[str, int] = field(default_factory=dict)
@@ -188,9 +227,10 @@ class TopicController:
     def __post_init__(self) -> None:
         s = self.settings
         self.reporter = SegmentLoadReporter(s.rate_change_threshold)
-        self.rolling = RollingRates(s.load_report_interval_ms, s.rate_window_ms)
+        self.stats = self._new_stats(0 if s.stats_anchor_ms is None else s.stats_anchor_ms)
         self._registrations = sorted({t for sub in self.subscriptions
                                       for t in sub.registration_times()})
+        self._fan_out_ms, self._fan_out = self._fan_out_steps()
 
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
@@ -261,12 +301,16 @@ class TopicController:
         """Registered sessions per STREAM / grouped CHECKPOINT subscription at ``now_ms`` (incl.
         those disconnected within the grace period, reference §4.1; a reconnect changes
         nothing). QUEUE subscriptions and ungrouped CHECKPOINT ones are not keys (§4.1, §7.3)."""
-        grace = self.settings.consumer_grace_ms
         return {
             sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
-                          and (c.leave_ms is None or now_ms < c.leave_ms + grace))
+                          and ((end := self._session_end_ms(c)) is None or now_ms < end))
             for sub in self.subscriptions if sub.registers
         }
+
+    def _session_end_ms(self, c: ConsumerSpec) -> int | None:
+        """When ``c``'s session is unregistered: at its leave for a clean close, after the
+        grace period for a lost connection (§6.1)."""
+        return session_end_ms(c.leave_ms, c.leave_how, self.settings.consumer_grace_ms)
 
     def connected_subscriptions(self, now_ms: int) -> int:
         """Subscriptions on a segment topic with a connected consumer at ``now_ms``: one per
@@ -281,11 +325,36 @@ class TopicController:
             else int(any(connected(c) for c in sub.consumers))
             for sub in self.subscriptions)
 
+    def _fan_out_steps(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """:meth:`connected_subscriptions` as a step function: the times it may change (joins
+        and leaves, ascending) and its values: 0 before the first, then from each of them on."""
+        times = sorted({t for sub in self.subscriptions for c in sub.consumers
+                        for t in (c.join_ms, c.leave_ms) if t is not None})
+        return (np.asarray(times, dtype=np.int64),
+                np.asarray([0, *(self.connected_subscriptions(t) for t in times)],
+                           dtype=np.int64))
+
+    def _fan_out_at(self, event_ms: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """:meth:`connected_subscriptions` at each of ``event_ms`` (vectorized)."""
+        out: npt.NDArray[np.int64] = self._fan_out[
+            np.searchsorted(self._fan_out_ms, event_ms, side="right")]
+        return out
+
     # ---- creation & routing ------------------------------------------------------------------
+    def _new_stats(self, anchor_ms: int) -> TopicStatsRates:
+        s = self.settings
+        return TopicStatsRates(anchor_ms, s.stats_update_frequency_ms,
+                               s.stats_update_initial_delay_ms)
+
     def _create(self, t0: int) -> None:
         s = self.settings
         self.layout = SegmentLayout.initial(s.initial_segments, s.bucket_budget, now_ms=t0)
         self._clock_ms = t0 - 1
+        self.stats = self._new_stats(t0 if s.stats_anchor_ms is None
+                                     else min(s.stats_anchor_ms, t0))
+        for sid in self.layout.active_segments:
+            self.stats.load(sid, t0)
+        self._next_update_ms = self.stats.next_update_ms(t0)
         self._next_sample_ms = _ceil_to(t0, s.load_report_interval_ms)
         self._next_tick_ms = _ceil_to(t0 + 1, s.auto_scale_interval_ms)
         # Consumers registered before the topic existed are evaluated at its creation.
@@ -316,10 +385,10 @@ class TopicController:
             m = out == sid
             b[m] = bucket_of_array(layout.segments[int(sid)].bucket_splits, h_b[m])
         routed.bucket_index[sl] = b
-        # Load accounting: the slice lies within one sample interval (samples are events).
-        t = int(ev[sl][0])
-        for sid, cnt, nbytes in _group_sum(out, sizes[sl]):
-            self.rolling.add(sid, t, cnt, nbytes)
+        # Load accounting: the slice lies within one stats period (updates are events).
+        fan_out = self._fan_out_at(ev[sl])
+        for sid, counts in _group_sum(out, sizes[sl], fan_out):
+            self.stats.add(sid, *counts)
 
     def _round_robin(self, producers: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Keyless routing: per producer ``index = counter++ % n`` over active segments sorted by
@@ -348,12 +417,15 @@ class TopicController:
         if self._quiet_evaluated and self._idle():
             # Nothing can change before the next message, registration, follow-up or the
             # earliest time a time-dependent guard flips: jump the grids there.
-            wake = min(x for x in (next_message_ms, self._wake_time(), horizon_ms + 1)
-                       if x is not None)
+            guard = self._wake_time()
+            wake = min(x for x in (next_message_ms, guard, horizon_ms + 1) if x is not None)
+            if wake == guard:  # a guard flips: the tick after it must evaluate
+                self._quiet_evaluated = False
             self._next_sample_ms = max(self._next_sample_ms,
                                        _floor_to(wake, s.load_report_interval_ms))
             self._next_tick_ms = max(self._next_tick_ms, _ceil_to(wake, s.auto_scale_interval_ms))
-        candidates = [self._next_sample_ms, self._next_tick_ms]
+            self._next_update_ms = max(self._next_update_ms, self.stats.next_update_ms(wake))
+        candidates = [self._next_update_ms, self._next_sample_ms, self._next_tick_ms]
         if self._follow_ups:
             candidates.append(self._follow_ups[0])
         if self._registrations:
@@ -361,9 +433,8 @@ class TopicController:
         return min(candidates)
 
     def _idle(self) -> bool:
-        assert self.layout is not None
-        for sid in self.layout.active_segments:
-            if self.rolling.has_data(sid):
+        for sid in self.stats.loaded:
+            if self.stats.has_data(sid):
                 return False
             last = self.reporter.last_written(sid)
             if last is None or any(last.rates):
@@ -383,17 +454,17 @@ class TopicController:
             last = self.reporter.last_written(sid)
             if last is not None:
                 times.append(last.modified_at_ms + p.merge_window_s * 1000)
-        grace = self.settings.consumer_grace_ms
-        times += [c.leave_ms + grace for sub in self.subscriptions for c in sub.consumers
-                  if c.leave_ms is not None]
-        times += [c.leave_ms for sub in self.subscriptions for c in sub.consumers
-                  if c.leave_ms is not None]
+        times += [t for sub in self.subscriptions for c in sub.consumers
+                  for t in (c.leave_ms, self._session_end_ms(c)) if t is not None]
         future = [t for t in times if t > self._clock_ms]
         return min(future) if future else None
 
     def _run_events_at(self, t: int) -> None:
         s = self.settings
         triggers: list[Trigger] = []
+        if t == self._next_update_ms:
+            self.stats.update(t)
+            self._next_update_ms += s.stats_update_frequency_ms
         if t == self._next_sample_ms:
             self._sample(t)
             self._next_sample_ms += s.load_report_interval_ms
@@ -411,11 +482,12 @@ class TopicController:
         self._clock_ms = t
 
     def _sample(self, t: int) -> None:
+        """The load sweep at ``t`` over every loaded segment, by id (§5, §5.1). A sealed segment
+        that read zeros with nothing left to count is unloaded after it."""
         assert self.layout is not None
-        fan_out = self.connected_subscriptions(t)
-        for sid in self.layout.active_segments:
-            msg_in, bytes_in = self.rolling.rates(sid, t)
-            rates = (msg_in, bytes_in, msg_in * fan_out, bytes_in * fan_out)
+        active = self.layout.active_segments
+        for sid in self.stats.loaded:
+            rates = self.stats.rates(sid)
             written = self.reporter.report(sid, rates, t)
             if written or any(rates):
                 last = self.reporter.last_written(sid)
@@ -426,6 +498,9 @@ class TopicController:
                     "bytes_rate_out": rates[3], "written": written,
                     "modified_at_ms": last.modified_at_ms,
                 })
+            if sid not in active and not self.stats.has_data(sid):
+                self.stats.unload(sid)
+                self.reporter.forget(sid)
 
     def _evaluate(self, t: int, trigger: str) -> None:
         layout = self.layout
@@ -470,9 +545,11 @@ class TopicController:
         except ValueError as exc:
             return str(exc)
         finally:
-            for sid in before - set(self.layout.active_segments):
-                self.reporter.forget(sid)
-                self.rolling.drop(sid)
+            after = set(self.layout.active_segments)
+            for sid in sorted(before - after):  # sealed: its producers are closed (§7.2)
+                self.stats.close_producers(sid)
+            for sid in sorted(after - before):
+                self.stats.load(sid, t)
         return None
 
     def _decision_row(self, decision: Decision, t: int, trigger: str, consumers: dict[str, int],
@@ -527,12 +604,16 @@ def segment_rows(layout: SegmentLayout) -> list[dict[str, Any]]:
     return rows
 
 
-def _group_sum(ids: npt.NDArray[np.int64],
-               sizes: npt.NDArray[np.int64]) -> list[tuple[int, int, int]]:
+def _group_sum(ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+               fan_out: npt.NDArray[np.int64]) -> list[tuple[int, tuple[int, int, int, int]]]:
+    """Per segment id (ascending): ``(messages, bytes, messages × fan-out, bytes × fan-out)``
+    summed over its messages (``sizes`` in bytes, ``fan_out`` the subscriptions each message
+    is dispatched to)."""
     uniq, inv = np.unique(ids, return_inverse=True)
-    counts = np.bincount(inv, minlength=len(uniq))
-    nbytes = np.bincount(inv, weights=sizes, minlength=len(uniq))
-    return [(int(u), int(c), int(b)) for u, c, b in zip(uniq, counts, nbytes, strict=True)]
+    sums = [np.bincount(inv, weights=w, minlength=len(uniq)).astype(np.int64)
+            for w in (None, sizes, fan_out, sizes * fan_out)]
+    return [(int(u), (int(a), int(b), int(c), int(d)))
+            for u, a, b, c, d in zip(uniq, *sums, strict=True)]
 
 
 def _empty_routing() -> RoutedMessages:

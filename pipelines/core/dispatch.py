@@ -25,20 +25,25 @@ known (an input with a later time arrived, or ``advance_to(>= t)``, or ``finish`
 The model
 ---------
 - Time is event time, int64 milliseconds. An entry is available at its publish time.
-- Consumers (:class:`ConsumerSpec`) connect at ``join_ms`` and disconnect at ``leave_ms``. A
-  consumer processes one entry at a time, in dispatch order: ``dispatch_time = max(entry
-  available, consumer free, bucket not withheld, segment assignable)``, it is busy for
-  ``num_messages / capacity`` seconds and acks at the end of processing + ``ack_delay_ms``.
-- STREAM / CHECKPOINT: the coordinator assigns segments (§6.3) over the connected consumers; a
-  sole owner gets every bucket of its segment, the sharers of a segment split its buckets by
-  :func:`~pipelines.core.assignment.bucket_spread`. An entry's bucket is
-  ``bucket_of(segment splits, entry_hash_min)``. A free consumer takes the oldest (publish order)
-  dispatchable entry among the buckets it owns. STREAM uses the drain checker (§6.2): a child
+- Consumers (:class:`ConsumerSpec`) connect at ``join_ms`` and disconnect at ``leave_ms``, by a
+  clean close (``leave_how`` ``close``: the session is unregistered at once) or a lost
+  connection (``crash``: the session, and its assignment, stay registered for ``grace_ms``, then
+  expire; §6.1). A consumer processes one entry at a time, in dispatch order:
+  ``dispatch_time = max(entry available, consumer free, bucket not withheld, segment
+  assignable)``, it is busy for ``num_messages / capacity`` seconds and acks at the end of
+  processing + ``ack_delay_ms``.
+- STREAM / CHECKPOINT: the coordinator assigns segments (§6.3) over the registered sessions; a sole
+  owner gets every bucket of its segment, the connected sharers of a segment split its buckets by
+  :func:`~pipelines.core.assignment.bucket_spread` (broker side, in the order of the per-segment
+  consumer names, §3.7). A session within its grace period keeps its assignment but has no
+  connection: its sole-owned segments wait, its shared buckets go to the other sharers. An entry's
+  bucket is ``bucket_of(segment splits, entry_hash_min)``. A free consumer takes the oldest (publish
+  order) dispatchable entry among the buckets it owns. STREAM uses the drain checker (§6.2): a child
   ACTIVE segment is not assigned (its entries wait) until every parent still in the layout is
-  drained; a SEALED segment is drained when all its entries are acked, and then retires.
-  As in the reference, sealed segments are not parent-checked (a sealed child of an undrained
-  parent is assignable). CHECKPOINT has no drain checker: every segment of the DAG stays
-  assignable (drained sealed segments keep their consumer, as in the reference).
+  drained; a SEALED segment is drained when all its entries are acked, and then retires. As in the
+  reference, sealed segments are not parent-checked (a sealed child of an undrained parent is
+  assignable). CHECKPOINT has no drain checker: every segment of the DAG stays assignable (drained
+  sealed segments keep their consumer, as in the reference).
 - PIP-379 at bucket granularity (§8): a bucket's entries are unacked at one consumer at a time.
   When an assignment change (consumer join/leave, layout change, segment drained) moves a bucket
   while the old owner still holds unacked entries of it, the bucket is withheld from the new
@@ -52,11 +57,11 @@ The model
   they are reported with null consumer / dispatch / ack times.
 
 Order of what happens at one instant ``t``: acks due at ``t``, consumers becoming free, consumer
-leaves/joins (by name), layout changes (in input order), entry arrivals, sealed-segment drain
-detection, one reassignment (if anything changed), then dispatch (consumers by name); repeated
-while zero-duration processing produces more acks at ``t``. So an ack at ``t`` happens before a
-membership change at ``t`` (no withholding), and an entry published at a layout change's time
-sees the new layout.
+leaves/joins/session expiries (by name), layout changes (in input order), entry arrivals,
+sealed-segment drain detection, one reassignment (if anything changed), then dispatch (consumers by
+name); repeated while zero-duration processing produces more acks at ``t``. So an ack at ``t``
+happens before a membership change at ``t`` (no withholding), and an entry published at a layout
+change's time sees the new layout.
 
 Instant consumers (no capacity limit, no ack delay: the configuration defaults) take every entry
 at its publish time and ack it then, so while nothing else happens (no join/leave, layout change,
@@ -78,8 +83,9 @@ Modelling simplifications (deliberate; each keeps the model deterministic and O(
 4. Drain detection is immediate at the last ack (Pulsar polls: 2 s after progress, backoff).
    "Drained" means every entry given to this dispatcher for the segment is acked (a segment
    sealed with none outstanding drains at its seal instant).
-5. Session grace period not modelled: ``leave_ms`` is both the disconnect and the session
-   removal (as if the grace period expired or the consumer unregistered).
+5. A consumer that left does not come back under its name: a lost connection followed by a
+   re-registration within the grace period is not modelled in dispatch (the controller's
+   ``reconnects`` are instantaneous and no dispatch event).
 6. Every owner change, including a whole-segment move between sole owners and the exclusive ↔
    shared mode flips of §6.5, is modelled as per-bucket PIP-379 handoffs; client close /
    re-subscribe latency and ``keySharedUnblockingIntervalMs`` (10 ms) are not added.
@@ -114,11 +120,14 @@ import numpy as np
 import numpy.typing as npt
 
 from pipelines.core.assignment import (
+    CONSUMER_SESSION_GRACE_MS,
     BucketKey,
     CoordinatorAssignment,
+    LeaveHow,
     SubscriptionCoordinator,
     SubscriptionType,
     bucket_owners,
+    session_end_ms,
 )
 from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout
@@ -143,6 +152,9 @@ def reader_subscription(subscription: str, consumer_name: str) -> str:
 _PH_ACK = 0
 _PH_FREE = 1
 
+_CFG_LEAVE, _CFG_JOIN, _CFG_EXPIRE = 0, 1, 2
+"""Kinds of consumer events: a disconnect, a registration, a crashed session's expiry."""
+
 
 @dataclass(frozen=True)
 class ConsumerSpec:
@@ -150,7 +162,8 @@ class ConsumerSpec:
 
     ``join_ms`` / ``leave_ms`` are event times (``leave_ms=None``: stays to the end; it must be
     after ``join_ms``). ``capacity_msgs_per_s=None``: processing takes no time. ``ack_delay_ms``:
-    time from end of processing to the ack.
+    time from end of processing to the ack. ``leave_how``: a clean ``close`` unregisters at
+    ``leave_ms``; a ``crash`` keeps the session for the grace period (reference §6.1).
     """
 
     name: str
@@ -158,6 +171,7 @@ class ConsumerSpec:
     leave_ms: int | None = None
     capacity_msgs_per_s: float | None = None
     ack_delay_ms: int = 0
+    leave_how: LeaveHow = LeaveHow.CLOSE
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -506,6 +520,7 @@ class SubscriptionDispatcher:
 
     ``consumers``: every consumer with its join/leave times (unique names). ``window_ms``: length
     of the ``consumer_load`` / ``window_stats`` windows, aligned to multiples of ``window_ms``.
+    ``grace_ms``: how long a crashed consumer's session stays registered (§6.1).
     """
 
     fast_forward: bool = True
@@ -514,7 +529,8 @@ class SubscriptionDispatcher:
     loop's (tested against it). ``False`` (on an instance) runs the event loop alone."""
 
     def __init__(self, subscription: str, sub_type: SubscriptionType | str,
-                 consumers: Sequence[ConsumerSpec], window_ms: int = DEFAULT_WINDOW_MS) -> None:
+                 consumers: Sequence[ConsumerSpec], window_ms: int = DEFAULT_WINDOW_MS,
+                 grace_ms: int = CONSUMER_SESSION_GRACE_MS) -> None:
         if window_ms < 1:
             raise ValueError(f"window_ms must be >= 1, got {window_ms}")
         names = [c.name for c in consumers]
@@ -527,10 +543,14 @@ class SubscriptionDispatcher:
         self._queue_mode = self.sub_type is SubscriptionType.QUEUE
         self._coord = SubscriptionCoordinator(subscription, self.sub_type)
         self._consumers: dict[str, _Consumer] = {c.name: _Consumer(c) for c in consumers}
-        # Config events (time, name, kind) with kind 1 = join, 0 = leave.
-        self._cfg = sorted([(c.join_ms, c.name, 1) for c in consumers]
-                           + [(c.leave_ms, c.name, 0) for c in consumers
-                              if c.leave_ms is not None])
+        # Config events (time, name, kind): _CFG_LEAVE, _CFG_JOIN, _CFG_EXPIRE.
+        self._cfg = sorted([(c.join_ms, c.name, _CFG_JOIN) for c in consumers]
+                           + [(c.leave_ms, c.name, _CFG_LEAVE) for c in consumers
+                              if c.leave_ms is not None]
+                           + [(end, c.name, _CFG_EXPIRE) for c in consumers
+                              if c.leave_how is LeaveHow.CRASH
+                              and (end := session_end_ms(c.leave_ms, c.leave_how, grace_ms))
+                              is not None])
         self._cfg_i = 0
         # Input side.
         self._input_layout: SegmentLayout | None = None
@@ -945,10 +965,13 @@ class SubscriptionDispatcher:
         while self._cfg_i < len(cfg) and cfg[self._cfg_i][0] == t:
             _, name, kind = cfg[self._cfg_i]
             self._cfg_i += 1
-            if kind == 1:
+            if kind == _CFG_JOIN:
                 self._join(name, t)
-            else:
+            elif kind == _CFG_LEAVE:
                 self._leave(name, t)
+            else:  # a crashed consumer's session expires (§6.1)
+                self._coord.unregister(name)
+                self._dirty = True
         while self._layouts_q and self._layouts_q[0][0] == t:
             self._apply_layout(self._layouts_q.popleft()[1], t)
         while self._entries_q and self._entries_q[0].publish == t:
@@ -998,39 +1021,44 @@ class SubscriptionDispatcher:
             if i < len(self._idle) and self._idle[i] == name:
                 self._idle.pop(i)
         if c.unacked:
-            grouped: dict[BucketKey, list[_Entry]] = {}
-            for seq in sorted(c.unacked):
-                e = c.unacked[seq]
-                e.consumer = None
-                e.dispatch_time = None
-                e.ack_time = None
-                self._stats.redeliveries += 1
-                self._w_redeliveries += 1
-                self._unacked_entries -= 1
-                self._unacked_msgs -= e.n
-                self._pending_entries += 1
-                self._pending_msgs += e.n
-                if self._queue_mode:
-                    heapq.heappush(self._queue_pending, (e.seq, e))
-                else:
-                    grouped.setdefault((e.segment_id, e.bucket), []).append(e)
-            c.unacked = {}
-            for key in sorted(grouped):
-                es = grouped[key]
-                b = self._buckets[key]
-                msgs = sum(e.n for e in es)
-                b.unacked_entries -= len(es)
-                b.unacked_msgs -= msgs
-                b.pending_msgs += msgs
-                if not b.pending or es[-1].seq < b.pending[0].seq:
-                    b.pending.extendleft(reversed(es))
-                else:  # pragma: no cover - a bucket is held by one consumer at a time
-                    b.pending = deque(sorted([*b.pending, *es], key=lambda x: x.seq))
-                self._step_redelivered[key] = self._step_redelivered.get(key, 0) + len(es)
-                if b.unacked_entries == 0:
-                    self._release(key, b, t)
-        self._coord.unregister(name)
+            self._redeliver(c, t)
+        if c.spec.leave_how is LeaveHow.CLOSE:  # a clean close unregisters at once (§6.1)
+            self._coord.unregister(name)
         self._dirty = True
+
+    def _redeliver(self, c: _Consumer, t: int) -> None:
+        """A disconnecting consumer's unacked entries go back to the front of their buckets."""
+        grouped: dict[BucketKey, list[_Entry]] = {}
+        for seq in sorted(c.unacked):
+            e = c.unacked[seq]
+            e.consumer = None
+            e.dispatch_time = None
+            e.ack_time = None
+            self._stats.redeliveries += 1
+            self._w_redeliveries += 1
+            self._unacked_entries -= 1
+            self._unacked_msgs -= e.n
+            self._pending_entries += 1
+            self._pending_msgs += e.n
+            if self._queue_mode:
+                heapq.heappush(self._queue_pending, (e.seq, e))
+            else:
+                grouped.setdefault((e.segment_id, e.bucket), []).append(e)
+        c.unacked = {}
+        for key in sorted(grouped):
+            es = grouped[key]
+            b = self._buckets[key]
+            msgs = sum(e.n for e in es)
+            b.unacked_entries -= len(es)
+            b.unacked_msgs -= msgs
+            b.pending_msgs += msgs
+            if not b.pending or es[-1].seq < b.pending[0].seq:
+                b.pending.extendleft(reversed(es))
+            else:  # pragma: no cover - a bucket is held by one consumer at a time
+                b.pending = deque(sorted([*b.pending, *es], key=lambda x: x.seq))
+            self._step_redelivered[key] = self._step_redelivered.get(key, 0) + len(es)
+            if b.unacked_entries == 0:
+                self._release(key, b, t)
 
     def _apply_layout(self, layout: SegmentLayout, t: int) -> None:
         self._layout = layout
@@ -1135,7 +1163,8 @@ class SubscriptionDispatcher:
             new: dict[BucketKey, str] = {}
         else:
             asg = self._coord.compute_assignment(self._layout, self._drained)
-            new = bucket_owners(asg.by_consumer, self._layout)
+            new = bucket_owners(asg.by_consumer, self._layout,
+                                {n for n, c in self._consumers.items() if c.connected})
         old = self._owners
         self._owners = new
         changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]

@@ -1,4 +1,9 @@
-"""Segment load: rolling rates, the 25 % material-change gate and the load reporter (reference §5).
+"""Segment load: TopicStats rates per stats period, the 25 % material-change gate and the load
+reporter (reference §5, §5.1).
+
+The rates a load sweep reads are the broker's TopicStats values (:class:`TopicStatsRates`):
+recomputed once per stats period as "messages (bytes) since the previous update / elapsed
+seconds" and constant in between, not rolling averages.
 
 The reporter writes a segment's ``SegmentLoadStats`` only when any of the four rates changed
 materially against the **last value written** (not the previous sample); the store's
@@ -11,7 +16,6 @@ said "always write first", reference §9.10).
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -139,53 +143,121 @@ class SegmentLoadReporter:
         return self.store.records
 
 
-@dataclass
-class RollingRates:
-    """60 s rolling rates from per-interval counts (reference §5: TopicStats rates are rolling
-    averages).
+DEFAULT_STATS_UPDATE_FREQUENCY_MS = 60_000
+"""``statsUpdateFrequencyInSecs`` (60 s): period of the broker's stats updater (§5.1)."""
 
-    Counts are added into fixed bins of ``interval_ms`` aligned to event time 0; the rate at a
-    sample time ``t`` (a bin boundary) is the sum over the bins in ``[t - window_ms, t)`` divided
-    by the window in seconds. Bins older than the window are dropped, so state is bounded by
-    ``window_ms / interval_ms`` bins per segment.
+DEFAULT_STATS_UPDATE_INITIAL_DELAY_MS = 60_000
+"""``statsUpdateInitialDelayInSecs`` (60 s): its first run after broker start (§5.1)."""
+
+
+@dataclass
+class _SegmentStats:
+    """One loaded segment topic's counters since the last stats update and its current rates."""
+
+    loaded_at_ms: int
+    counts: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    rates: Rates = (0.0, 0.0, 0.0, 0.0)
+    producers_open: bool = True
+
+
+@dataclass
+class TopicStatsRates:
+    """The TopicStats rates of one topic's loaded segment topics, per stats period (§5.1).
+
+    The broker's stats updater runs at ``anchor_ms + initial_delay_ms + k * frequency_ms``
+    (event-time ms, ``k >= 0``; ``anchor_ms`` is the emulated broker start). Each update sets
+    every loaded segment's four rates to "messages (bytes) since the previous update / elapsed
+    seconds" — ``(msg_rate_in, bytes_rate_in, msg_rate_out, bytes_rate_out)`` in msg/s and B/s —
+    where the previous update is the grid point one period earlier (the broker start for the
+    first update), or the segment's load time if later (a producer's or consumer's ``Rate``
+    starts when it is created). Between updates the rates are constant: a segment loaded
+    between two updates reads 0 until the next one. A segment whose producers are closed (its
+    seal, §7.2) reads ``msg_rate_in = bytes_rate_in = 0`` from the next update on; its
+    subscriptions stay, so its out rates still count what was dispatched in that period.
+    ``ValueError`` for ``frequency_ms <= 0`` or ``initial_delay_ms < 0``.
     """
 
-    interval_ms: int = 10_000
-    window_ms: int = 60_000
-    # segment id → deque of [bin_index, messages, bytes]
-    _bins: dict[int, deque[list[int]]] = field(default_factory=dict)
+    anchor_ms: int
+    frequency_ms: int = DEFAULT_STATS_UPDATE_FREQUENCY_MS
+    initial_delay_ms: int = DEFAULT_STATS_UPDATE_INITIAL_DELAY_MS
+    _segments: dict[int, _SegmentStats] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.interval_ms <= 0 or self.window_ms <= 0:
-            raise ValueError("interval_ms and window_ms must be > 0")
+        if self.frequency_ms <= 0 or self.initial_delay_ms < 0:
+            raise ValueError(f"stats updates need frequency_ms > 0 and initial_delay_ms >= 0, "
+                             f"got {self.frequency_ms} and {self.initial_delay_ms}")
 
-    def add(self, segment_id: int, time_ms: int, messages: int, nbytes: int) -> None:
-        """Count ``messages``/``nbytes`` that arrived at ``time_ms`` on ``segment_id``.
-        Times must be non-decreasing per segment."""
-        b = time_ms // self.interval_ms
-        q = self._bins.setdefault(segment_id, deque())
-        if q and q[-1][0] == b:
-            q[-1][1] += messages
-            q[-1][2] += nbytes
-        else:
-            q.append([b, messages, nbytes])
+    @property
+    def first_update_ms(self) -> int:
+        """Time of the first stats update (event-time ms)."""
+        return self.anchor_ms + self.initial_delay_ms
 
-    def rates(self, segment_id: int, now_ms: int) -> tuple[float, float]:
-        """``(msg/s, bytes/s)`` over ``[now_ms - window_ms, now_ms)``; drops expired bins."""
-        q = self._bins.get(segment_id)
-        if not q:
-            return (0.0, 0.0)
-        first = (now_ms - self.window_ms) // self.interval_ms
-        while q and q[0][0] < first:
-            q.popleft()
-        end = now_ms // self.interval_ms  # bins < end are complete before now_ms
-        msgs = sum(m for b, m, _ in q if b < end)
-        nbytes = sum(n for b, _, n in q if b < end)
-        secs = self.window_ms / 1000.0
-        return (msgs / secs, nbytes / secs)
+    def next_update_ms(self, at_or_after_ms: int) -> int:
+        """The first stats update at or after ``at_or_after_ms`` (event-time ms)."""
+        first = self.first_update_ms
+        if at_or_after_ms <= first:
+            return first
+        return first - ((first - at_or_after_ms) // self.frequency_ms) * self.frequency_ms
+
+    def load(self, segment_id: int, now_ms: int) -> None:
+        """A segment topic is loaded at ``now_ms`` (its creation): it reads 0 until the next
+        update, whose rates count from ``now_ms``."""
+        self._segments[segment_id] = _SegmentStats(now_ms)
+
+    def add(self, segment_id: int, messages: int, nbytes: int, messages_out: int,
+            bytes_out: int) -> None:
+        """Count traffic of a loaded segment since the last update: ``messages`` / ``nbytes``
+        published, ``messages_out`` / ``bytes_out`` dispatched (summed over subscriptions).
+        ``KeyError`` for a segment not loaded."""
+        c = self._segments[segment_id].counts
+        c[0] += messages
+        c[1] += nbytes
+        c[2] += messages_out
+        c[3] += bytes_out
+
+    def close_producers(self, segment_id: int) -> None:
+        """The segment's producers are closed (its seal): its in-rates fall to 0 at the next
+        update; the traffic they published since the last update is no longer counted."""
+        s = self._segments.get(segment_id)
+        if s is not None:
+            s.producers_open = False
+
+    def update(self, now_ms: int) -> None:
+        """Run the stats update at ``now_ms``, which must be an update time (``ValueError``
+        otherwise): recompute every loaded segment's rates and reset its counters."""
+        if now_ms != self.next_update_ms(now_ms):
+            raise ValueError(f"{now_ms} is not a stats update time")
+        previous = (now_ms - self.frequency_ms if now_ms > self.first_update_ms
+                    else self.anchor_ms)
+        for s in self._segments.values():
+            elapsed_ms = now_ms - max(previous, s.loaded_at_ms)
+            a, b, c, d = s.counts
+            if elapsed_ms <= 0:
+                s.rates = (0.0, 0.0, 0.0, 0.0)
+            else:
+                if not s.producers_open:
+                    a = b = 0
+                s.rates = (a * 1000 / elapsed_ms, b * 1000 / elapsed_ms, c * 1000 / elapsed_ms,
+                           d * 1000 / elapsed_ms)
+            s.counts = [0, 0, 0, 0]
+
+    def rates(self, segment_id: int) -> Rates:
+        """The rates a sweep reads now (msg/s, B/s, msg/s, B/s); zeros for a segment not
+        loaded."""
+        s = self._segments.get(segment_id)
+        return s.rates if s is not None else (0.0, 0.0, 0.0, 0.0)
 
     def has_data(self, segment_id: int) -> bool:
-        return bool(self._bins.get(segment_id))
+        """The segment has uncounted traffic or a non-zero rate (a later update or sweep can
+        still change what is read)."""
+        s = self._segments.get(segment_id)
+        return s is not None and (any(s.counts) or any(s.rates))
 
-    def drop(self, segment_id: int) -> None:
-        self._bins.pop(segment_id, None)
+    def unload(self, segment_id: int) -> None:
+        """Forget a segment topic (unknown ids are ignored)."""
+        self._segments.pop(segment_id, None)
+
+    @property
+    def loaded(self) -> list[int]:
+        """Ids of the loaded segment topics, ascending."""
+        return sorted(self._segments)

@@ -163,7 +163,8 @@ class AutoScaleConfig:
 class SegmentLoadSample:
     """Last written load record of a segment and its store modification time (reference §5).
 
-    Rates are 60 s rolling averages (msg/s, bytes/s); ``modified_at_ms`` is event-time ms.
+    Rates are TopicStats values of one stats period (msg/s, bytes/s; reference §5.1);
+    ``modified_at_ms`` is event-time ms.
     """
 
     msg_rate_in: float = 0.0

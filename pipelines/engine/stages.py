@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from pipelines.contract.config import ConfigError, ReplayConfig
 from pipelines.contract.schemas import table_columns
-from pipelines.core.assignment import SubscriptionType
+from pipelines.core.assignment import CONSUMER_SESSION_GRACE_MS, LeaveHow, SubscriptionType
 from pipelines.core.batching import (
     BatchingConfig,
     BatchingMode,
@@ -78,6 +78,9 @@ class StageSettings:
     speed: float
     subscriptions: tuple[SubscriptionSpec, ...]
     capacities: Mapping[tuple[str, str], tuple[float | None, int]] = field(default_factory=dict)
+    first_event_ms: int | None = None
+    """Emulated time of the replay's first message: the emulated broker start, from which
+    the stats updates are timed (reference §5.1); ``None`` = each topic's first message."""
 
     @classmethod
     def from_config(cls, cfg: ReplayConfig, first_event_ms: int | None) -> StageSettings:
@@ -107,13 +110,14 @@ class StageSettings:
                 consumers.append(ConsumerSpec(
                     str(c.name), e_join, e_leave,
                     tuple(sorted({e for e in (int(r / speed) for r in reconnects)
-                                  if e > e_join and (e_leave is None or e < e_leave)}))))
+                                  if e > e_join and (e_leave is None or e < e_leave)})),
+                    LeaveHow(c.leave_how)))
                 caps[(sub.name, str(c.name))] = (
                     None if c.capacity_msg_per_s is None else c.capacity_msg_per_s * speed,
                     int(c.ack_delay_ms / speed))
             subs.append(SubscriptionSpec(sub.name, SubscriptionType(str(sub.type).lower()),
                                          tuple(consumers), sub.grouped))
-        return cls(cfg, speed, tuple(subs), caps)
+        return cls(cfg, speed, tuple(subs), caps, first_event_ms)
 
     def controller_settings(self, topic: str) -> ControllerSettings:
         r, t = self.config.replay, self.config.topic
@@ -121,8 +125,11 @@ class StageSettings:
             policy=self.config.policy_for(topic), initial_segments=t.initial_segments,
             bucket_budget=t.bucket_budget, auto_scale_interval_ms=r.auto_scale_interval_s * 1000,
             load_report_interval_ms=r.load_report_interval_s * 1000,
-            rate_window_ms=r.rate_window_s * 1000,
-            rate_change_threshold=r.load_report_rate_change_threshold)
+            stats_update_frequency_ms=r.stats_update_frequency_s * 1000,
+            stats_update_initial_delay_ms=r.stats_update_initial_delay_s * 1000,
+            stats_anchor_ms=self.first_event_ms,
+            rate_change_threshold=r.load_report_rate_change_threshold,
+            consumer_grace_ms=CONSUMER_SESSION_GRACE_MS)
 
     def batching(self) -> BatchingConfig:
         b = self.config.batching_config()
@@ -499,20 +506,24 @@ def new_dispatchers(settings: StageSettings) -> list[Any]:
     """One ``SubscriptionDispatcher`` per configured subscription; an ungrouped CHECKPOINT
     subscription gets one per consumer instead (each reads every segment through a cursor of
     its own, reference §7.3), named :func:`~pipelines.core.dispatch.reader_subscription`.
-    Reconnects are not dispatch events (the session never left, see ``ConsumerSpec``)."""
+    Reconnects are not dispatch events (the session never left, see ``ConsumerSpec``); a
+    leave is a clean close or a crash for dispatch as for the controller (§6.1), with the
+    same grace period."""
 
     out = []
     for sub in settings.subscriptions:
         consumers = []
         for c in sub.consumers:
             cap, ack = settings.capacities.get((sub.name, c.name), (None, 0))
-            consumers.append(DConsumer(c.name, c.join_ms, c.leave_ms, cap, ack))
+            consumers.append(DConsumer(c.name, c.join_ms, c.leave_ms, cap, ack, c.leave_how))
         if sub.grouped:
             out.append(SubscriptionDispatcher(sub.name, sub.type.value, consumers,
-                                              settings.consumer_window_ms))
+                                              settings.consumer_window_ms,
+                                              CONSUMER_SESSION_GRACE_MS))
         else:
             out.extend(SubscriptionDispatcher(reader_subscription(sub.name, c.name),
-                                              sub.type.value, [c], settings.consumer_window_ms)
+                                              sub.type.value, [c], settings.consumer_window_ms,
+                                              CONSUMER_SESSION_GRACE_MS)
                        for c in consumers)
     return out
 

@@ -44,19 +44,43 @@ def _names(k: int) -> list[str]:
 )
 def test_bucket_spread_matches_reference_vectors(n: int, k: int,
                                                  expected: list[list[int]]) -> None:
-    assert bucket_spread(n, _names(k)) == {f"c{j}": expected[j] for j in range(k)}
+    assert bucket_spread(n, _names(k), 0) == {f"c{j}": expected[j] for j in range(k)}
 
 
 def test_bucket_spread_with_more_consumers_than_buckets_leaves_first_consumer_empty() -> None:
-    assert bucket_spread(4, ["e", "d", "c", "b", "a"])["a"] == []
+    assert bucket_spread(4, ["e", "d", "c", "b", "a"], 0)["a"] == []
 
 
 def test_bucket_spread_without_consumers_is_empty() -> None:
-    assert bucket_spread(4, []) == {}
+    assert bucket_spread(4, [], 0) == {}
 
 
 def test_bucket_spread_sorts_consumers_by_name() -> None:
-    assert bucket_spread(2, ["zeta", "alpha"]) == {"alpha": [0], "zeta": [1]}
+    assert bucket_spread(2, ["zeta", "alpha"], 0) == {"alpha": [0], "zeta": [1]}
+
+
+@pytest.mark.parametrize(
+    ("names", "segment_id", "first"),
+    [
+        (["w", "w-2"], 0, "w-2"),  # "w-2-seg-0" < "w-seg-0" although "w" < "w-2"
+        (["a", "a-b"], 3, "a-b"),  # '-' (0x2d) after the shorter name sorts before 's'
+        (["w", "w+2"], 0, "w+2"),  # '+' (0x2b) < '-' (0x2d)
+        (["w", "w.2"], 0, "w"),  # '.' (0x2e) > '-': the bare-name order holds
+        (["w", "wz"], 0, "w"),  # "w-seg-0" < "wz-seg-0": '-' < 'z'
+        (["c1", "c10"], 7, "c1"),  # "c1-seg-7" < "c10-seg-7": '-' < '0'
+        (["\uffff", "\U00010000"], 0, "\U00010000"),  # Java order: UTF-16 code units
+    ],
+    ids=["dash-suffix", "other-segment", "plus-suffix", "dot-suffix", "letter-suffix",
+         "digit-suffix",
+         "utf16-order"],
+)
+def test_bucket_spread_sorts_by_per_segment_consumer_name(names: list[str], segment_id: int,
+                                                          first: str) -> None:
+    """Reference §3.7: the broker sorts a shared segment's consumers by the per-segment v4
+    consumer's name, ``<consumerName>-seg-<segmentId>``."""
+    spread = bucket_spread(2, names, segment_id)
+    assert spread[first] == [0]
+    assert sorted(spread) == sorted(names)
 
 
 @pytest.mark.parametrize(
@@ -65,7 +89,7 @@ def test_bucket_spread_sorts_consumers_by_name() -> None:
 )
 def test_bucket_spread_rejects_bad_input(n: int, names: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        bucket_spread(n, names)
+        bucket_spread(n, names, 0)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +102,29 @@ def test_worked_example_two_sharers_of_four_buckets(hash_b: int, owner: str) -> 
     owners = bucket_owners({"c2": [SegmentAssignment(0, ranges)],
                             "c1": [SegmentAssignment(0, ranges)]}, layout)
     assert owners[(0, bucket_of(layout.segment(0).bucket_splits, hash_b))] == owner
+
+
+@pytest.mark.parametrize(
+    ("connected", "expected"),
+    [
+        (None, {(0, 0): "a", (0, 1): "b", (1, 0): "c", (1, 1): "c"}),
+        ({"a", "b", "c"}, {(0, 0): "a", (0, 1): "b", (1, 0): "c", (1, 1): "c"}),
+        # b lost its connection (within the grace period): a takes segment 0's buckets
+        ({"a", "c"}, {(0, 0): "a", (0, 1): "a", (1, 0): "c", (1, 1): "c"}),
+        # c, the sole owner of segment 1, lost it: segment 1 has no owner
+        ({"a", "b"}, {(0, 0): "a", (0, 1): "b"}),
+    ],
+    ids=["all", "all-connected", "lost-sharer", "lost-sole-owner"],
+)
+def test_bucket_owners_spread_over_connected_consumers_only(
+        connected: set[str] | None, expected: dict[tuple[int, int], str]) -> None:
+    """§6.1, §3.7: a session within its grace period keeps its assignment, but only the
+    consumers connected to the broker own buckets."""
+    layout = SegmentLayout.initial(2, bucket_budget=4)  # N=2 each
+    ranges = tuple(bucket_ranges(layout.segment(0).bucket_splits))
+    assignment = {"a": [SegmentAssignment(0, ranges)], "b": [SegmentAssignment(0, ranges)],
+                  "c": [SegmentAssignment(1)]}
+    assert bucket_owners(assignment, layout, connected) == expected
 
 
 # ---- assign_segments (reference §6.3) -----------------------------------------------------------

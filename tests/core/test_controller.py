@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipelines.core.assignment import LeaveHow
 from pipelines.core.controller import (
     ConsumerSpec,
     ControllerSettings,
@@ -16,6 +17,7 @@ from pipelines.core.controller import (
 from pipelines.core.layout import SegmentLayout
 from pipelines.core.policy import AutoScaleConfig
 
+RATES = ("msg_rate_in", "bytes_rate_in", "msg_rate_out", "bytes_rate_out")
 POLICY = AutoScaleConfig(split_msg_rate_in=50, merge_msg_rate_in=5,
                          split_vs_rebucket_min_msg_rate_in=20, merge_window_s=60,
                          merge_cooldown_s=60)
@@ -135,15 +137,80 @@ def test_cooldown_clock_set_only_on_success():
     assert c.last_merge_ms is None and c.last_rebucket_ms is None
 
 
-def test_load_samples_written_only_on_material_change():
-    c = TopicController("t", ControllerSettings(policy=AutoScaleConfig(enabled=False)))
-    ev = np.concatenate([np.arange(b * 10_000, b * 10_000 + 6000, 100) for b in range(12)])
-    run(c, ev, ev % 65536, ev % 65536)
+# ---- load rates per stats period (reference §5.1) ---------------------------------------------
+
+DISABLED = AutoScaleConfig(enabled=False)
+
+
+def _written(samples, segment_id=0):
+    return [(s["sample_time_ms"], s["msg_rate_in"]) for s in samples
+            if s["written"] and s["segment_id"] == segment_id]
+
+
+@pytest.mark.parametrize(
+    ("burst", "expected"),
+    [
+        # 60 msgs in the first 6 s of every 10 s: 360 per period, 6 msg/s at every update. The
+        # old 60 s rolling average ramped 1, 2, 3, 4, 6 at the 10 s sweeps.
+        (6_000, [(0, 0.0), (60_000, 6.0)]),
+        # evenly spread: 100 msgs per 10 s, 10 msg/s
+        (10_000, [(0, 0.0), (60_000, 10.0)]),
+    ],
+    ids=["bursty", "even"],
+)
+def test_steady_stream_writes_at_most_one_record_per_stats_period(burst, expected):
+    """The sweep reads TopicStats values that change only at the 60 s stats updates: a steady
+    stream's record is written at its first sweep (nothing stored) and at the first update,
+    never at the 10 s sweeps in between."""
+    c = TopicController("t", ControllerSettings(policy=DISABLED))
+    ev = np.concatenate([np.arange(b * 10_000, b * 10_000 + burst, 100)
+                         for b in range(30)]).astype(np.int64)
+    run(c, ev, ev % 65536, ev % 65536, horizon=300_001)
     _, samples = c.take_outputs()
-    written = [(s["sample_time_ms"], s["msg_rate_in"]) for s in samples if s["written"]]
-    # 60 msgs per 10 s: the 60 s average ramps 0, 1, 2, 3, 4, 5 (+25 %: not material), 6
-    assert written == [(0, 0.0), (10_000, 1.0), (20_000, 2.0), (30_000, 3.0), (40_000, 4.0),
-                       (60_000, 6.0)]
+    assert _written(samples) == expected
+    assert [s["msg_rate_in"] for s in samples if s["sample_time_ms"] % 60_000] == [
+        expected[-1][1]] * 20  # every sweep between updates reads the last update's value
+
+
+@pytest.mark.parametrize(
+    ("step_ms", "expected"),
+    [
+        # 10 msg/s, then 100 msg/s from step_ms; stats updates at 60, 120, 180 s
+        (110_000, [(60_000, 10.0), (120_000, 25.0), (180_000, 100.0)]),
+        # 1 s before the 120 s update: (59·10 + 100)/60 = 11.5, within 25 % of 10: not written
+        (119_000, [(60_000, 10.0), (180_000, 100.0)]),
+        # at the update: messages at 120 s count in the next period
+        (120_000, [(60_000, 10.0), (180_000, 100.0)]),
+        # 1 s after: (10 + 59·100)/60 = 98.5, read from the 180 s update on
+        (121_000, [(60_000, 10.0), (180_000, 98.5)]),
+    ],
+    ids=["10s-before-update", "1s-before-update", "at-update", "1s-after-update"],
+)
+def test_rate_step_is_read_at_the_next_stats_update(step_ms, expected):
+    c = TopicController("t", ControllerSettings(policy=DISABLED))
+    slow = np.arange(0, step_ms, 100, dtype=np.int64)
+    fast = np.arange(step_ms, 240_000, 10, dtype=np.int64)
+    ev = np.concatenate([slow, fast])
+    run(c, ev, ev % 65536, ev % 65536, horizon=240_000)
+    _, samples = c.take_outputs()
+    assert [(t, pytest.approx(r)) for t, r in _written(samples)[1:]] == expected
+
+
+@pytest.mark.parametrize(
+    ("anchor_ms", "first_message_ms", "expected"),
+    [
+        (None, 0, 60_000),  # the topic's first event is the broker start: first update at 60 s
+        (0, 30_000, 60_000),  # the replay's first event (another topic's) anchors it
+        (0, 90_000, 120_000),  # a topic created after the first update waits for the next
+    ],
+    ids=["topic-first-event", "replay-first-event", "created-after-first-update"],
+)
+def test_stats_updates_are_anchored_at_the_first_event(anchor_ms, first_message_ms, expected):
+    c = TopicController("t", ControllerSettings(policy=DISABLED, stats_anchor_ms=anchor_ms))
+    ev = np.arange(first_message_ms, 200_000, 100, dtype=np.int64)
+    run(c, ev, ev % 65536, ev % 65536, horizon=200_000)
+    _, samples = c.take_outputs()
+    assert next(t for t, r in _written(samples) if r > 0) == expected
 
 
 def test_msg_rate_out_counts_connected_subscriptions():
@@ -226,8 +293,8 @@ CP, ST, QU = SubscriptionType.CHECKPOINT, SubscriptionType.STREAM, SubscriptionT
 
 
 def _first_decision(subs):
-    """100 msg/s (split threshold 50): from the 40 s sample on a split is due; the tick is
-    every 300 s, so only a registration can evaluate before 300 s."""
+    """100 msg/s (split threshold 50): from the 60 s stats update on a split is due; the tick
+    is every 300 s, so only a registration can evaluate before 300 s."""
     c = TopicController("t", ControllerSettings(policy=POLICY, auto_scale_interval_ms=300_000),
                         subs)
     ev, sh, hb = traffic(100, 0, 301_000)
@@ -241,22 +308,22 @@ def _first_decision(subs):
     [
         ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0),)),),
          (300_000, "tick", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, reconnects_ms=(45_000,)),)),),
-         (45_000, "consumer-registration", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0, reconnects_ms=(45_000,)),)),),
-         (45_000, "consumer-registration", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, 45_000),)),),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, reconnects_ms=(75_000,)),)),),
+         (75_000, "consumer-registration", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 0, reconnects_ms=(75_000,)),)),),
+         (75_000, "consumer-registration", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0, 75_000),)),),
          (300_000, "tick", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 45_000))),),
-         (45_000, "consumer-registration", "split", "consumer-count")),
-        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 45_000),)),),
-         (45_000, "consumer-registration", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 45_000),), grouped=False),),
+        ((SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0), ConsumerSpec("c1", 75_000))),),
+         (75_000, "consumer-registration", "split", "consumer-count")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 75_000),)),),
+         (75_000, "consumer-registration", "split", "msgRateIn")),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 75_000),), grouped=False),),
          (300_000, "tick", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 10_000, reconnects_ms=(45_000,)),),
+        ((SubscriptionSpec("s", CP, (ConsumerSpec("c0", 10_000, reconnects_ms=(75_000,)),),
                            grouped=False),),
          (300_000, "tick", "split", "msgRateIn")),
-        ((SubscriptionSpec("s", QU, (ConsumerSpec("c0", 45_000),)),),
+        ((SubscriptionSpec("s", QU, (ConsumerSpec("c0", 75_000),)),),
          (300_000, "tick", "split", "msgRateIn")),
     ],
     ids=["no-registration", "stream-reconnect", "checkpoint-reconnect", "leave-does-not-evaluate",
@@ -289,6 +356,51 @@ def test_consumer_count_counts_registered_sessions_only(subs, now_ms, expected):
     assert c.consumers_by_subscription(now_ms) == expected
 
 
+# ---- a clean close unregisters at once (reference §6.1, PR #26433) -----------------------------
+CLOSE, CRASH = LeaveHow.CLOSE, LeaveHow.CRASH
+
+
+@pytest.mark.parametrize(
+    ("how", "now_ms", "expected"),
+    [
+        (CLOSE, 99_999, 2),
+        (CLOSE, 100_000, 1),  # unregistered at the close
+        (CRASH, 100_000, 2),  # a lost connection: the session stays for the grace period
+        (CRASH, 159_999, 2),
+        (CRASH, 160_000, 1),  # expired 60 s after the disconnect
+    ],
+    ids=["close-before", "close-at-leave", "crash-at-leave", "crash-in-grace",
+         "crash-expired"],
+)
+def test_consumer_count_drops_at_a_close_and_after_the_grace_at_a_crash(how, now_ms, expected):
+    sub = SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0),
+                                     ConsumerSpec("c1", 0, 100_000, leave_how=how)))
+    assert TopicController("t", ControllerSettings(), (sub,)).consumers_by_subscription(
+        now_ms) == {"s": expected}
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        (CLOSE, []),  # c0, c2: 2 consumers fit the 2 buckets
+        # c0, c1 (lost, within the grace), c2: 3 > 2 buckets, below the split-rate floor
+        (CRASH, [(130_000, "consumer-registration", "rebucket", 4, 3)]),
+    ],
+    ids=["close", "crash"],
+)
+def test_registration_within_the_grace_counts_a_crashed_consumer_not_a_closed_one(how,
+                                                                                 expected):
+    sub = SubscriptionSpec("s", ST, (ConsumerSpec("c0", 0),
+                                     ConsumerSpec("c1", 0, 100_000, leave_how=how),
+                                     ConsumerSpec("c2", 130_000)))
+    c = TopicController("t", ControllerSettings(policy=POLICY, bucket_budget=2), (sub,))
+    ev, sh, hb = traffic(1, 0, 131_000)
+    run(c, ev, sh, hb)
+    decisions, _ = c.take_outputs()
+    assert [(d["eval_time_ms"], d["trigger"], d["action"], d["new_bucket_count"],
+             d["consumers"]) for d in decisions] == expected
+
+
 @pytest.mark.parametrize(
     ("subs", "expected"),
     [
@@ -319,13 +431,34 @@ def test_invalid_reconnect_or_grouping_is_rejected(build, message):
         build()
 
 
-def test_sealed_segment_loses_its_cached_baseline_but_keeps_its_stored_record():
-    c = TopicController("t", ControllerSettings(policy=POLICY))
-    ev, sh, hb = traffic(100, 0, 61_000)
+# ---- sealed segments stay swept while they drain (reference §5.1) -----------------------------
+
+
+@pytest.mark.parametrize(
+    ("initial_delay_ms", "expected"),
+    [
+        # updates at 60, 120 s: split at the 60 s tick, right after an update; the next update
+        # has no producer and nothing dispatched since: one zero record
+        (60_000, [(0, (0, 0, 0, 0)), (60_000, (100, 10_000, 100, 10_000)),
+                  (120_000, (0, 0, 0, 0))]),
+        # updates at 30, 90, 150 s: the split at 60 s falls mid-period; at 90 s the producers
+        # are gone (in-rates 0) but the subscription still counts what it was dispatched from
+        # 30 to 60 s (3000 msgs / 60 s); at 150 s everything is 0
+        (30_000, [(0, (0, 0, 0, 0)), (30_000, (100, 10_000, 100, 10_000)),
+                  (90_000, (0, 0, 50, 5_000)), (150_000, (0, 0, 0, 0))]),
+    ],
+    ids=["split-at-update", "split-mid-period"],
+)
+def test_sealed_parent_is_swept_until_its_zero_record(initial_delay_ms, expected):
+    settings = ControllerSettings(policy=POLICY, stats_update_initial_delay_ms=initial_delay_ms)
+    c = TopicController("t", settings, stream_sub(0))
+    ev, sh, hb = traffic(100, 0, 200_000)
     run(c, ev, sh, hb)
-    assert sorted(c.layout.active_segments) == [1, 2]
-    assert c.reporter.baseline(0) is None  # forgotten at the seal
-    # its last write (50 s: 5000 msgs / 60 s; 100 msg/s at 60 s is within 25 %) stays in the
-    # store (no prune)
-    record = c.reporter.samples[0]
-    assert (record.modified_at_ms, record.msg_rate_in) == (50_000, pytest.approx(5000 / 60))
+    decisions, samples = c.take_outputs()
+    assert (decisions[0]["eval_time_ms"], decisions[0]["action"]) == (60_000, "split")
+    parent = [(s["sample_time_ms"], tuple(s[k] for k in RATES)) for s in samples
+              if s["segment_id"] == 0 and s["written"]]
+    assert parent == [(t, tuple(pytest.approx(x) for x in r)) for t, r in expected]
+    assert max(s["sample_time_ms"] for s in samples if s["segment_id"] == 0) == expected[-1][0]
+    assert 0 not in c.stats.loaded and c.reporter.baseline(0) is None  # unloaded after it
+    assert c.reporter.samples[0].rates == (0, 0, 0, 0)  # the record stays (no prune)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines.core.assignment import LeaveHow
 from pipelines.core.dispatch import (
     ConsumerLoadRow,
     ConsumerSpec,
@@ -192,6 +193,66 @@ def test_entries_after_last_consumer_left_stay_in_the_backlog() -> None:
     _, out = _run("stream", [ConsumerSpec("a", leave_ms=100)], [(0, ONE_N1)],
                   [E(50, 0), E(150, 0)])
     assert _by_entry(out) == {0: ("a", 50, 50), 1: (None, None, None)}
+
+
+# ---- clean close vs lost connection (reference §6.1, PR #26433) ---------------------------------
+TWO_N1 = SegmentLayout.initial(2, bucket_budget=2)  # segments 0 [0, 0x7fff], 1; N=1 each
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        # a clean close unregisters b at 100: a takes both segments at once
+        ("close", {0: ("a", 200, 200), 1: ("a", 40_000, 40_000)}),
+        # b's connection is lost at 100: its session and assignment (segment 1) stay until
+        # 100 + 60 s, so segment 1 waits; then a takes it
+        ("crash", {0: ("a", 60_100, 60_100), 1: ("a", 60_100, 60_100)}),
+    ],
+)
+def test_close_reassigns_at_once_and_crash_keeps_the_assignment_for_the_grace_period(
+        how: str, expected: dict[int, tuple[str, int, int]]) -> None:
+    consumers = [ConsumerSpec("a"), ConsumerSpec("b", leave_ms=100, leave_how=LeaveHow(how))]
+    d, out = _run("stream", consumers, [(0, TWO_N1)], [E(200, 1), E(40_000, 1)])
+    assert _by_entry(out) == expected
+    assert d.stats.rebalances == 3  # two joins, one removal (at the close or the expiry)
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        # closed: a holds both segments from 100; c joins at 30 s and takes segment 1
+        ("close", {0: ("a", 200, 200), 1: ("c", 40_000, 40_000)}),
+        # crashed: sessions a, b (lost), c: segment 1 stays b's (c idle) until b expires
+        ("crash", {0: ("c", 60_100, 60_100), 1: ("c", 60_100, 60_100)}),
+    ],
+)
+def test_registration_within_the_grace_period_after_a_close_and_a_crash(
+        how: str, expected: dict[int, tuple[str, int, int]]) -> None:
+    consumers = [ConsumerSpec("a"), ConsumerSpec("b", leave_ms=100, leave_how=LeaveHow(how)),
+                 ConsumerSpec("c", join_ms=30_000)]
+    _, out = _run("stream", consumers, [(0, TWO_N1)], [E(200, 1), E(40_000, 1)])
+    assert _by_entry(out) == expected
+
+
+@pytest.mark.parametrize("how", ["close", "crash"])
+def test_lost_sharer_buckets_are_spread_over_the_connected_sharers_at_once(how: str) -> None:
+    """A shared segment's buckets are spread by the broker over its connected consumers: a
+    crashed sharer's buckets move at the disconnect, as a closed one's (§3.7)."""
+    consumers = [ConsumerSpec("a"), ConsumerSpec("b", leave_ms=100, leave_how=LeaveHow(how))]
+    _, out = _run("stream", consumers, [(0, ONE_N2)], [E(50, 0, 0x9000), E(200, 0, 0x9000)])
+    assert _by_entry(out) == {0: ("b", 50, 50), 1: ("a", 200, 200)}
+
+
+@pytest.mark.parametrize(
+    ("names", "owner_of_bucket_0"),
+    [(["w", "w-2"], "w-2"), (["w", "wz"], "w")],
+    ids=["prefix-related", "unrelated"],
+)
+def test_shared_segment_buckets_follow_the_per_segment_consumer_names(
+        names: list[str], owner_of_bucket_0: str) -> None:
+    """§3.7: sharers sorted by ``<name>-seg-<segmentId>``: "w-2-seg-0" < "w-seg-0"."""
+    _, out = _run("stream", [ConsumerSpec(n) for n in names], [(0, ONE_N2)], [E(5, 0, 0x0100)])
+    assert [r.consumer_name for r in out.dispatch] == [owner_of_bucket_0]
 
 
 # ---- QUEUE --------------------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""Material-change gate, load reporter and rolling rates (reference §5)."""
+"""Material-change gate, load reporter and TopicStats rates per stats period (reference §5,
+§5.1)."""
 
 import pytest
 
 from pipelines.core.load import (
     LoadRecordStore,
-    RollingRates,
     SegmentLoadReporter,
+    TopicStatsRates,
     is_material_change,
 )
 from pipelines.core.policy import SegmentLoadSample
@@ -117,25 +118,100 @@ def test_store_put_of_identical_value_keeps_modification_time(first, second, wri
     assert store.get(1).modified_at_ms == modified_at_ms
 
 
-def test_rolling_rates_average_over_window_in_seconds():
-    rr = RollingRates(interval_ms=10_000, window_ms=60_000)
-    rr.add(0, 1_000, 600, 6000)
-    rr.add(0, 55_000, 600, 6000)
-    assert rr.rates(0, 60_000) == (20.0, 200.0)
+# ---- TopicStats rates per stats period (reference §5.1) ----------------------------------------
 
 
-def test_rolling_rates_exclude_bins_outside_window():
-    rr = RollingRates(interval_ms=10_000, window_ms=60_000)
-    rr.add(0, 1_000, 600, 0)
-    rr.add(0, 65_000, 60, 0)
-    assert rr.rates(0, 70_000) == (1.0, 0.0)
+@pytest.mark.parametrize(
+    ("anchor", "delay", "frequency", "at", "expected"),
+    [
+        (5_000, 60_000, 60_000, 0, 65_000),  # before the first update: the first update
+        (5_000, 60_000, 60_000, 65_000, 65_000),  # an update time is its own next update
+        (5_000, 60_000, 60_000, 65_001, 125_000),
+        (5_000, 60_000, 60_000, 300_000, 305_000),
+        (0, 0, 30_000, 1, 30_000),  # no initial delay: the first update at the broker start
+        (0, 90_000, 60_000, 100_000, 150_000),  # initial delay and frequency differ
+    ],
+)
+def test_stats_updates_run_at_anchor_plus_initial_delay_then_every_period(anchor, delay,
+                                                                          frequency, at,
+                                                                          expected):
+    assert TopicStatsRates(anchor, frequency, delay).next_update_ms(at) == expected
 
 
-def test_rolling_rates_exclude_current_incomplete_bin():
-    rr = RollingRates(interval_ms=10_000, window_ms=60_000)
-    rr.add(0, 60_000, 600, 0)
-    assert rr.rates(0, 60_000) == (0.0, 0.0)
+@pytest.mark.parametrize(
+    ("loaded_at", "counts", "updates", "expected"),
+    [
+        # loaded at the broker start, 6000 msgs before the first update: 100 msg/s
+        (0, (6000, 600_000, 12_000, 1_200_000), [60_000], (100.0, 10_000.0, 200.0, 20_000.0)),
+        # loaded between two updates: the first rate counts from the load (30 s)
+        (90_000, (300, 0, 0, 0), [60_000, 120_000], (10.0, 0.0, 0.0, 0.0)),
+        # a period with no traffic after one with traffic: 0 at the next update
+        (0, (600, 0, 0, 0), [60_000, 120_000], (0.0, 0.0, 0.0, 0.0)),
+    ],
+    ids=["first-period", "loaded-mid-period", "idle-period"],
+)
+def test_stats_update_sets_count_since_previous_update_over_elapsed_seconds(loaded_at, counts,
+                                                                             updates, expected):
+    rates = TopicStatsRates(0)
+    for u in updates:
+        if u > loaded_at and 0 not in rates.loaded:
+            rates.load(0, loaded_at)
+            rates.add(0, *counts)
+        rates.update(u)
+    assert rates.rates(0) == expected
 
 
-def test_rolling_rates_of_unknown_segment_are_zero():
-    assert RollingRates().rates(7, 60_000) == (0.0, 0.0)
+@pytest.mark.parametrize(
+    ("read_at", "expected"),
+    [(59_999, 0.0), (60_000, 100.0), (119_999, 100.0), (120_000, 50.0)],
+    ids=["before-first-update", "at-update", "constant-until-next", "next-update"],
+)
+def test_stats_rates_are_constant_between_updates(read_at, expected):
+    """6000 msgs in the first period, 3000 in the second: a sweep reads the last update's
+    value whatever the traffic since."""
+    rates = TopicStatsRates(0)
+    rates.load(0, 0)
+    rates.add(0, 6000, 0, 0, 0)
+    for u in (60_000, 120_000):
+        if u > read_at:
+            break
+        rates.update(u)
+        rates.add(0, 3000, 0, 0, 0)
+    assert rates.rates(0)[0] == expected
+
+
+def test_segment_loaded_between_updates_reads_zero_until_the_next_update():
+    rates = TopicStatsRates(0)
+    rates.load(0, 0)
+    rates.update(60_000)
+    rates.load(1, 75_000)
+    rates.add(1, 450, 0, 0, 0)
+    assert rates.rates(1) == (0.0, 0.0, 0.0, 0.0)
+    rates.update(120_000)
+    assert rates.rates(1)[0] == 10.0  # 450 msgs over the 45 s since its load
+
+
+def test_closed_producers_give_zero_in_rates_but_out_rates_count_the_period():
+    """Sealed (producers closed) mid-period: the next update has no producer rate; the
+    subscriptions stay, so the out-rates count what was dispatched in the period."""
+    rates = TopicStatsRates(0)
+    rates.load(0, 0)
+    rates.add(0, 600, 6000, 1200, 12_000)
+    rates.close_producers(0)
+    rates.update(60_000)
+    assert rates.rates(0) == (0.0, 0.0, 20.0, 200.0)
+    rates.update(120_000)
+    assert rates.rates(0) == (0.0, 0.0, 0.0, 0.0)
+    assert not rates.has_data(0)
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [(lambda: TopicStatsRates(0, 0), "frequency_ms > 0"),
+     (lambda: TopicStatsRates(0, 60_000, -1), "initial_delay_ms >= 0"),
+     (lambda: TopicStatsRates(0).update(30_000), "not a stats update time")],
+    ids=["zero-frequency", "negative-delay", "update-off-the-grid"],
+)
+def test_stats_rates_reject_bad_periods(build, message):
+    with pytest.raises(ValueError, match=message):
+        build()
