@@ -35,12 +35,13 @@ from pipelines.core.layout import SegmentLayout
 from pipelines.storage import fs as storage
 from pipelines.storage.fs import arrow_filesystem
 
-STATE_FORMAT = 2
+STATE_FORMAT = 3
 """Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.engine.stages``
 objects). Bumped whenever those classes change shape or module (pickles name a class by its
 module path): a checkpoint of another format is refused (:func:`load_state`) instead of
 unpickling old objects into new classes. 2: ``pipelines.stages`` moved to
-``pipelines.engine.stages`` (its ``BatchingState``)."""
+``pipelines.engine.stages`` (its ``BatchingState``); 3: a dispatcher keeps its last emitted
+window rows (sparse ``consumer_load`` / ``subscription_stats``, issue #30)."""
 
 STATE_DDL = "format int, blob binary"
 """Schema of every operator's ``ValueState``: the blob's format and the blob."""
