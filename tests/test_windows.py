@@ -4,6 +4,9 @@ ones back to the dense tables the replay wrote before, row for row."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -13,6 +16,7 @@ from pipelines.analysis.report import _window_cells, fig_consumers
 from pipelines.analysis.windows import WindowSettings, fill_idle_windows, window_settings
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
+from pipelines.contract.schemas import IDLE_WINDOWS_DOC
 from pipelines.core.dispatch import SubscriptionDispatcher
 from pipelines.engine.local import run_local
 from pipelines.storage.delta import DeltaStore
@@ -144,24 +148,28 @@ OTHERS = ("messages", "entries", "segments", "segment_load", "autoscale_decision
           "bucket_handoffs", "segment_drains")
 
 
-@pytest.fixture(scope="module")
-def replays(tmp_path_factory: pytest.TempPathFactory) -> tuple[DeltaStore, DeltaStore]:
-    """The same log replayed with sparse windows and with every window (the tables before
-    issue #30), by the local engine."""
-    log = tmp_path_factory.mktemp("log")
-    generate(WorkloadSpec.model_validate(SPEC), log)
-    conf = tmp_path_factory.mktemp("conf") / "windows.yaml"
+def replay_pair(folder: Path) -> tuple[DeltaStore, DeltaStore]:
+    """The same log (:data:`SPEC`, :data:`CONF`) replayed by the local engine under ``folder``
+    with sparse windows and with every window (the tables before issue #30); run id ``w``."""
+    generate(WorkloadSpec.model_validate(SPEC), folder / "log")
+    conf = folder / "windows.yaml"
     conf.write_text(CONF, encoding="utf-8")
     cfg = load_config(conf)
     spec = get_preset("contract").replace(format="json")
-    out = tmp_path_factory.mktemp("out")
     stores = []
-    for dense in (False, True):
+    for name, dense in (("sparse", False), ("dense", True)):
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(SubscriptionDispatcher, "dense_windows", dense)
-            run_local(cfg, spec, [str(log)], str(out / str(dense)), "w", progress=lambda _: None)
-        stores.append(DeltaStore(str(out / str(dense)), engine="delta-rs"))
+            run_local(cfg, spec, [str(folder / "log")], str(folder / name), "w",
+                      progress=lambda _: None)
+        stores.append(DeltaStore(str(folder / name), engine="delta-rs"))
     return stores[0], stores[1]
+
+
+@pytest.fixture(scope="module")
+def replays(tmp_path_factory: pytest.TempPathFactory) -> tuple[DeltaStore, DeltaStore]:
+    """:func:`replay_pair` once for the module."""
+    return replay_pair(tmp_path_factory.mktemp("windows"))
 
 
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
@@ -211,3 +219,20 @@ def test_every_configured_consumer_and_subscription_has_rows(
     assert set(zip(sparse["subscription"], sparse["consumer_name"], strict=True)) == {
         ("s-stream", "a"), ("s-stream", "b"), ("s-stream", "c"), ("s-queue", "q0"),
         ("s-queue", "q1"), ("s-reader/r0", "r0")}
+
+
+def doc_example(language: str) -> str:
+    """The ``language`` code block of docs/tables.md's "Idle windows" section."""
+    blocks = re.findall(rf"```{language}\n(.*?)```", IDLE_WINDOWS_DOC, flags=re.S)
+    assert len(blocks) == 1
+    return str(blocks[0])
+
+
+def test_pandas_example_of_the_docs_fills_the_gaps(replays: tuple[DeltaStore, DeltaStore]) -> None:
+    sparse, dense = replays
+    code = doc_example("python").replace('"out/sample"', repr(sparse.root))
+    scope: dict[str, object] = {}
+    exec(code, scope)  # the documented example, as a user runs it
+    got = scope["dense"]
+    assert isinstance(got, pd.DataFrame)
+    pd.testing.assert_frame_equal(_sorted(got), _read(dense, "consumer_load"))
