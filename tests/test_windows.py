@@ -155,7 +155,7 @@ def replay_pair(folder: Path) -> tuple[DeltaStore, DeltaStore]:
     conf = folder / "windows.yaml"
     conf.write_text(CONF, encoding="utf-8")
     cfg = load_config(conf)
-    spec = get_preset("contract").replace(format="json")
+    spec = get_preset("contract").replace(format="json", speed=cfg.replay.speed)
     stores = []
     for name, dense in (("sparse", False), ("dense", True)):
         with pytest.MonkeyPatch.context() as mp:
