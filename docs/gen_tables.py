@@ -71,6 +71,7 @@ def render() -> str:
         parts.append("| column | type | nullable |\n|---|---|---|")
         for f in schema:
             parts.append(f"| `{f.name}` | `{f.type}` | {'yes' if f.nullable else 'no'} |")
+    parts.append(f"\n## Idle windows\n\n{schemas.IDLE_WINDOWS_DOC.rstrip()}")
     return "\n".join(parts) + "\n"
 
 

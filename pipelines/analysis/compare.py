@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import yaml
 
+from pipelines.analysis.windows import WindowSettings, window_index, window_settings
 from pipelines.contract.config import run_identity
 from pipelines.core.dispatch import reader_subscription
 from pipelines.engine.summary import run_summary
@@ -178,6 +181,16 @@ class RunTables:
         return dict(json.loads(self.runs["config"].iloc[-1]))
 
     @property
+    def windows(self) -> WindowSettings | None:
+        """The run's ``consumer_load`` window grid (:func:`window_settings`); ``None`` when the
+        config is unknown (the windowed tables are then read as they are, without idle
+        windows)."""
+        try:
+            return window_settings(self.config)
+        except (KeyError, TypeError):
+            return None
+
+    @property
     def end_time(self) -> pd.Timestamp | None:
         """Last event time of the run (latest entry publish, ack or load sample), UTC."""
         times = [self.entries["publish_time"].max(), self.dispatch["ack_time"].max(),
@@ -267,27 +280,81 @@ def consumer_shares(tables: RunTables) -> pd.DataFrame:
     subscription's messages (0..1), ``busy_ms`` and ``idle_ms`` (ms of the ``consumer_load``
     time base; per window busy = the sum over topics, capped at the connected time, and idle =
     connected - busy, connected = the longest over topics), ``windows`` (windows in which it was
-    connected) and ``empty_windows`` (of those, with no message)."""
+    connected) and ``empty_windows`` (of those, with no message). The idle windows a replay
+    leaves out (:mod:`pipelines.analysis.windows`) count as the previous row carried forward:
+    connected all window, nothing delivered — the numbers of the dense table."""
     cl = tables.consumer_load
     cols = ["subscription", "consumer_name", "messages", "share", "busy_ms", "idle_ms",
             "windows", "empty_windows"]
     if cl.empty:
         return pd.DataFrame(columns=cols)
+    grid = tables.windows if "topic" in cl.columns else None
     # consumer_load has one row per topic: per window, a consumer is connected for the longest of
     # its topics' (busy + idle), busy for the sum of its topics' busy time, idle for the rest.
-    cl = cl.assign(connected_ms=cl["busy_ms"] + cl["idle_ms"])
-    per_window = cl.groupby(["subscription", "consumer_name", "window_start"], as_index=False).agg(
+    cl = cl.assign(connected_ms=cl["busy_ms"] + cl["idle_ms"],
+                   _k=(window_index(cl, grid) if grid is not None
+                       else pd.factorize(cl["window_start"], sort=True)[0]))
+    per_window = cl.groupby(["subscription", "consumer_name", "_k"], as_index=False).agg(
         messages=("messages", "sum"), busy_ms=("busy_ms", "sum"),
-        connected_ms=("connected_ms", "max"))
+        connected_ms=("connected_ms", "max"), rows=("messages", "size"))
+    idle_windows = pd.Series(0, index=pd.MultiIndex.from_frame(
+        per_window[["subscription", "consumer_name"]].drop_duplicates()), dtype="int64")
+    if grid is not None:
+        idle_windows = _carried_windows(cl, per_window, grid)
     per_window["busy_ms"] = per_window[["busy_ms", "connected_ms"]].min(axis=1)
     per_window["idle_ms"] = per_window["connected_ms"] - per_window["busy_ms"]
     g = per_window.groupby(["subscription", "consumer_name"]).agg(
         messages=("messages", "sum"), busy_ms=("busy_ms", "sum"), idle_ms=("idle_ms", "sum"),
-        windows=("window_start", "size"),
-        empty_windows=("messages", lambda s: int((s == 0).sum()))).reset_index()
+        windows=("_k", "size"),
+        empty_windows=("messages", lambda s: int((s == 0).sum())))
+    carried = idle_windows.reindex(g.index, fill_value=0).to_numpy(np.int64)
+    window_ms = grid.window_ms if grid is not None else 0
+    g = g.assign(idle_ms=g["idle_ms"] + carried * window_ms, windows=g["windows"] + carried,
+                 empty_windows=g["empty_windows"] + carried).reset_index()
     total = g.groupby("subscription")["messages"].transform("sum")
     g["share"] = (g["messages"] / total.where(total > 0)).fillna(0.0)
     return g[cols]
+
+
+def _carried_windows(cl: pd.DataFrame, per_window: pd.DataFrame,
+                     grid: WindowSettings) -> pd.Series:
+    """For sparse ``consumer_load`` rows (with ``_k``, the window number): sets
+    ``per_window.connected_ms`` to the whole window where some topic of the consumer carries an
+    earlier row through it (a topic's series spans its first to its last row), and returns,
+    per (subscription, consumer), the windows of those spans that have no row at all (each
+    connected all window, nothing delivered)."""
+    spans = cl.groupby(["topic", "subscription", "consumer_name"], as_index=False)["_k"].agg(
+        first="min", last="max")
+    carried: dict[tuple[str, str], int] = {}
+    connected = per_window["connected_ms"].to_numpy(copy=True)
+    for (sub, name), s in spans.groupby(["subscription", "consumer_name"]):
+        at = np.flatnonzero(((per_window["subscription"] == sub)
+                             & (per_window["consumer_name"] == name)).to_numpy())
+        k = per_window["_k"].to_numpy()[at]
+        first = np.sort(s["first"].to_numpy())
+        last = np.sort(s["last"].to_numpy())
+        spanning = (np.searchsorted(first, k, side="right")
+                    - np.searchsorted(last, k, side="left"))
+        gap = spanning > per_window["rows"].to_numpy()[at]
+        connected[at[gap]] = grid.window_ms
+        carried[(str(sub), str(name))] = _union_size(s["first"].to_numpy(),
+                                                     s["last"].to_numpy()) - len(at)
+    per_window["connected_ms"] = connected
+    return pd.Series(carried, dtype="int64")
+
+
+def _union_size(first: npt.NDArray[np.int64], last: npt.NDArray[np.int64]) -> int:
+    """Windows in the union of the closed ranges ``[first[i], last[i]]``."""
+    order = np.argsort(first, kind="stable")
+    lo, hi = first[order], last[order]
+    reach = np.maximum.accumulate(hi)
+    # a range starts a new run when it begins after everything before it ends
+    new = np.r_[True, lo[1:] > reach[:-1]]
+    run = np.cumsum(new) - 1
+    starts = lo[new]
+    ends = np.zeros(len(starts), dtype=np.int64)
+    np.maximum.at(ends, run, hi)
+    return int((ends - starts + 1).sum())
 
 
 def _configured_consumers(config: dict[str, Any]) -> list[tuple[str, str]]:

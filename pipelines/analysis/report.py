@@ -41,6 +41,7 @@ matplotlib.use("Agg")
 import matplotlib.dates as mdates
 import matplotlib.ticker as mticker
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -415,12 +416,14 @@ def fig_consumers(tables: RunTables) -> Figure:
     grid = cl.pivot_table(index=["subscription", "consumer_name"], columns="window_start",
                           values="messages", aggfunc="sum")
     grid = grid.reindex(pd.MultiIndex.from_frame(shares[["subscription", "consumer_name"]]))
-    values = grid.to_numpy(dtype=float)
-    masked = np.ma.masked_where(~(values > 0), values)
     times = mdates.date2num(naive_utc(pd.Series(grid.columns)))
-    step = float(np.median(np.diff(times))) if len(times) > 1 else 1 / 1440
-    mesh = ax_m.pcolormesh(np.append(times, times[-1] + step), np.arange(len(grid) + 1),
-                           masked, cmap="viridis", shading="flat")
+    windows = tables.windows
+    step = (windows.window_ms * windows.speed / 86_400_000 if windows is not None
+            else float(np.median(np.diff(times))) if len(times) > 1 else 1 / 1440)
+    edges, values = _window_cells(times, step, grid.to_numpy(dtype=float))
+    masked = np.ma.masked_where(~(values > 0), values)
+    mesh = ax_m.pcolormesh(edges, np.arange(len(grid) + 1), masked, cmap="viridis",
+                           shading="flat")
     ax_m.set_ylim(len(grid), 0)
     ax_m.set_yticks(y + 0.5, [])
     ax_m.xaxis_date()
@@ -430,6 +433,22 @@ def fig_consumers(tables: RunTables) -> Figure:
     fig.suptitle(f"{tables.run_id}: consumer load share and idle time", x=0.02, ha="left")
     fig.tight_layout()
     return fig
+
+
+def _window_cells(starts: npt.NDArray[np.float64], step: float,
+                  values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64],
+                                                            npt.NDArray[np.float64]]:
+    """Cell edges (``len + 1``, matplotlib date numbers) and values (rows × cells) for windows
+    starting at ``starts`` (sorted), each ``step`` long: where windows without a row lie
+    between two (idle, left out of ``consumer_load``), an empty cell (NaN) fills the gap, so
+    each window is drawn over its own time only."""
+    if not len(starts):
+        return np.array([0.0, step]), values
+    ends = starts + step
+    gap = np.r_[starts[1:] > ends[:-1] + step * 1e-6, False]
+    edges = np.sort(np.r_[starts, ends[gap], ends[-1]])
+    cells = np.insert(values, np.flatnonzero(gap) + 1, np.nan, axis=1)
+    return edges, cells
 
 
 def fig_handoffs(tables: RunTables) -> Figure:

@@ -417,6 +417,12 @@ NonNegativeFloat = Annotated[float, Field(ge=0)]
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 
 
+def consumer_window_ms(consumer_window_s: float, speed: float) -> int:
+    """Length of a ``consumer_load`` / ``subscription_stats`` window on the emulated clock (ms):
+    ``replay.consumer_window_s`` of log time compressed by ``replay.speed``, whole ms."""
+    return int(consumer_window_s * 1000 / speed)
+
+
 class ReplaySection(_Model):
     """``replay``: time compression, event-time clocks and trigger sizing."""
 

@@ -176,9 +176,13 @@ CONSUMER_LOAD = pa.schema([
     _f("idle_ms", pa.int64()),
     _f("backlog_messages", pa.int64()),
 ])
-"""consumer_load — one consumer x window ``[window_start, window_end)``: messages and bytes
-delivered, busy / idle time in ms (idle = connected time minus busy), backlog (messages it could
-take) at the window's end."""
+"""consumer_load — one consumer x window ``[window_start, window_end)`` where it received, was
+busy or its state changed; idle windows are left out ([Idle windows](#idle-windows)): messages
+and bytes delivered, busy / idle time in emulated ms (log-time ms / ``replay.speed``; idle =
+connected time minus busy), backlog (messages it could take) at the window's end. A series
+(topic, subscription, consumer) has a row for its first window, the window the consumer leaves
+in, the run's last window, and every window where it received messages, was busy, was not
+connected all window or its ``backlog_messages`` changed."""
 
 BUCKET_HANDOFFS = pa.schema([
     RUN_ID,
@@ -217,8 +221,11 @@ SUBSCRIPTION_STATS = pa.schema([
     _f("drain_mode_segments", pa.int64()),
     _f("sealed_segments_undrained", pa.int64()),
 ])
-"""subscription_stats — one subscription x window ``[window_start, window_end)``: gauges at the
-window's end and counts during it, named after Pulsar's metrics. PIP-379:
+"""subscription_stats — one subscription x window ``[window_start, window_end)`` where a statistic
+changed; idle windows are left out ([Idle windows](#idle-windows)): gauges at the window's end
+and counts during it, named after Pulsar's metrics. A series (topic, subscription) has a row
+for its first and last windows and for every window where a count is not 0, a gauge differs
+from the previous row or ``draining_hashes_max`` exceeds ``draining_hashes_count``. PIP-379:
 ``draining_hashes_count`` (buckets withheld at the end; PIP-486's "buckets withheld" gauge),
 ``draining_hashes_max`` (most withheld at once in the window),
 ``draining_hashes_pending_messages`` (unacked messages holding them),
@@ -330,6 +337,82 @@ splits undone by a merge of the same hash range, or merges undone by a split, wi
 ``flap_window_s`` seconds (``pipelines.spark.sweep.flaps``); ``at_max_segments_s``: the longest time
 any topic spent at ``policy.max_segments`` (seconds, log time), per topic in
 ``at_max_segments`` (JSON object topic → seconds)."""
+
+IDLE_WINDOWS_DOC = """\
+`consumer_load` and `subscription_stats` are written per window of `replay.consumer_window_s`
+(log time), but only where something happened or changed: a year-long log with a minute
+window would otherwise hold a row per consumer and minute, nearly all idle. Their grain is
+one row per series and *active* window, a series being (`run_id`, `topic`, `subscription`,
+`consumer_name`) in `consumer_load` and (`run_id`, `topic`, `subscription`) in
+`subscription_stats`.
+
+How to read a gap. A series has rows for its first and its last window (the run's last, or the
+window the consumer left in), and its windows in between are contiguous: a window missing
+between two rows of a series is the earlier row carried forward —
+
+- `consumer_load`: `messages`, `bytes`, `busy_ms` 0; `idle_ms` the whole window (connected
+  all of it, nothing to do); `backlog_messages` as in the earlier row;
+- `subscription_stats`: `draining_hashes_cleared`, `reassignments`, `redeliveries` 0; every
+  gauge as in the earlier row; `draining_hashes_max` = the earlier row's
+  `draining_hashes_count`.
+
+No window after a series' last row belongs to it (the consumer left, or the run ended). The
+windows are `window_ms = int(consumer_window_s * 1000 / speed)` ms long on the emulated clock
+(`busy_ms` and `idle_ms` count those ms) and aligned to its multiples; window `k` starts at
+`round(k * window_ms * speed)` ms after the epoch in log time (`speed` = `replay.speed`; both
+settings are in the `runs` table's `config`). Filled back this way the tables equal, row for
+row, the dense tables replays wrote before (tested; on the whole online-retail trace too:
+[performance](performance.md)).
+
+In pandas (`pipelines.analysis.windows`, delta-rs):
+
+```python
+from deltalake import DeltaTable
+from pipelines.analysis.windows import fill_idle_windows, window_settings
+
+OUT = "out/sample"
+run = DeltaTable(f"{OUT}/runs").to_pandas().iloc[-1]
+load = DeltaTable(f"{OUT}/consumer_load").to_pandas()
+load = load[load["run_id"] == run["run_id"]]
+dense = fill_idle_windows(load, "consumer_load", window_settings(run["config"]))
+```
+
+In Spark SQL (`topic-replay sql --output DIR "…"`, or any session with the tables as views):
+
+```sql
+WITH grid AS (
+  SELECT run_id,
+         CAST(get_json_object(config, '$.replay.speed') AS DOUBLE) AS speed,
+         CAST(FLOOR(CAST(get_json_object(config, '$.replay.consumer_window_s') AS DOUBLE)
+                    * 1000 / CAST(get_json_object(config, '$.replay.speed') AS DOUBLE))
+              AS BIGINT) AS window_ms
+  FROM runs),
+rows AS (
+  SELECT c.*, g.window_ms, g.speed,
+         BROUND(unix_millis(c.window_start) / (g.window_ms * g.speed)) AS k,
+         BROUND(unix_millis(LEAD(c.window_start) OVER (
+                  PARTITION BY c.run_id, c.topic, c.subscription, c.consumer_name
+                  ORDER BY c.window_start)) / (g.window_ms * g.speed)) AS next_k
+  FROM consumer_load c JOIN grid g ON c.run_id = g.run_id)
+SELECT run_id, topic, subscription, consumer_name,
+       IF(i = 0, window_start, timestamp_millis(
+          CAST(BROUND((k + i) * window_ms * speed) AS BIGINT))) AS window_start,
+       IF(i = 0, window_end, timestamp_millis(
+          CAST(BROUND((k + i + 1) * window_ms * speed) AS BIGINT))) AS window_end,
+       IF(i = 0, messages, 0) AS messages,
+       IF(i = 0, bytes, 0) AS bytes,
+       IF(i = 0, busy_ms, 0) AS busy_ms,
+       IF(i = 0, idle_ms, window_ms) AS idle_ms,
+       backlog_messages
+FROM rows LATERAL VIEW explode(sequence(0, CAST(COALESCE(next_k - k - 1, 0) AS INT))) AS i
+```
+
+`subscription_stats` fills the same way (partition by `run_id, topic, subscription`; the three
+counts 0, `draining_hashes_max` = `draining_hashes_count`, the other columns as they are).
+"""
+"""The section of docs/tables.md on the windowed tables' idle windows (Markdown, rendered as
+is): the rule of :func:`pipelines.core.dispatch.idle_consumer_load` /
+:func:`~pipelines.core.dispatch.idle_window_stats`, and how to fill them back in."""
 
 TABLES: dict[str, pa.Schema] = {
     "messages": MESSAGES,

@@ -100,10 +100,20 @@ NamedTuples; :meth:`DispatchOutputs.column_parts` gives columns, also for 0 rows
 - ``handoffs``: :class:`HandoffRow`, one per bucket move between two consumers, emitted when
   the withholding ends (``withheld_until_ms == withheld_from_ms`` = not withheld; null = still
   withheld at the end).
-- ``consumer_load``: :class:`ConsumerLoadRow`, one per consumer × window it was connected in.
-- ``window_stats``: :class:`WindowStatsRow`, one per window: PIP-379 / PIP-486 gauges & counts.
+- ``consumer_load``: :class:`ConsumerLoadRow`, one per consumer × window it was connected in
+  where something happened or changed (sparse windows, below).
+- ``window_stats``: :class:`WindowStatsRow`, one per window where a statistic changed:
+  PIP-379 / PIP-486 gauges & counts.
 - ``segment_drains``: :class:`SegmentDrainRow`, one per sealed segment when it drains.
 Cumulative counters: :attr:`SubscriptionDispatcher.stats` (:class:`DispatchStats`).
+
+Sparse windows (issue #30): a window's row is left out when it equals the previous row of its
+series carried forward (:func:`idle_consumer_load`, :func:`idle_window_stats`: nothing
+delivered, not busy, connected all window, the same gauges); a series' first and last windows
+(and a consumer's window of leaving) are always kept, so :func:`fill_idle_rows` gives the dense
+windows back exactly. Idle stretches are jumped over (from the window of the last instant to
+the next window with booked busy time, a leave or the next instant), so a long quiet log costs
+its instants, not its windows.
 """
 
 from __future__ import annotations
@@ -275,6 +285,66 @@ class WindowStatsRow(NamedTuple):
     shared_segments: int
     drain_mode_segments: int
     sealed_segments_undrained: int
+
+
+IDLE_CONSUMER_LOAD_ZEROS = ("messages", "bytes", "busy_ms")
+"""``consumer_load`` columns that are 0 in an idle window (:func:`idle_consumer_load`)."""
+
+IDLE_WINDOW_STATS_ZEROS = ("draining_hashes_cleared", "reassignments", "redeliveries")
+"""``window_stats`` counts that are 0 in an idle window (:func:`idle_window_stats`)."""
+
+
+def idle_consumer_load(prev: ConsumerLoadRow, window_start_ms: int,
+                       window_end_ms: int) -> ConsumerLoadRow:
+    """The consumer's row of a window in which nothing happened to it: ``prev`` (its previous
+    row) carried forward — nothing dispatched, not busy (:data:`IDLE_CONSUMER_LOAD_ZEROS`),
+    connected the whole window (``idle_ms = window_end_ms - window_start_ms``), the same
+    ``backlog_messages``. A window whose row equals this is not emitted (sparse windows, see
+    :meth:`SubscriptionDispatcher.take_outputs`)."""
+    zeros: dict[str, Any] = dict.fromkeys(IDLE_CONSUMER_LOAD_ZEROS, 0)
+    return prev._replace(window_start_ms=window_start_ms, window_end_ms=window_end_ms,
+                         idle_ms=window_end_ms - window_start_ms, **zeros)
+
+
+def idle_window_stats(prev: WindowStatsRow, window_start_ms: int,
+                      window_end_ms: int) -> WindowStatsRow:
+    """The subscription's row of a window in which no statistic changed: ``prev`` (its previous
+    row) carried forward — every gauge as at ``prev``'s end, ``draining_hashes_max`` equal to
+    the withheld count that held all window, the counts
+    (:data:`IDLE_WINDOW_STATS_ZEROS`) 0. A window whose row equals this is not emitted."""
+    zeros: dict[str, Any] = dict.fromkeys(IDLE_WINDOW_STATS_ZEROS, 0)
+    return prev._replace(window_start_ms=window_start_ms, window_end_ms=window_end_ms,
+                         draining_hashes_max=prev.draining_hashes_count, **zeros)
+
+
+WindowRow = ConsumerLoadRow | WindowStatsRow
+
+
+def fill_idle_rows(rows: Sequence[WindowRow], window_ms: int) -> list[WindowRow]:
+    """The dense windows back from one dispatcher's sparse ``consumer_load`` or
+    ``window_stats`` rows (emulated ms, any order): between two consecutive rows of the same
+    series (subscription, and consumer for ``consumer_load``), every missing window of
+    ``window_ms`` is :func:`idle_consumer_load` / :func:`idle_window_stats` of the earlier row.
+    Returns the rows sorted by window start, then subscription and consumer (the dispatcher's
+    emission order)."""
+    series: dict[tuple[str, ...], list[WindowRow]] = {}
+    for r in rows:
+        key = ((r.subscription, r.consumer_name) if isinstance(r, ConsumerLoadRow)
+               else (r.subscription,))
+        series.setdefault(key, []).append(r)
+    out: list[WindowRow] = []
+    for group in series.values():
+        group.sort(key=lambda r: r.window_start_ms)
+        for prev, nxt in zip(group, [*group[1:], None], strict=True):
+            out.append(prev)
+            if nxt is None:
+                continue
+            for ws in range(prev.window_start_ms + window_ms, nxt.window_start_ms, window_ms):
+                out.append(idle_consumer_load(prev, ws, ws + window_ms)
+                           if isinstance(prev, ConsumerLoadRow)
+                           else idle_window_stats(prev, ws, ws + window_ms))
+    return sorted(out, key=lambda r: (r.window_start_ms, r.subscription,
+                                      getattr(r, "consumer_name", "")))
 
 
 class SegmentDrainRow(NamedTuple):
@@ -528,6 +598,12 @@ class SubscriptionDispatcher:
     their publish time in bulk instead of event by event; the outputs and state are the event
     loop's (tested against it). ``False`` (on an instance) runs the event loop alone."""
 
+    dense_windows: bool = False
+    """Emit every window's ``consumer_load`` and ``window_stats`` rows, idle or not (the
+    tables before issue #30; tests compare them with :func:`fill_idle_rows` of the sparse
+    ones). ``False``: only the rows that differ from the previous row carried forward
+    (:meth:`take_outputs`), and idle stretches are jumped over, not visited."""
+
     def __init__(self, subscription: str, sub_type: SubscriptionType | str,
                  consumers: Sequence[ConsumerSpec], window_ms: int = DEFAULT_WINDOW_MS,
                  grace_ms: int = CONSUMER_SESSION_GRACE_MS) -> None:
@@ -597,6 +673,8 @@ class SubscriptionDispatcher:
         self._w_cleared = 0
         self._w_reassignments = 0
         self._w_redeliveries = 0
+        self._last_load: dict[str, ConsumerLoadRow] = {}
+        self._last_stats: WindowStatsRow | None = None
 
     # ---- public API ---------------------------------------------------------------------------
     @property
@@ -733,7 +811,9 @@ class SubscriptionDispatcher:
             raise ValueError(f"advance_to({h}) goes back before the horizon {self._horizon}")
         self._run(h, inclusive=True)
         self._horizon = h
-        self._close_windows_upto(h + 1)
+        # The window holding h stays open even when it ends at h + 1: if nothing follows, it
+        # is the last window, which finish() emits whole (sparse windows always keep it).
+        self._close_windows_upto(h)
 
     def finish(self, end_ms: int | None = None) -> None:
         """End of input at ``end_ms`` (default: the last input time / horizon).
@@ -752,11 +832,12 @@ class SubscriptionDispatcher:
                   if x is not None]
         if end_ms is not None:
             bounds.append(int(end_ms))
-        if self._win_start is not None and bounds:
+        if self._win_start is not None and bounds and self._win_start < max(bounds):
             bound = max(bounds)
-            while self._win_start < bound:
-                self._emit_window(self._win_start, min(self._win_start + self.window_ms, bound))
-                self._win_start += self.window_ms
+            last = (bound - 1) - (bound - 1) % self.window_ms
+            self._close_windows_upto(last)
+            self._emit_window(last, min(last + self.window_ms, bound), final=True)
+            self._win_start = last + self.window_ms
         leftover: list[_Entry] = [e for _, e in self._queue_pending]
         for b in self._buckets.values():
             leftover.extend(b.pending)
@@ -770,7 +851,16 @@ class SubscriptionDispatcher:
         self._finished = True
 
     def take_outputs(self) -> DispatchOutputs:
-        """Rows produced so far; the internal buffers are cleared."""
+        """Rows produced so far; the internal buffers are cleared.
+
+        Sparse windows (unless :attr:`dense_windows`): a window's ``consumer_load`` row of a
+        consumer is emitted when it differs from :func:`idle_consumer_load` of the consumer's
+        previous row (it received or was busy, its backlog changed, it was not connected the
+        whole window), and always for its first window, the window it leaves in and the last
+        window (at :meth:`finish`); a ``window_stats`` row when it differs from
+        :func:`idle_window_stats` of the previous one, and always for the first and last
+        windows. So every series runs from its first to its last row, and a window missing in
+        between is the previous row carried forward (:func:`fill_idle_rows`)."""
         out, self._out = self._out, DispatchOutputs()
         return out
 
@@ -1315,10 +1405,31 @@ class SubscriptionDispatcher:
             ws += w
 
     def _close_windows_upto(self, t: int) -> None:
-        """Emit every window that ends at or before ``t``."""
+        """Emit every window that ends at or before ``t``; with sparse windows, jump over those
+        where nothing can differ from the previous rows (:meth:`_next_window`)."""
         while self._win_start is not None and self._win_start + self.window_ms <= t:
             self._emit_window(self._win_start, self._win_start + self.window_ms)
-            self._win_start += self.window_ms
+            self._win_start = self._next_window(self._win_start + self.window_ms, t)
+
+    def _next_window(self, ws: int, t: int) -> int:
+        """The first window from ``ws`` whose rows may differ from the previous rows carried
+        forward, or the window holding ``t`` (which is not closed yet), whichever is first.
+        Between two simulated instants nothing changes but the busy time already booked in
+        later windows and a consumer's connected time, which ends at its leave; the window
+        holding the last instant is the one just emitted (instants close the windows before
+        them first)."""
+        w = self.window_ms
+        nxt = t - t % w
+        if self.dense_windows or nxt <= ws:
+            return ws
+        for c in self._consumers.values():
+            for booked in (c.win_busy, c.win_msgs, c.win_bytes):
+                if booked:
+                    nxt = min(nxt, min(booked))
+            leave = c.spec.leave_ms
+            if leave is not None and leave > ws:
+                nxt = min(nxt, (leave - 1) - (leave - 1) % w)
+        return max(ws, nxt)
 
     def _owner_backlog(self) -> tuple[dict[str, int], dict[int, set[str]]]:
         """Pending messages of the buckets each consumer owns (consumers with some), and the
@@ -1333,8 +1444,19 @@ class SubscriptionDispatcher:
                     backlog[name] = backlog.get(name, 0) + b.pending_msgs
         return backlog, seg_owners
 
-    def _emit_window(self, ws: int, we: int) -> None:
+    def _emit_window(self, ws: int, we: int, final: bool = False) -> None:
+        """The rows of window ``[ws, we)`` (``final``: the last one) that differ from the
+        previous rows carried forward, or all of them with :attr:`dense_windows`."""
         backlog, seg_owners = self._owner_backlog()
+        self._emit_consumer_load(ws, we, final, backlog)
+        self._emit_window_stats(ws, we, final, seg_owners)
+        self._w_max = len(self._withheld)
+        self._w_cleared = 0
+        self._w_reassignments = 0
+        self._w_redeliveries = 0
+
+    def _emit_consumer_load(self, ws: int, we: int, final: bool,
+                            backlog: dict[str, int]) -> None:
         for name in sorted(self._consumers):
             c = self._consumers[name]
             leave = c.spec.leave_ms
@@ -1348,9 +1470,17 @@ class SubscriptionDispatcher:
                 waiting = self._pending_msgs if c.connected else 0
             else:
                 waiting = backlog.get(name, 0)
-            self._out.consumer_load.append(ConsumerLoadRow(
-                self.subscription, name, ws, we, msgs, nbytes, busy, max(conn - busy, 0),
-                waiting))
+            row = ConsumerLoadRow(self.subscription, name, ws, we, msgs, nbytes, busy,
+                                  max(conn - busy, 0), waiting)
+            prev = self._last_load.get(name)
+            if (self.dense_windows or final or prev is None
+                    or (leave is not None and leave <= we)
+                    or row != idle_consumer_load(prev, ws, we)):
+                self._out.consumer_load.append(row)
+                self._last_load[name] = row
+
+    def _emit_window_stats(self, ws: int, we: int, final: bool,
+                           seg_owners: dict[int, set[str]]) -> None:
         layout = self._layout
         sealed_undrained = 0
         drain_mode = 0
@@ -1362,13 +1492,14 @@ class SubscriptionDispatcher:
                         drain_mode += 1
         draining_pending = sum(self._buckets[k].unacked_msgs for k in self._withheld
                                if k in self._buckets)
-        self._out.window_stats.append(WindowStatsRow(
+        row = WindowStatsRow(
             self.subscription, ws, we, self._pending_msgs, self._unacked_msgs,
             len(self._withheld), max(self._w_max, len(self._withheld)), draining_pending,
             self._w_cleared, self._w_reassignments, self._w_redeliveries,
             sum(1 for names in seg_owners.values() if len(names) > 1), drain_mode,
-            sealed_undrained))
-        self._w_max = len(self._withheld)
-        self._w_cleared = 0
-        self._w_reassignments = 0
-        self._w_redeliveries = 0
+            sealed_undrained)
+        prev = self._last_stats
+        if (self.dense_windows or final or prev is None
+                or row != idle_window_stats(prev, ws, we)):
+            self._out.window_stats.append(row)
+            self._last_stats = row

@@ -27,7 +27,7 @@ import numpy.typing as npt
 import pandas as pd
 import pyarrow as pa
 
-from pipelines.contract.config import ConfigError, ReplayConfig
+from pipelines.contract.config import ConfigError, ReplayConfig, consumer_window_ms
 from pipelines.contract.schemas import table_columns
 from pipelines.core.assignment import CONSUMER_SESSION_GRACE_MS, LeaveHow, SubscriptionType
 from pipelines.core.batching import (
@@ -140,7 +140,7 @@ class StageSettings:
     @property
     def consumer_window_ms(self) -> int:
         """Length of a ``consumer_load`` window on the emulated clock (ms)."""
-        return int(self.config.replay.consumer_window_s * 1000 / self.speed)
+        return consumer_window_ms(self.config.replay.consumer_window_s, self.speed)
 
 
 def _sort_codes(s: pd.Series) -> npt.NDArray[Any]:

@@ -41,7 +41,9 @@ objects). Bumped whenever those classes change shape or module (pickles name a c
 module path): a checkpoint of another format is refused (:func:`load_state`) instead of
 unpickling old objects into new classes. 2: ``pipelines.stages`` moved to
 ``pipelines.engine.stages`` (its ``BatchingState``). 3: the controller's TopicStats rates per
-stats period (``TopicStatsRates``) and consumers' ``leave_how`` (issue #29)."""
+stats period (``TopicStatsRates``) and consumers' ``leave_how`` (issue #29); a dispatcher
+keeps its last emitted window rows (sparse ``consumer_load`` / ``subscription_stats``, issue
+#30)."""
 
 STATE_DDL = "format int, blob binary"
 """Schema of every operator's ``ValueState``: the blob's format and the blob."""

@@ -20,6 +20,8 @@ from pipelines.core.dispatch import (
     HandoffRow,
     SegmentDrainRow,
     SubscriptionDispatcher,
+    WindowStatsRow,
+    fill_idle_rows,
 )
 from pipelines.core.layout import SegmentLayout
 
@@ -322,35 +324,126 @@ def test_sealed_backlog_fans_out_to_new_consumers_after_scale_up() -> None:
 
 
 # ---- windows and stats --------------------------------------------------------------------------
-def test_consumer_load_windows_split_busy_time_at_window_boundaries() -> None:
-    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1)], [(0, ONE_N1)],
-                  [E(0, 0), E(2500, 0, n=2)], window_ms=1000)
-    assert out.consumer_load == [
-        ConsumerLoadRow(SUB, "a", 0, 1000, 1, 10, 1000, 0, 0),
-        ConsumerLoadRow(SUB, "a", 1000, 2000, 0, 0, 0, 1000, 0),
-        ConsumerLoadRow(SUB, "a", 2000, 3000, 2, 20, 500, 500, 0),
-        ConsumerLoadRow(SUB, "a", 3000, 4000, 0, 0, 1000, 0, 0),
-        ConsumerLoadRow(SUB, "a", 4000, 4501, 0, 0, 500, 1, 0),
-    ]
+def _windows(sub_type: str, consumers: list[ConsumerSpec],
+             layouts: list[tuple[int, SegmentLayout]], entries: list[E], window_ms: int,
+             end_ms: int | None = None) -> tuple[DispatchOutputs, DispatchOutputs]:
+    """The outputs with sparse windows (the default) and with every window
+    (``dense_windows``, the tables before issue #30)."""
+    _, sparse = _run(sub_type, consumers, layouts, entries, end_ms, window_ms)
+    d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=window_ms)
+    d.dense_windows = True
+    _feed(d, _events(layouts, entries))
+    d.finish(end_ms)
+    return sparse, d.take_outputs()
 
 
-def test_consumer_load_backlog_counts_messages_waiting_for_the_owner() -> None:
-    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1)], [(0, ONE_N1)],
-                  [E(0, 0), E(0, 0, n=2), E(0, 0, n=3)], window_ms=1000)
-    # Runs 0-1000, 1000-3000, 3000-6000; the last window is [6000, 6001).
-    assert [r.backlog_messages for r in out.consumer_load] == [5, 3, 3, 0, 0, 0, 0]
+def _load(ws: int, we: int, msgs: int, busy: int, idle: int, backlog: int,
+          name: str = "a") -> ConsumerLoadRow:
+    return ConsumerLoadRow(SUB, name, ws, we, msgs, 10 * msgs, busy, idle, backlog)
+
+
+_SLOW_A = [ConsumerSpec("a", capacity_msgs_per_s=1)]
+
+
+# (consumers, entries, window_ms, end_ms, dense rows worked by hand, the rows kept)
+@pytest.mark.parametrize(
+    ("consumers", "entries", "window_ms", "end_ms", "dense", "kept"),
+    [
+        pytest.param(  # busy 0-1000 and 2500-4500 (2 msgs at 1 msg/s); the last window ends
+            # at the last instant + 1
+            _SLOW_A, [E(0, 0), E(2500, 0, n=2)], 1000, None,
+            [_load(0, 1000, 1, 1000, 0, 0), _load(1000, 2000, 0, 0, 1000, 0),
+             _load(2000, 3000, 2, 500, 500, 0), _load(3000, 4000, 0, 1000, 0, 0),
+             _load(4000, 4501, 0, 500, 1, 0)],
+            [0, 2, 3, 4], id="busy-time-split-at-window-ends"),
+        pytest.param(  # runs 0-1000, 1000-3000, 3000-6000: the consumer is busy in every
+            # window
+            _SLOW_A, [E(0, 0), E(0, 0, n=2), E(0, 0, n=3)], 1000, None,
+            [_load(0, 1000, 1, 1000, 0, 5), _load(1000, 2000, 2, 1000, 0, 3),
+             _load(2000, 3000, 0, 1000, 0, 3), _load(3000, 4000, 3, 1000, 0, 0),
+             _load(4000, 5000, 0, 1000, 0, 0), _load(5000, 6000, 0, 1000, 0, 0),
+             _load(6000, 6001, 0, 0, 1, 0)],
+            [0, 1, 2, 3, 4, 5, 6], id="backlog-waiting-for-the-owner"),
+        pytest.param(  # an instant consumer, two messages 50 windows apart, end at 7000
+            [ConsumerSpec("a")], [E(5, 0), E(5005, 0)], 100, 7000,
+            [_load(0, 100, 1, 0, 100, 0),
+             *[_load(ws, ws + 100, 0, 0, 100, 0) for ws in range(100, 5000, 100)],
+             _load(5000, 5100, 1, 0, 100, 0),
+             *[_load(ws, ws + 100, 0, 0, 100, 0) for ws in range(5100, 7000, 100)]],
+            [0, 50, 69], id="idle-windows-between-and-after-messages"),
+        pytest.param(  # b leaves at 300, a window end: its quiet last window is kept
+            [ConsumerSpec("a"), ConsumerSpec("b", leave_ms=300)], [E(5, 0), E(450, 0)], 100,
+            None,
+            [_load(0, 100, 1, 0, 100, 0), _load(0, 100, 0, 0, 100, 0, "b"),
+             _load(100, 200, 0, 0, 100, 0), _load(100, 200, 0, 0, 100, 0, "b"),
+             _load(200, 300, 0, 0, 100, 0), _load(200, 300, 0, 0, 100, 0, "b"),
+             _load(300, 400, 0, 0, 100, 0), _load(400, 451, 1, 0, 51, 0)],
+            [0, 1, 5, 7], id="a-leave-at-a-window-end-keeps-its-last-window"),
+        pytest.param(  # b joins inside window 200: its first window is kept
+            [ConsumerSpec("a"), ConsumerSpec("b", join_ms=250)], [E(5, 0), E(450, 0)], 100,
+            None,
+            [_load(0, 100, 1, 0, 100, 0), _load(100, 200, 0, 0, 100, 0),
+             _load(200, 300, 0, 0, 100, 0), _load(200, 300, 0, 0, 50, 0, "b"),
+             _load(300, 400, 0, 0, 100, 0), _load(300, 400, 0, 0, 100, 0, "b"),
+             _load(400, 451, 1, 0, 51, 0), _load(400, 451, 0, 0, 51, 0, "b")],
+            [0, 3, 6, 7], id="a-join-keeps-its-first-window"),
+    ],
+)
+def test_consumer_load_keeps_only_windows_that_differ_from_the_previous_row_carried(
+        consumers: list[ConsumerSpec], entries: list[E], window_ms: int, end_ms: int | None,
+        dense: list[ConsumerLoadRow], kept: list[int]) -> None:
+    sparse, every = _windows("stream", consumers, [(0, ONE_N1)], entries, window_ms, end_ms)
+    assert every.consumer_load == dense
+    assert sparse.consumer_load == [dense[i] for i in kept]
+    assert fill_idle_rows(sparse.consumer_load, window_ms) == dense
 
 
 def test_window_stats_track_withheld_buckets() -> None:
     entries = [E(0, 0, 0x9000), E(600, 0, 0x9000)]
-    _, out = _run("stream", [ConsumerSpec("a", capacity_msgs_per_s=1),
-                             ConsumerSpec("b", join_ms=500)], [(0, ONE_N2)], entries,
-                  window_ms=250)
-    got = [(w.window_start_ms, w.draining_hashes_count, w.draining_hashes_max,
-            w.draining_hashes_pending_messages, w.draining_hashes_cleared, w.reassignments)
-           for w in out.window_stats]
-    assert got == [(0, 0, 0, 0, 0, 0), (250, 0, 0, 0, 0, 0), (500, 1, 1, 1, 0, 1),
-                   (750, 1, 1, 1, 0, 0), (1000, 0, 1, 0, 1, 0)]
+    sparse, dense = _windows("stream", [ConsumerSpec("a", capacity_msgs_per_s=1),
+                                        ConsumerSpec("b", join_ms=500)], [(0, ONE_N2)], entries,
+                             window_ms=250)
+
+    def got(rows: list[WindowStatsRow]) -> list[tuple[int, ...]]:
+        return [(w.window_start_ms, w.backlog_messages, w.draining_hashes_count,
+                 w.draining_hashes_max, w.draining_hashes_pending_messages,
+                 w.draining_hashes_cleared, w.reassignments) for w in rows]
+
+    # a holds the 0x9000 bucket (busy 0-1000) when b joins at 500 and gets it: withheld till
+    # 1000; the entry of 600 waits for b. Windows 250 and 750 are the previous ones carried
+    # forward.
+    assert got(dense.window_stats) == [
+        (0, 0, 0, 0, 0, 0, 0), (250, 0, 0, 0, 0, 0, 0), (500, 1, 1, 1, 1, 0, 1),
+        (750, 1, 1, 1, 1, 0, 0), (1000, 0, 0, 1, 0, 1, 0)]
+    assert got(sparse.window_stats) == [got(dense.window_stats)[i] for i in (0, 2, 4)]
+    assert fill_idle_rows(sparse.window_stats, 250) == dense.window_stats
+
+
+def test_window_stats_keep_the_first_and_last_windows_of_a_quiet_subscription() -> None:
+    sparse, dense = _windows("stream", [], [(0, ONE_N1)], [], 100, end_ms=1000)
+    assert [w.window_start_ms for w in dense.window_stats] == list(range(0, 1000, 100))
+    assert [w.window_start_ms for w in sparse.window_stats] == [0, 900]
+    assert fill_idle_rows(sparse.window_stats, 100) == dense.window_stats
+
+
+def test_idle_windows_are_jumped_over_not_visited(monkeypatch: pytest.MonkeyPatch) -> None:
+    visited: list[int] = []
+    emit = SubscriptionDispatcher._emit_window
+
+    def spy(self: SubscriptionDispatcher, ws: int, we: int, final: bool = False) -> None:
+        visited.append(ws)
+        emit(self, ws, we, final)
+
+    monkeypatch.setattr(SubscriptionDispatcher, "_emit_window", spy)
+    # a year of 1 ms windows between two messages, an instant and a slow consumer
+    _run("stream", [ConsumerSpec("a"), ConsumerSpec("b", capacity_msgs_per_s=1)],
+         [(0, ONE_N2)], [E(0, 0, 0x100), E(0, 0, 0x9000), E(YEAR_MS, 0, 0x100)], window_ms=1)
+    # b is busy 0-1000: each of those windows is visited (busy time is activity)
+    assert len(visited) <= 1000 + 3
+    assert visited[-1] == YEAR_MS
+
+
+YEAR_MS = 365 * 86_400_000
 
 
 def test_current_assignment_carries_the_layout_epoch_and_drain_state() -> None:
@@ -510,10 +603,11 @@ def scenarios(draw: st.DrawFn,
 
 
 def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Event],
-                 cuts: list[int], advance: bool, repickle: bool,
-                 fast_forward: bool = True) -> DispatchOutputs:
-    d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=400)
+                 cuts: list[int], advance: bool, repickle: bool, fast_forward: bool = True,
+                 window_ms: int = 400, dense: bool = False) -> DispatchOutputs:
+    d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=window_ms)
     d.fast_forward = fast_forward
+    d.dense_windows = dense
     total = DispatchOutputs()
     bounds = [0, *sorted({c % (len(events) + 1) for c in cuts}), len(events)]
     horizon = -1
@@ -638,3 +732,18 @@ def test_stream_child_entries_are_dispatched_only_after_parents_drain(
             continue
         for parent in final.segment(r.segment_id).parent_ids:
             assert parent in drained and drained[parent] <= r.dispatch_time_ms, (r, drained)
+
+
+@_PROPS
+@given(scenarios(), st.sampled_from([7, 50, 400]), st.lists(st.integers(0, 100), max_size=6),
+       st.booleans())
+def test_sparse_windows_filled_back_equal_every_window(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]], window_ms: int,
+        cuts: list[int], advance: bool) -> None:
+    sub_type, consumers, events = scenario
+    dense = _run_chunked(sub_type, consumers, events, [], False, False, window_ms=window_ms,
+                         dense=True)
+    sparse = _run_chunked(sub_type, consumers, events, cuts, advance, True, window_ms=window_ms)
+    assert fill_idle_rows(sparse.consumer_load, window_ms) == dense.consumer_load
+    assert fill_idle_rows(sparse.window_stats, window_ms) == dense.window_stats
+    assert sparse.dispatch == dense.dispatch
