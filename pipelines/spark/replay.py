@@ -150,6 +150,7 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     manifest = storage.join(output, "_work", run_id, MANIFEST)
     if storage.is_file(manifest):
         have = json.loads(storage.read_bytes(manifest).decode("utf-8"))
+        have.pop("topic_bins", None)  # resolved when the run started: not part of its identity
         have["config"] = run_identity(have.get("config", {}))
         if "lanes" in have:
             have["lanes"] = {k: run_identity(v) for k, v in have["lanes"].items()}
