@@ -15,6 +15,14 @@ Two pairs of workloads, each pair generated from ``bench/workload.yaml``'s ``ord
 * **hot topic** — ``6 M × scale`` messages at 2,780 msg/s (the bench's total rate) in one topic
   vs the same rate spread evenly over 3 topics; the same 50 producer names (split 17/17/16 over
   the three topics) and the same key space. Target: one topic ≤ 1.15× three topics.
+* **many topics** (issue #30) — ``1.02 M × scale`` messages at 1,700 msg/s for ``600 × scale``
+  s over 3, 1,000 and 10,000 topics (2 producers each, the same Zipf keys), replayed with
+  ``replay.consumer_window_s=600``. Targets: 1,000 topics ≤ 1.3×, 10,000 topics ≤ 1.5× the
+  3 topics' Spark replay wall; driver peak RSS of 10,000 topics ≤ 1.3× of 3.
+* **scale-out** (issue #30) — the 1,000-topic input replayed on a standalone cluster (the
+  cluster test's setup, ``tests/spark/conftest.StandaloneCluster``: a master and one-core
+  workers on 127.0.0.1) of one worker and of two. Target: two workers ≥ 1.6× the throughput
+  of one (the one-worker wall / the two-worker wall).
 
 Each replay runs as a subprocess sampled like ``bench/bench_replay.py`` (wall seconds, peak RSS
 of the driver JVM + Python driver, CPU the other processes of the machine used:
@@ -51,12 +59,25 @@ MANY_RATE = 1500.0
 HOT_MESSAGES = 6_000_000
 HOT_RATE = br.TOTAL_RATE
 HOT_TOPICS = 3
+TOPICS_MESSAGES = 1_020_000
+TOPICS_RATE = 1700.0
+"""msg/s of the many-topics workloads, spread evenly over their topics."""
+TOPIC_COUNTS = (3, 1000, 10_000)
+TOPICS_SETS = ("replay.consumer_window_s=600",)
+"""Replay overrides of the many-topics and scale-out workloads (issue #30's runs)."""
+CLUSTER_WORKLOADS = {"cluster-1-worker": 1, "cluster-2-workers": 2}
+"""Scale-out workloads: the ``topics-1000`` input on a standalone cluster of this many
+one-core workers."""
 
 LIMITS = {
     "many_producers_spark": 1.5,
     "many_producers_local": 1.5,
     "many_producers_driver_rss": 1.2,
     "hot_topic_spark": 1.15,
+    "topics_1000_spark": 1.3,
+    "topics_10000_spark": 1.5,
+    "topics_driver_rss": 1.3,
+    "scale_out_2_workers": 1 / 1.6,
 }
 PAIRS = (
     # (target key, label, slow workload, reference workload, measure)
@@ -68,8 +89,18 @@ PAIRS = (
      "producers-50", "spark_driver"),
     ("hot_topic_spark", "hot topic: Spark replay wall (1 topic / 3 topics)", "hot-1-topic",
      "hot-3-topics", "spark_wall"),
+    ("topics_1000_spark", "many topics: Spark replay wall (1,000 topics / 3)", "topics-1000",
+     "topics-3", "spark_wall"),
+    ("topics_10000_spark", "many topics: Spark replay wall (10,000 topics / 3)",
+     "topics-10000", "topics-3", "spark_wall"),
+    ("topics_driver_rss", "many topics: Spark driver peak RSS (10,000 topics / 3)",
+     "topics-10000", "topics-3", "spark_driver"),
+    ("scale_out_2_workers", "scale-out: wall on 2 one-core workers / on 1 (<= 1/1.6)",
+     "cluster-2-workers", "cluster-1-worker", "spark_wall"),
 )
-WORKLOADS = ("producers-50", "producers-many", "hot-1-topic", "hot-3-topics")
+TOPIC_WORKLOADS = tuple(f"topics-{n}" for n in TOPIC_COUNTS)
+WORKLOADS = ("producers-50", "producers-many", "hot-1-topic", "hot-3-topics",
+             *TOPIC_WORKLOADS, *CLUSTER_WORKLOADS)
 
 
 def parse_scale(text: str) -> float:
@@ -92,7 +123,10 @@ def target_specs(scale: float, base: Any) -> dict[str, Any]:
     ``round(1 M × scale / rate)`` s, from 50 / ``max(50, round(100,000 × scale))`` producers.
     ``hot-1-topic`` / ``hot-3-topics``: :data:`HOT_RATE` msg/s for ``round(6 M × scale / rate)``
     s in topic ``hot`` / in ``hot-0..2`` at a third each; producers ``producer-0..49`` (split
-    17/17/16). Raises ``ValueError`` for a scale outside ``(0, 10]``.
+    17/17/16). ``topics-<n>`` (:data:`TOPIC_COUNTS`): :data:`TOPICS_RATE` msg/s for
+    ``round(1.02 M × scale / rate)`` s spread evenly over ``t00000..`` topics, 2 producers
+    each (the scale-out workloads replay ``topics-1000``'s input). Raises ``ValueError`` for
+    a scale outside ``(0, 10]``.
     """
     if not 0 < scale <= 10:
         raise ValueError(f"targets scale {scale!r} must be in (0, 10]")
@@ -108,7 +142,13 @@ def target_specs(scale: float, base: Any) -> dict[str, Any]:
     names = [f"producer-{i}" for i in range(FEW_PRODUCERS)]
     share = [names[i::HOT_TOPICS] for i in range(HOT_TOPICS)]
     many = max(FEW_PRODUCERS, round(MANY_PRODUCERS * scale))
+    topics_s = max(1, round(TOPICS_MESSAGES * scale / TOPICS_RATE))
+    spread = {f"topics-{n}": base.model_copy(update={
+        "duration_s": topics_s,
+        "topics": [topic(f"t{i:05d}", TOPICS_RATE / n, 2) for i in range(n)]})
+        for n in TOPIC_COUNTS}
     return {
+        **spread,
         "producers-50": base.model_copy(update={
             "duration_s": many_s, "topics": [topic("orders", MANY_RATE, FEW_PRODUCERS)]}),
         "producers-many": base.model_copy(update={
@@ -149,9 +189,9 @@ def format_targets(doc: Mapping[str, Any]) -> str:
     """Readable table and target lines of a results document (see :func:`main`)."""
     head = (f"{'workload':>15} {'messages':>10} {'producers':>9} {'topics':>6} {'spark s':>8} "
             f"{'in-proc s':>9} {'driver MB':>9} {'workers MB':>10} {'in-proc MB':>10} "
-            f"{'other cores':>11}")
+            f"{'other cores':>11} {'out files':>9}")
     sets = "".join(f", --set {o}" for o in doc.get("overrides") or [])
-    lines = [f"scale-out targets (issue #16), scale {doc['scale']:g}{sets}", head,
+    lines = [f"scale-out targets (issues #16, #30), scale {doc['scale']:g}{sets}", head,
              "-" * len(head)]
     for name in WORKLOADS:
         r = doc["runs"].get(name)
@@ -166,7 +206,8 @@ def format_targets(doc: Mapping[str, Any]) -> str:
             f"{br.fmt_value((sp.get('rss_mb') or {}).get('driver'), '.0f'):>9} "
             f"{br.fmt_value((sp.get('rss_mb') or {}).get('workers'), '.0f'):>10} "
             f"{br.fmt_value((loc.get('rss_mb') or {}).get('total'), '.0f'):>10} "
-            f"{br.fmt_value(sp.get('other_cpu_cores'), '.2f'):>11}")
+            f"{br.fmt_value(sp.get('other_cpu_cores'), '.2f'):>11} "
+            f"{br.fmt_value(sp.get('output_files'), '.0f'):>9}")
     lines.append("")
     head2 = f"{'workload':>15} " + " ".join(f"{br.STAGE_LABELS[k]:>13}" for k in br.STAGES) + \
         f" {'other':>8} {'replay wall':>11}   (Spark replay, seconds)"
@@ -186,24 +227,29 @@ def format_targets(doc: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
+def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,  # noqa: PLR0913
                  log: Callable[[str], None], timeout_s: float | None,
-                 overrides: Sequence[str] = ()) -> dict[str, Any]:
+                 overrides: Sequence[str] = (), cluster: Any = None) -> dict[str, Any]:
     """Generate ``spec`` into ``<data_dir>/target-<name>`` and replay it with Spark (and the
     in-process engine when ``local``); returns ``{messages, producers, topics, input, spark,
     local}`` (jobs as :func:`bench_replay.run_measured` results, the Spark one with
-    ``stages_s`` and ``counts``). ``overrides``: extra ``--set KEY=VALUE`` of both replays."""
+    ``stages_s`` and ``counts``). ``overrides``: extra ``--set KEY=VALUE`` of both replays.
+    ``cluster``: a started ``StandaloneCluster`` to replay on (``--master``; the input is
+    generated only when not there yet: the scale-out pair shares one)."""
 
     folder = data_dir / f"target-{name}"
-    shutil.rmtree(folder, ignore_errors=True)
-    log(f"[{name}] generating input ...")
-    res = generate(spec, folder)
     producers = sum(len(t.producer_names) for t in spec.topics)
-    out: dict[str, Any] = {"messages": res.messages, "producers": producers,
-                           "topics": len(spec.topics), "duration_s": spec.duration_s,
-                           "input": {"files": len(res.files), "bytes": res.bytes}}
-    log(f"[{name}]   {res.messages:,} messages, {producers:,} producers, "
-        f"{len(spec.topics)} topic(s), {len(res.files)} files")
+    out: dict[str, Any] = {"producers": producers, "topics": len(spec.topics),
+                           "duration_s": spec.duration_s}
+    if cluster is None or not (folder / ".generated").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        log(f"[{name}] generating input ...")
+        res = generate(spec, folder)
+        (folder / ".generated").write_text(str(res.messages))
+        out["input"] = {"files": len(res.files), "bytes": res.bytes}
+    out["messages"] = int((folder / ".generated").read_text())
+    log(f"[{name}]   {out['messages']:,} messages, {producers:,} producers, "
+        f"{len(spec.topics)} topic(s)")
     logs = data_dir / "logs"
     run_id = f"target-{name}"
     for engine in ("spark", "local"):
@@ -216,23 +262,45 @@ def run_workload(name: str, spec: Any, data_dir: Path, cli: Path, local: bool,
         cmd = br.replay_cmd(cli, folder, dest, run_id, None if engine == "spark" else "local")
         for item in overrides:
             cmd += ["--set", item]
-        job = br.run_measured(cmd,
-                              logs / f"target-{name}-{engine}.log", timeout_s=timeout_s)
+        if cluster is not None:
+            cmd += ["--master", cluster.master_url]
+        job = br.run_measured(cmd, logs / f"target-{name}-{engine}.log",
+                              env=None if cluster is None else cluster.env(),
+                              timeout_s=timeout_s)
         if job["status"] == "ok":
             try:
                 job["counts"] = br.read_counts(dest, run_id)
                 if engine == "spark":
                     job["stages_s"] = br.read_stage_timings(dest, run_id)
+                    job["output_files"] = sum(1 for p in dest.rglob("*.parquet")
+                                              if "_work" not in p.parts)
             except Exception as exc:
                 job["counts"] = {"error": str(exc)[:200]}
             accepted = job["counts"].get("accepted")
-            if accepted is not None and accepted != res.messages:
-                job["status"] = f"wrong count: accepted {accepted} of {res.messages}"
+            if accepted is not None and accepted != out["messages"]:
+                job["status"] = f"wrong count: accepted {accepted} of {out['messages']}"
         log(f"[{name}]   {job['status']} in {job['wall_s']} s "
             f"(driver {job['rss_mb']['driver']:.0f} MB, other cores {job['other_cpu_cores']})")
         out[engine] = job
         shutil.rmtree(dest, ignore_errors=True)
     return out
+
+
+def run_on_cluster(name: str, workers: int, spec: Any, data_dir: Path, cli: Path,
+                   log: Callable[[str], None], timeout_s: float | None,
+                   overrides: Sequence[str]) -> dict[str, Any]:
+    """:func:`run_workload` of ``spec`` (the ``topics-1000`` input) on a standalone cluster of
+    ``workers`` one-core workers (the cluster test's ``StandaloneCluster``), started for it and
+    stopped after."""
+    from tests.spark.conftest import StandaloneCluster  # noqa: PLC0415 - pytest's, bench only
+
+    root = data_dir / f"cluster-{name}"
+    shutil.rmtree(root, ignore_errors=True)
+    with StandaloneCluster(root, workers=workers, cores=1, memory="2g") as cluster:
+        result = run_workload(name, spec, data_dir, cli, False, log, timeout_s,
+                              overrides, cluster=cluster)
+    shutil.rmtree(root, ignore_errors=True)
+    return result
 
 
 def profile_workload(name: str, data_dir: Path, cli: Path,
@@ -296,6 +364,20 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_named(name: str, specs: Mapping[str, Any], args: argparse.Namespace, cli: Path,
+               local: bool, say: Callable[[str], None]) -> dict[str, Any]:
+    """Workload ``name`` run as its kind wants: on a standalone cluster (scale-out), with the
+    many-topics settings and no in-process replay (many topics), or as it is."""
+    if name in CLUSTER_WORKLOADS:
+        return run_on_cluster(name, CLUSTER_WORKLOADS[name], specs["topics-1000"], args.data,
+                              cli, say, args.timeout, [*TOPICS_SETS, *args.overrides])
+    if name in TOPIC_WORKLOADS:
+        return run_workload(name, specs[name], args.data, cli, False, say, args.timeout,
+                            [*TOPICS_SETS, *args.overrides])
+    return run_workload(name, specs[name], args.data, cli, local, say, args.timeout,
+                        args.overrides)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -325,10 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     doc: dict[str, Any] = {}
     profiles: dict[str, Any] = {}
     for name in only:
-        runs[name] = run_workload(name, specs[name], args.data, cli, local, say, args.timeout,
-                                  args.overrides)
+        runs[name] = _run_named(name, specs, args, cli, local, say)
         machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        doc = {"benchmark": "scale-out targets (issue #16)", "scale": scale,
+        doc = {"benchmark": "scale-out targets (issues #16, #30)", "scale": scale,
                "overrides": list(args.overrides),
                "machine": machine, "runs": runs, "targets": evaluate(runs),
                "profiles": profiles}

@@ -38,6 +38,7 @@ def _run(spark: float | None, local: float | None = 1.0, driver: float = 800.0) 
         (1.0, "hot-1-topic", ["hot"], [50], 2158),
         (1.0, "hot-3-topics", ["hot-0", "hot-1", "hot-2"], [17, 17, 16], 2158),
         (0.1, "hot-3-topics", ["hot-0", "hot-1", "hot-2"], [17, 17, 16], 216),
+        (1.0, "topics-3", ["t00000", "t00001", "t00002"], [2, 2, 2], 600),
     ],
 )
 def test_target_specs_shape_the_issue_workloads(scale: float, name: str, topics: list[str],
@@ -63,12 +64,25 @@ def test_parse_scale_refuses_out_of_range_or_non_numbers(text: str) -> None:
         targets.parse_scale(text)
 
 
+@pytest.mark.parametrize("topics", [3, 1000, 10_000])
+def test_many_topics_workloads_carry_the_same_rate_over_their_topics(topics: int) -> None:
+    spec = targets.target_specs(1.0, BASE)[f"topics-{topics}"]
+    assert len(spec.topics) == topics
+    assert sum(t.rate.msg_rate for t in spec.topics) == pytest.approx(1700.0)
+    assert {len(t.producer_names) for t in spec.topics} == {2}
+
+
 def test_evaluate_gives_each_ratio_slow_over_reference() -> None:
     runs = {"producers-50": _run(10.0, 2.0, 800.0), "producers-many": _run(20.0, 2.5, 880.0),
-            "hot-1-topic": _run(11.0), "hot-3-topics": _run(10.0)}
+            "hot-1-topic": _run(11.0), "hot-3-topics": _run(10.0),
+            "topics-3": _run(10.0, None, 800.0), "topics-1000": _run(12.0, None),
+            "topics-10000": _run(16.0, None, 1120.0),
+            "cluster-1-worker": _run(20.0, None), "cluster-2-workers": _run(12.0, None)}
     got = {t["target"]: (t["value"], t["met"]) for t in targets.evaluate(runs)}
     assert got == {"many_producers_spark": (2.0, False), "many_producers_local": (1.25, True),
-                   "many_producers_driver_rss": (1.1, True), "hot_topic_spark": (1.1, True)}
+                   "many_producers_driver_rss": (1.1, True), "hot_topic_spark": (1.1, True),
+                   "topics_1000_spark": (1.2, True), "topics_10000_spark": (1.6, False),
+                   "topics_driver_rss": (1.4, False), "scale_out_2_workers": (0.6, True)}
 
 
 def test_evaluate_leaves_a_target_unmeasured_when_a_side_failed() -> None:

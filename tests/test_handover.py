@@ -19,21 +19,24 @@ from pipelines.spark.emulation import FEED_SCHEMA, write_feed
 from pipelines.spark.replay import REPLAY_STATE_FORMAT, ReplayState, read_state, state_blob
 
 
-class FakeValueState:
-    """A ``ValueState`` of :data:`handover.STATE_DDL` in memory."""
+class FakeMapState:
+    """A ``MapState`` (topic → :data:`handover.STATE_DDL`) in memory that counts its calls."""
 
-    def __init__(self, value: tuple[int, bytes] | None = None) -> None:
-        self.value = value
+    def __init__(self, values: dict[str, tuple[int, bytes]] | None = None) -> None:
+        self.values = dict(values or {})
+        self.calls: list[str] = []
 
-    def exists(self) -> bool:
-        return self.value is not None
+    def getValue(self, key: tuple[str]) -> tuple[int, bytes] | None:
+        self.calls.append(f"get {key[0]}")
+        return self.values.get(key[0])
 
-    def get(self) -> tuple[int, bytes]:
-        assert self.value is not None
-        return self.value
+    def updateValue(self, key: tuple[str], value: tuple[int, bytes]) -> None:
+        self.calls.append(f"update {key[0]}")
+        self.values[key[0]] = value
 
-    def update(self, value: tuple[int, bytes]) -> None:
-        self.value = value
+    def iterator(self) -> list[tuple[tuple[str], tuple[int, bytes]]]:
+        self.calls.append("iterator")
+        return [((k,), v) for k, v in self.values.items()]
 
 
 def test_producer_shard_is_the_same_in_another_process() -> None:
@@ -64,18 +67,37 @@ def test_producer_shard_of_no_rows_is_empty() -> None:
     assert handover.producer_shard(pd.Series([], dtype=object), 4).tolist() == []
 
 
-def test_state_round_trips_with_its_format() -> None:
-    state = FakeValueState()
-    assert handover.load_state(state) is None
-    handover.save_state(state, b"blob")
-    assert state.value == (handover.STATE_FORMAT, b"blob")
-    assert handover.load_state(state) == b"blob"
+def test_topic_state_round_trips_with_its_format() -> None:
+    state = FakeMapState()
+    states = handover.TopicStates(state)
+    assert states.get("t") is None
+    states.put("t", b"blob")
+    states.save()
+    assert state.values == {"t": (handover.STATE_FORMAT, b"blob")}
+    assert handover.TopicStates(state).get("t") == b"blob"
+
+
+def test_topic_states_read_and_write_only_the_topics_touched() -> None:
+    state = FakeMapState({t: (handover.STATE_FORMAT, b"x") for t in ["a", "b", "c"]})
+    states = handover.TopicStates(state)
+    states.put("b", states.get("b") + b"y")  # type: ignore[operator]
+    states.save()
+    assert state.calls == ["get b", "update b"]
+
+
+def test_all_topics_reads_the_map_once_and_lists_topics_given_state() -> None:
+    state = FakeMapState({t: (handover.STATE_FORMAT, b"x") for t in ["b", "a"]})
+    states = handover.TopicStates(state)
+    states.put("c", b"new")
+    assert states.all_topics() == ["a", "b", "c"]
+    assert states.get("d") is None
+    assert state.calls == ["iterator"]
 
 
 def test_state_of_another_format_is_refused_in_one_sentence() -> None:
-    state = FakeValueState((handover.STATE_FORMAT + 1, b"old"))
+    state = FakeMapState({"t": (handover.STATE_FORMAT + 1, b"old")})
     with pytest.raises(handover.StateFormatError, match="replay into a new --output"):
-        handover.load_state(state)
+        handover.TopicStates(state).get("t")
 
 
 def test_replay_state_round_trips_with_its_format() -> None:
@@ -98,32 +120,44 @@ def test_replay_state_of_another_format_is_refused() -> None:
         read_state(newer, "state/0.pkl")
 
 
-def test_feed_has_a_row_per_run_topic_and_window(tmp_path) -> None:
+def test_feed_has_a_row_per_run_bin_and_window(tmp_path) -> None:
     windows = [StageWindow(None, 100, False), StageWindow(100, None, True)]
-    assert write_feed(str(tmp_path), 7, windows, ["r1", "r2"], ["b", "a"], snapshot=False)
+    assert write_feed(str(tmp_path), 7, windows, ["r1", "r2"], 2, 5000, snapshot=False)
     table = pq.read_table(tmp_path / "feed" / f"v-{7:020d}.parquet")
     assert table.schema.equals(FEED_SCHEMA)
     rows = table.to_pylist()
-    assert [(r["run_id"], r["topic"], r["window"]) for r in rows] == [
-        ("r1", "a", 0), ("r1", "a", 1), ("r1", "b", 0), ("r1", "b", 1),
-        ("r2", "a", 0), ("r2", "a", 1), ("r2", "b", 0), ("r2", "b", 1)]
+    assert [(r["run_id"], r["bin"], r["window"]) for r in rows] == [
+        ("r1", 0, 0), ("r1", 0, 1), ("r1", 1, 0), ("r1", 1, 1),
+        ("r2", 0, 0), ("r2", 0, 1), ("r2", 1, 0), ("r2", 1, 1)]
     assert [(r["lo_ms"], r["hi_ms"], r["final"]) for r in rows[:2]] == [
         (None, 100, False), (100, None, True)]
     assert {r["version"] for r in rows} == {7}
 
 
 def test_feed_is_written_once_per_version(tmp_path) -> None:
-    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], ["t"], snapshot=False)
+    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], 4, 1, snapshot=False)
     path = tmp_path / "feed" / f"v-{7:020d}.parquet"
     before = path.stat().st_mtime_ns
-    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], ["t"], snapshot=False)
+    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], 4, 1, snapshot=False)
     assert path.stat().st_mtime_ns == before
 
 
 def test_no_topics_means_nothing_to_feed(tmp_path) -> None:
-    assert not write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], [],
+    assert not write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], 4, 0,
                           snapshot=False)
     assert not (tmp_path / "feed").exists()
+
+
+@pytest.mark.parametrize(("topics", "expected"), [
+    (["b", "a", "b", "c", "a"], {"b": [0, 2], "a": [1, 4], "c": [3]}),  # rows keep their order
+    ([], {}),
+])
+def test_by_topic_gives_each_topic_its_rows_in_order(topics: list[str],
+                                                      expected: dict[str, list[int]]) -> None:
+    frame = pd.DataFrame({"topic": pd.Series(topics, dtype=object),
+                          "row": np.arange(len(topics))})
+    parts = handover.by_topic(frame)
+    assert {t: p["row"].tolist() for t, p in parts.items()} == expected
 
 
 @pytest.mark.parametrize(("shard", "shards", "expected"), [

@@ -1,4 +1,5 @@
-"""The emulation's input side: messages staged by topic, a topic's window read from staging."""
+"""The emulation's input side: messages staged by topic bin, a bin's (or a topic's) window read
+from staging."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ from pipelines.storage.staging import (
     STAGING_SOURCE_COLUMNS,
     STAGING_TOPIC_COLUMN,
     StagingPlan,
+    read_bin,
     read_staged,
     stage_partition,
     staged_batch_stats,
+    staged_dataset,
     staged_histogram,
+    topic_bin,
     topic_digest,
     write_staging,
 )
@@ -32,6 +36,18 @@ from pipelines.storage.staging import (
 @pytest.mark.parametrize("topic", ["orders", "persistent://t/ns/a b", "Ünïcode/=%"])
 def test_topic_digest_is_sha1_hex_of_the_utf8_name(topic: str) -> None:
     assert topic_digest(topic) == hashlib.sha1(topic.encode("utf-8")).hexdigest()
+
+
+@pytest.mark.parametrize("topic", ["orders", "persistent://t/ns/a b", "Ünïcode/=%"])
+def test_topic_bin_is_the_sha1_prefix_modulo_the_bins(topic: str) -> None:
+    assert topic_bin(topic, 7) == int(topic_digest(topic)[:15], 16) % 7
+
+
+def test_topic_bins_spread_many_topics_evenly() -> None:
+    counts = [0] * 8
+    for i in range(8000):
+        counts[topic_bin(f"persistent://tenant/ns/topic-{i}", 8)] += 1
+    assert min(counts) > 850  # about 1,000 each
 
 
 def _batch(rows: list[tuple[str, int]], keys: list[str | None] | None = None) -> pa.RecordBatch:
@@ -46,17 +62,25 @@ def _batch(rows: list[tuple[str, int]], keys: list[str | None] | None = None) ->
         "event_ms": pa.array([ms for _, ms in rows], pa.int64())})
 
 
+BINS = 3
+"""Topic bins of the staged test data (``a/b`` and ``other`` fall in different bins)."""
+
+
 def _stage(root: Path, batch: int, rows: list[tuple[str, int]], part: int = 0) -> dict[str, int]:
     """Stage messages (topic, event_ms) as the replay does (:func:`write_staging`)."""
-    return write_staging([_batch(rows)], f"{root}/batch_id={batch}", part)
+    return write_staging([_batch(rows)], f"{root}/batch_id={batch}", part, bins=BINS)
 
 
 def _topic_files(root: Path, batch: int, topic: str) -> list[Path]:
-    folder = root / f"batch_id={batch}" / f"{STAGING_TOPIC_COLUMN}={topic_digest(topic)}"
+    folder = root / f"batch_id={batch}" / f"{STAGING_TOPIC_COLUMN}={topic_bin(topic, BINS)}"
     return sorted(folder.iterdir())
 
 
-def test_write_staging_puts_each_topic_in_its_folder_and_counts_it(tmp_path: Path) -> None:
+def test_test_topics_fall_in_different_bins() -> None:
+    assert topic_bin("a/b", BINS) != topic_bin("other", BINS)
+
+
+def test_write_staging_puts_each_topic_in_its_bins_folder_and_counts_it(tmp_path: Path) -> None:
     counts = _stage(tmp_path, 4, [("a/b", 1), ("other", 2), ("a/b", 3)], part=7)
     assert counts == {"a/b": 2, "other": 1}
     files = _topic_files(tmp_path, 4, "a/b")
@@ -66,9 +90,31 @@ def test_write_staging_puts_each_topic_in_its_folder_and_counts_it(tmp_path: Pat
     assert table.column("event_ms").to_pylist() == [1, 3]
 
 
+def test_write_staging_writes_one_file_per_bin_whatever_the_topics(tmp_path: Path) -> None:
+    write_staging([_batch([(f"t{i}", i) for i in range(500)])], f"{tmp_path}/batch_id=0", 0,
+                  bins=4)
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.parquet"))
+    assert files == [f"batch_id=0/{STAGING_TOPIC_COLUMN}={b}/part-00000.parquet"
+                     for b in range(4)]
+
+
+@pytest.mark.parametrize(("lo", "hi", "expected"), [
+    (None, None, [("a/b", 100), ("a/b", 150), ("a/b", 200)]),
+    (120, None, [("a/b", 150), ("a/b", 200)]),
+])
+def test_read_bin_returns_the_bins_topics_window(tmp_path: Path, lo: int | None, hi: int | None,
+                                                 expected: list[tuple[str, int]]) -> None:
+    _stage(tmp_path, 0, [("a/b", 100), ("a/b", 150), ("other", 120)])
+    _stage(tmp_path, 1, [("a/b", 200), ("other", 210)])
+    pdf = read_bin(staged_dataset(str(tmp_path)), topic_bin("a/b", BINS), lo, hi)
+    assert list(pdf.columns) == STAGE_INPUT_COLUMNS
+    assert sorted(zip(pdf["topic"], pdf["event_ms"], strict=True)) == expected
+
+
 def test_write_staging_adds_the_key_hashes_of_ingest(tmp_path: Path) -> None:
     keys = ["k1", None, "ключ", ""]
-    write_staging([_batch([("t", i) for i in range(4)], keys)], f"{tmp_path}/batch_id=0", 0)
+    write_staging([_batch([("t", i) for i in range(4)], keys)], f"{tmp_path}/batch_id=0", 0,
+                  bins=BINS)
     table = pq.ParquetFile(_topic_files(tmp_path, 0, "t")[0]).read()
     expected = key_hashes_arrow(pa.array(keys, pa.string()))
     for column in KEY_HASH_COLUMNS:
@@ -79,7 +125,8 @@ def test_write_staging_cuts_row_groups_of_the_configured_rows(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(staging, "STAGING_ROW_GROUP_ROWS", 3)
     batches = [_batch([("t", 2 * i), ("u", i), ("t", 2 * i + 1)]) for i in range(4)]
-    write_staging(batches, f"{tmp_path}/batch_id=0", 0)
+    assert topic_bin("t", BINS) != topic_bin("u", BINS)
+    write_staging(batches, f"{tmp_path}/batch_id=0", 0, bins=BINS)
     meta = pq.ParquetFile(_topic_files(tmp_path, 0, "t")[0]).metadata
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [3, 3, 2]
 
@@ -115,15 +162,10 @@ def test_staged_batch_stats_counts_each_topic_from_the_footers(tmp_path: Path) -
     assert staged_batch_stats(str(tmp_path), 1) == {"a/b": (2, 200, 250), "other": (1, 210, 210)}
 
 
-def test_staged_batch_stats_merges_row_groups_and_files_of_a_topic(tmp_path: Path) -> None:
-    _stage(tmp_path, 0, [("t", 5), ("t", 1), ("t", 9)])
-    folder = tmp_path / "batch_id=0" / f"{STAGING_TOPIC_COLUMN}={topic_digest('t')}"
-    table = pq.read_table(folder / "part-00000.parquet")
-    # one-row groups without statistics (read instead)
-    pq.write_table(table, folder / "part-1.parquet", row_group_size=1, write_statistics=False)
-    assert pq.ParquetFile(folder / "part-1.parquet").metadata.row_group(0).column(6).statistics \
-        is None
-    assert staged_batch_stats(str(tmp_path), 0) == {"t": (6, 1, 9)}
+def test_staged_batch_stats_merges_the_files_of_a_topic(tmp_path: Path) -> None:
+    _stage(tmp_path, 0, [("t", 5), ("t", 1)], part=0)
+    _stage(tmp_path, 0, [("t", 9), ("t", 3)], part=1)
+    assert staged_batch_stats(str(tmp_path), 0) == {"t": (4, 1, 9)}
 
 
 def test_staged_batch_stats_of_a_batch_without_files_is_empty(tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
-"""Dispatch as a grouped stateful operator, keyed by ``(run_id, topic, dispatcher)``.
+"""Dispatch as a grouped stateful operator, keyed by ``(run_id, bin, dispatcher)``.
 
 A dispatcher (one subscription, or one consumer's cursor of an ungrouped checkpoint
-subscription: :func:`pipelines.engine.stages.new_dispatchers`) sees every entry of its topic: per
-window in order it reads the entries all producer shards handed over (the batching stage of
-the same micro-batch has finished: a shuffle lies between) and the window's layout, and feeds
-them to :func:`pipelines.engine.stages.dispatch_group` (drains on seals, bucket handoffs,
-consumers). Its tables (``dispatch``, ``consumer_load``, ``bucket_handoffs``,
-``subscription_stats``, ``segment_drains``) go to files the driver commits. State: the pickled
-dispatcher and the last layout change it has seen.
+subscription: :func:`pipelines.engine.stages.new_dispatchers`) sees every entry of its topic; a
+key holds that dispatcher of every topic of its bin, each topic's state in a ``MapState`` entry
+(:class:`pipelines.spark.handover.TopicStates`). Per window in order it reads the entries all
+producer shards of the bin handed over (the batching stage of the same micro-batch has
+finished: a shuffle lies between) and the window's layouts, and feeds each topic with entries
+(every topic of the bin in the final window) to :func:`pipelines.engine.stages.dispatch_group`
+(drains on seals, bucket handoffs, consumers; a topic skipped in a window catches up in its next
+call). Its tables (``dispatch``, ``consumer_load``, ``bucket_handoffs``, ``subscription_stats``,
+``segment_drains``) go to one file per kind. State: per topic the pickled dispatcher and the
+last layout change it has seen.
 """
 
 from __future__ import annotations
@@ -28,10 +31,10 @@ from pipelines.storage import fs as storage
 from pipelines.storage.frames import FrameWriter
 from pipelines.storage.staging import arrow_strings
 
-DISPATCH_OUT_DDL = ("run_id string, topic string, dispatcher int, window int, version long, "
+DISPATCH_OUT_DDL = ("run_id string, bin int, dispatcher int, window int, version long, "
                     "control_s double, batching_s double, dispatch_s double")
-"""One row per (run, topic, dispatcher, window): the window is dispatched; the stages' seconds
-(the driver's timings)."""
+"""One row per (run, bin, dispatcher, window) it got: the window is dispatched; the stages'
+seconds (the driver's timings)."""
 
 
 class DispatchProcessor(StatefulProcessor):
@@ -43,46 +46,68 @@ class DispatchProcessor(StatefulProcessor):
         self.emulation = emulation
 
     def init(self, handle: Any) -> None:
-        self.dispatcher = handle.getValueState("dispatcher", handover.STATE_DDL)
+        self.dispatchers = handle.getMapState("dispatchers", handover.STATE_KEY_DDL,
+                                              handover.STATE_DDL)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: Any) -> Iterator[pd.DataFrame]:
-        run_id, topic, d = str(key[0]), str(key[1]), int(key[2])
+        run_id, b, d = str(key[0]), int(key[1]), int(key[2])
         tokens = pd.concat(list(rows), ignore_index=True)
         # one row per shard and window: the window's seconds summed, its bounds from any row
         windows = tokens.groupby("window", sort=True).agg(
             hi_ms=("hi_ms", "first"), final=("final", "first"), version=("version", "first"),
             control_s=("control_s", "sum"), batching_s=("batching_s", "sum"))
-        settings = self.settings[run_id]
-        blob = handover.load_state(self.dispatcher)
+        states = handover.TopicStates(self.dispatchers)
         writers: dict[int, FrameWriter] = {}
         out: list[tuple[Any, ...]] = []
         for window, w in windows.iterrows():
             t0 = time.perf_counter()
             version = int(w["version"])
-            layout = handover.read_layout(handover.window_dir(
-                self.emulation, version, "routed", run_id, topic, int(window)))
-            if d >= 0 and layout is not None:
-                if blob is None:  # this dispatcher alone, as dispatch_group carries a topic's
-                    blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
-                entries = _read_entries(handover.window_dir(
-                    self.emulation, version, "handover", run_id, topic, int(window)))
-                hi = None if pd.isna(w["hi_ms"]) else int(w["hi_ms"])
-                tables, blob = stages.dispatch_group(topic, entries, blob, settings, layout, hi,
-                                                     bool(w["final"]))
+            if d >= 0:
                 if version not in writers:
                     writers[version] = FrameWriter(
                         handover.out_dir(self.emulation, version, run_id),
-                        withheld_columns(settings.config))
-                writers[version].write(f"{topic}\x00{d}", tables)
-            out.append((run_id, topic, d, int(window), version, float(w["control_s"]),
+                        withheld_columns(self.settings[run_id].config))
+                self._window(run_id, b, d, int(window), w, states, writers[version])
+            out.append((run_id, b, d, int(window), version, float(w["control_s"]),
                         float(w["batching_s"]), time.perf_counter() - t0))
         for writer in writers.values():
             writer.close()
-        if blob is not None:
-            handover.save_state(self.dispatcher, blob)
-        yield pd.DataFrame(out, columns=["run_id", "topic", "dispatcher", "window", "version",
+        states.save()
+        yield pd.DataFrame(out, columns=["run_id", "bin", "dispatcher", "window", "version",
                                          "control_s", "batching_s", "dispatch_s"])
+
+    def _window(self, run_id: str, b: int, d: int, window: int, w: Any,
+                states: handover.TopicStates, writer: FrameWriter) -> None:
+        """One window of the key: each topic with entries (every topic with a layout in the
+        final window) through its dispatcher, the rows written."""
+        settings = self.settings[run_id]
+        version, final = int(w["version"]), bool(w["final"])
+        hi = None if pd.isna(w["hi_ms"]) else int(w["hi_ms"])
+        groups = handover.by_topic(_read_entries(handover.window_dir(
+            self.emulation, version, "handover", run_id, b, window)))
+        if not groups and not final:
+            return
+        layouts = handover.read_layouts(handover.window_dir(
+            self.emulation, version, "routed", run_id, b, window))
+        topics = sorted(set(groups) | (set(layouts) if final else set()))
+        tables: dict[str, list[pd.DataFrame]] = {}
+        empty = handover.ENTRY_HANDOVER.empty_table().to_pandas(types_mapper=arrow_strings)
+        for topic in topics:
+            layout = layouts.get(topic)
+            if layout is None:
+                continue
+            blob = states.get(topic)
+            if blob is None:  # this dispatcher alone, as dispatch_group carries a topic's
+                blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
+            frames, blob = stages.dispatch_group(topic, groups.get(topic, empty), blob,
+                                                 settings, layout, hi, final)
+            states.put(topic, blob)
+            for kind, frame in frames.items():
+                if len(frame):
+                    tables.setdefault(kind, []).append(frame)
+        writer.write(f"bin-{b}\x00{d}",
+                     {k: pd.concat(v, ignore_index=True) for k, v in tables.items()})
 
     def close(self) -> None:
         pass

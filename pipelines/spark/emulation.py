@@ -10,8 +10,12 @@ with the query: no operator state passes through the driver. The sink writes a r
 counts of the big tables, the stages' seconds) before the driver commits the micro-batch's
 files, so a restart after any commit finds the counts without the files.
 
+The operators are keyed by topic bins (:func:`pipelines.storage.staging.topic_bin`; ``bins``, a
+run constant), never by topic: the feed has a row per (run, bin, window), and each operator
+touches a topic only in the windows with its messages and in the final one.
+
 Exactly-once: a micro-batch re-run after a crash starts from the state of the one before,
-rewrites the same files (names depend only on run, topic, shard or dispatcher and window) and
+rewrites the same files (names depend only on run, bin, shard or dispatcher and window) and
 the driver's commits are idempotent by version.
 """
 
@@ -38,7 +42,7 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 """The state store provider of the emulation's operators (``transformWithStateInPandas``
 requires it)."""
 
-FEED_SCHEMA = pa.schema([("run_id", pa.string()), ("topic", pa.string()),
+FEED_SCHEMA = pa.schema([("run_id", pa.string()), ("bin", pa.int32()),
                          ("window", pa.int32()), ("lo_ms", pa.int64()), ("hi_ms", pa.int64()),
                          ("final", pa.bool_()), ("snapshot", pa.bool_()),
                          ("version", pa.int64())])
@@ -61,23 +65,30 @@ class Receipt:
     seconds: Mapping[str, float]
 
 
+def default_bins(spark: Any) -> int:
+    """Topic bins when ``replay.topic_bins`` is not set: twice ``spark.sql.shuffle.partitions``
+    (enough keys per operator to keep every core busy once the hash has spread them over the
+    partitions; each key costs a few ms a micro-batch, whatever its topics)."""
+    return 2 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+
+
 def emulation_dir(work_dir: str) -> str:
     """The emulation query's folder under a replay's work folder."""
     return storage.join(work_dir, "emulation")
 
 
 def write_feed(emulation: str, version: int, windows: Sequence[stages.StageWindow],
-               runs: Sequence[str], topics: Sequence[str], snapshot: bool) -> bool:
-    """Append finalization ``version``'s feed file (a row per run, topic and window) unless it
-    exists (a restart re-feeds nothing the query has seen). Returns whether there is anything
-    to finalize (some topic)."""
+               runs: Sequence[str], bins: int, topics: int, snapshot: bool) -> bool:
+    """Append finalization ``version``'s feed file (a row per run, topic bin and window) unless
+    it exists (a restart re-feeds nothing the query has seen). ``topics``: how many topics have
+    staged messages. Returns whether there is anything to finalize (some topic)."""
     if not topics:
         return False
     path = storage.join(emulation, "feed", f"v-{version:020d}.parquet")
     if storage.is_file(path):
         return True
-    rows = [(r, t, i, w.lo_ms, w.hi_ms, w.final, snapshot, version)
-            for r in runs for t in sorted(topics) for i, w in enumerate(windows)]
+    rows = [(r, b, i, w.lo_ms, w.hi_ms, w.final, snapshot, version)
+            for r in runs for b in range(bins) for i, w in enumerate(windows)]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(
         [dict(zip(FEED_SCHEMA.names, r, strict=True)) for r in rows], schema=FEED_SCHEMA), sink)
@@ -97,7 +108,7 @@ def read_receipt(emulation: str, version: int) -> Receipt:
 
 
 class ReceiptSink:
-    """``foreachBatch`` sink of the emulation query: the micro-batch's rows (a few per topic and
+    """``foreachBatch`` sink of the emulation query: the micro-batch's rows (a few per bin and
     window) give the seconds; the output files give the counts; both go to the receipt of each
     version in the batch. Picklable (paths only): Spark Connect runs it on the server."""
 
@@ -129,20 +140,20 @@ def run_emulation(spark: Any, emulation: str, staging: str,
     micro-batch per file) and wait for its end; a failure is raised.
 
     ``settings``: run_id → its :class:`~pipelines.engine.stages.StageSettings` (a sweep's
-    scenarios); ``shards``: producer shards per topic (a run constant: the state store's keys depend
-    on it)."""
+    scenarios); ``shards``: producer shards per topic (a run constant: the state store's keys
+    depend on it, as on the feed's topic bins)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                    "true")
     query = (spark.readStream.schema(FEED_DDL).option("maxFilesPerTrigger", 1)
              .parquet(storage.join(emulation, "feed"))
-             .groupBy("run_id", "topic")
+             .groupBy("run_id", "bin")
              .transformWithStateInPandas(ControlProcessor(settings, staging, emulation, shards),
                                          CONTROL_OUT_DDL, "Append", "None")
-             .groupBy("run_id", "topic", "shard")
+             .groupBy("run_id", "bin", "shard")
              .transformWithStateInPandas(BatchingProcessor(settings, emulation),
                                          BATCHING_OUT_DDL, "Append", "None")
-             .groupBy("run_id", "topic", "dispatcher")
+             .groupBy("run_id", "bin", "dispatcher")
              .transformWithStateInPandas(DispatchProcessor(settings, emulation),
                                          DISPATCH_OUT_DDL, "Append", "None")
              .writeStream.foreachBatch(ReceiptSink(emulation, list(settings)))

@@ -4,20 +4,22 @@ query").
 Everything of one finalization (one feed file, one micro-batch of the emulation query) lives
 under ``<emulation>/v=<version>/``:
 
-- ``routed/<run>/<topic sha1>/w-<window>/shard-<s>.arrow`` — the control plane's routed
-  messages of producer shard ``s`` (replay order), ``layout.pkl`` beside them (the topic's
-  layout DAG after the window);
-- ``handover/<run>/<topic sha1>/w-<window>/shard-<s>.arrow`` — a shard's entries of the window
-  with what dispatch needs (:data:`ENTRY_HANDOVER`);
+- ``routed/<run>/bin-<b>/w-<window>/shard-<s>.arrow`` — the control plane's routed messages of
+  topic bin ``b`` and producer shard ``s`` (every topic of the bin with messages in the window,
+  each in replay order), ``layouts.pkl`` beside them (topic → layout DAG after the window, for
+  the topics the control plane advanced in it);
+- ``handover/<run>/bin-<b>/w-<window>/shard-<s>.arrow`` — a shard's entries of the window
+  with what dispatch needs (:data:`ENTRY_HANDOVER`, with their topic);
 - ``out/<run>/<kind>/part-<sha1>.parquet`` — table rows
   (:class:`pipelines.storage.frames.FrameWriter`), committed to Delta by the driver.
 
 Hand-over files are Arrow IPC files (lz4): each is written once and read once, soon after, by
 the next operator; Parquet's encoding cost five times as much to write (a hot topic's control
 plane writes every message of it on one core). File names depend only on (run, topic, shard or
-dispatcher, window): a re-run of a micro-batch rewrites the same files whole. Operator state
-is one ``(format, blob)`` row per key in a ``ValueState`` (:data:`STATE_DDL`);
-:func:`load_state` refuses a format it does not know.
+dispatcher, window) — never per topic: the files grow with bins, not topics — and a re-run of
+a micro-batch rewrites the same files whole. Operator state is one ``(format, blob)`` value per
+topic in a ``MapState`` keyed by topic (:data:`STATE_KEY_DDL`, :data:`STATE_DDL`), read only
+for the topics a window touches (:class:`TopicStates`); a format it does not know is refused.
 """
 
 from __future__ import annotations
@@ -38,17 +40,21 @@ from pipelines.storage.fs import arrow_filesystem
 STATE_FORMAT = 3
 """Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.engine.stages``
 objects). Bumped whenever those classes change shape or module (pickles name a class by its
-module path): a checkpoint of another format is refused (:func:`load_state`) instead of
+module path): a checkpoint of another format is refused (:class:`TopicStates`) instead of
 unpickling old objects into new classes. 2: ``pipelines.stages`` moved to
-``pipelines.engine.stages`` (its ``BatchingState``). 3: the controller's TopicStats rates per
-stats period (``TopicStatsRates``) and consumers' ``leave_how`` (issue #29); a dispatcher
-keeps its last emitted window rows (sparse ``consumer_load`` / ``subscription_stats``, issue
-#30)."""
+``pipelines.engine.stages`` (its ``BatchingState``). 3: keys are topic bins, a ``MapState``
+entry per topic; the controller's TopicStats rates per stats period (``TopicStatsRates``) and
+consumers' ``leave_how`` (issue #29); a dispatcher keeps its last emitted window rows (sparse
+``consumer_load`` / ``subscription_stats``, issue #30)."""
 
 STATE_DDL = "format int, blob binary"
-"""Schema of every operator's ``ValueState``: the blob's format and the blob."""
+"""Schema of every operator's state values: the blob's format and the blob."""
 
-ENTRY_HANDOVER = pa.schema([("producer_name", pa.string()), ("segment_id", pa.int64()),
+STATE_KEY_DDL = "topic string"
+"""Schema of the operators' ``MapState`` keys: the topic."""
+
+ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string()),
+                            ("segment_id", pa.int64()),
                             ("entry_id", pa.int64()), ("entry_hash_min", pa.int64()),
                             ("num_messages", pa.int64()), ("payload_bytes", pa.int64()),
                             ("emu_publish_ms", pa.int64())])
@@ -61,22 +67,59 @@ class StateFormatError(RuntimeError):
     files one of another ``pipelines.spark.replay.REPLAY_STATE_FORMAT``."""
 
 
-def load_state(state: Any) -> bytes | None:
-    """The blob of a ``ValueState`` of :data:`STATE_DDL` (``None`` when it has none).
-    :class:`StateFormatError` when it was written in another format."""
-    if not state.exists():
+class TopicStates:
+    """The per-topic state blobs of one operator key, over a ``MapState`` (topic →
+    :data:`STATE_DDL`): read lazily, one round trip per topic a window touches
+    (:meth:`get`), or all at once with the map's batched iterator (:meth:`all_topics`, the
+    final window); :meth:`save` writes back only the topics given a new blob. A value of
+    another :data:`STATE_FORMAT` raises :class:`StateFormatError`."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+        self.blobs: dict[str, bytes | None] = {}
+        self.dirty: set[str] = set()
+        self.complete = False
+
+    def get(self, topic: str) -> bytes | None:
+        """The topic's blob (``None``: the topic has no state yet)."""
+        if topic not in self.blobs:
+            self.blobs[topic] = (None if self.complete
+                                 else _checked(self.state.getValue((topic,))))
+        return self.blobs[topic]
+
+    def put(self, topic: str, blob: bytes) -> None:
+        self.blobs[topic] = blob
+        self.dirty.add(topic)
+
+    def all_topics(self) -> list[str]:
+        """Every topic with state (read with the map's iterator) or given one, sorted."""
+        if not self.complete:
+            for (topic,), value in self.state.iterator():
+                if topic not in self.blobs:
+                    self.blobs[str(topic)] = _checked(value)
+            self.complete = True
+        return sorted(t for t, b in self.blobs.items() if b is not None)
+
+    def save(self) -> None:
+        """Write back every topic given a new blob."""
+        for topic in sorted(self.dirty):
+            blob = self.blobs[topic]
+            if blob is not None:
+                self.state.updateValue((topic,), (STATE_FORMAT, blob))
+        self.dirty.clear()
+
+
+def _checked(value: Any) -> bytes | None:
+    """A state value's blob (``None`` for no value); :class:`StateFormatError` for another
+    format."""
+    if value is None:
         return None
-    fmt, blob = state.get()
+    fmt, blob = value
     if int(fmt) != STATE_FORMAT:
         raise StateFormatError(f"the emulation checkpoint holds state of format {fmt}, this "
                                f"version reads format {STATE_FORMAT}: replay into a new --output "
                                f"or --run-id")
     return bytes(blob)
-
-
-def save_state(state: Any, blob: bytes) -> None:
-    """Store ``blob`` in the ``ValueState`` ``state`` (format :data:`STATE_FORMAT`)."""
-    state.update((STATE_FORMAT, blob))
 
 
 def digest(name: str) -> str:
@@ -89,10 +132,10 @@ def version_dir(emulation: str, version: int) -> str:
     return storage.join(emulation, f"v={version}")
 
 
-def window_dir(emulation: str, version: int, part: str, run_id: str, topic: str,
+def window_dir(emulation: str, version: int, part: str, run_id: str, b: int,
                window: int) -> str:
-    """``<version dir>/<part>/<run>/<topic sha1>/w-<window>`` (``part``: routed, handover)."""
-    return storage.join(version_dir(emulation, version), part, run_id, digest(topic),
+    """``<version dir>/<part>/<run>/bin-<b>/w-<window>`` (``part``: routed, handover)."""
+    return storage.join(version_dir(emulation, version), part, run_id, f"bin-{b:05d}",
                         f"w-{window:06d}")
 
 
@@ -133,6 +176,20 @@ def split_by_shard(table: pa.Table, shard: npt.NDArray[np.int64],
     return [grouped.slice(int(bounds[s]), int(bounds[s + 1] - bounds[s])) for s in range(shards)]
 
 
+def by_topic(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``frame``'s rows per value of its ``topic`` column (each in the rows' order): one stable
+    sort by the topic's code, then a slice per topic (a pandas ``groupby`` makes a frame per
+    group the slow way: thousands of topics in a bin)."""
+    if not len(frame):
+        return {}
+    codes, topics = pd.factorize(frame["topic"])
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(topics) + 1))
+    grouped = frame.take(order)
+    return {str(t): grouped.iloc[int(bounds[i]):int(bounds[i + 1])]
+            for i, t in enumerate(topics)}
+
+
 def write_frame(path: str, table: pa.Table) -> None:
     """Write ``table`` to the Arrow IPC file ``path`` (lz4) whole
     (:func:`pipelines.storage.fs.write_bytes`: a re-run replaces it)."""
@@ -152,16 +209,16 @@ def read_frame(path: str) -> pa.Table | None:
         return pa.ipc.open_file(source).read_all()
 
 
-def write_layout(folder: str, layout: SegmentLayout | None) -> None:
-    """The topic's layout after a window (``layout.pkl`` in the window's routed folder)."""
-    if layout is not None:
-        storage.write_bytes(storage.join(folder, "layout.pkl"), pickle.dumps(layout))
+def write_layouts(folder: str, layouts: dict[str, SegmentLayout]) -> None:
+    """The layouts after a window of the topics the control plane advanced in it (topic →
+    layout; ``layouts.pkl`` in the window's routed folder)."""
+    storage.write_bytes(storage.join(folder, "layouts.pkl"), pickle.dumps(layouts))
 
 
-def read_layout(folder: str) -> SegmentLayout | None:
-    """What :func:`write_layout` wrote, ``None`` when the topic has no layout yet."""
-    path = storage.join(folder, "layout.pkl")
+def read_layouts(folder: str) -> dict[str, SegmentLayout]:
+    """What :func:`write_layouts` wrote (``{}`` when the window has none)."""
+    path = storage.join(folder, "layouts.pkl")
     if not storage.is_file(path):
-        return None
-    layout: SegmentLayout = pickle.loads(storage.read_bytes(path))
-    return layout
+        return {}
+    layouts: dict[str, SegmentLayout] = pickle.loads(storage.read_bytes(path))
+    return layouts

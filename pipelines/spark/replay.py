@@ -5,7 +5,7 @@ Shape (docs/architecture.md, "Data flow"), per micro-batch ``k``:
 1. ingest: the new raw records are parsed and mapped in Spark SQL (``pipelines.spark.ingest``), then
    ONE Python pass (``pipelines.spark.staging_pass.stage_batch``) applies the input rules
    (``pipelines.ingest.rules``), hashes the keys and stages the accepted records as Parquet
-   under ``staging/batch_id=k/topic_sha1=<sha1 of the topic>`` (rewritten whole on a re-run, so
+   under ``staging/batch_id=k/topic_bin=<the topic's bin>`` (rewritten whole on a re-run, so
    staging is idempotent); the records it rejects, and accepted ones older than the horizon
    already finalized (``late``), come out of the pass → ``quarantine``.
 2. the event-time horizon advances to ``max(event_ms) - allowed_lateness``.
@@ -52,6 +52,7 @@ from pipelines.spark import handover
 from pipelines.spark.emulation import (
     FINAL_VERSION,
     Receipt,
+    default_bins,
     emulation_dir,
     read_receipt,
     remove_versions,
@@ -149,6 +150,7 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     manifest = storage.join(output, "_work", run_id, MANIFEST)
     if storage.is_file(manifest):
         have = json.loads(storage.read_bytes(manifest).decode("utf-8"))
+        have.pop("topic_bins", None)  # resolved when the run started: not part of its identity
         have["config"] = run_identity(have.get("config", {}))
         if "lanes" in have:
             have["lanes"] = {k: run_identity(v) for k, v in have["lanes"].items()}
@@ -287,6 +289,7 @@ class Replay:
                                       default_factory=lambda: dict.fromkeys(STAGES, 0.0))
     _clock: list[list[float]] = field(init=False, default_factory=list, repr=False)
     pseudonymize: Pseudonymizer | None = field(init=False, default=None, repr=False)
+    topic_bins: int = field(init=False, default=1)  # the run's (its manifest's)
     stop_requested: threading.Event = field(init=False, default_factory=threading.Event,
                                             repr=False)
     _batch_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
@@ -315,10 +318,17 @@ class Replay:
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
         manifest = storage.join(self.work_dir, MANIFEST)
         if not storage.is_file(manifest):
+            # topic bins: a run constant (the emulation's state is keyed by them), kept here
+            self.topic_bins = self.config.replay.topic_bins or default_bins(self.spark)
             storage.write_bytes(manifest, json.dumps(
                 {"config": self.config.to_dict(), "preset": self.input_spec.preset,
+                 "topic_bins": self.topic_bins,
                  **({"lanes": {k: v.to_dict() for k, v in lanes.items()}} if lanes else {})},
                 sort_keys=True).encode("utf-8"))
+        else:
+            recorded = json.loads(storage.read_bytes(manifest).decode("utf-8"))
+            self.topic_bins = int(recorded.get("topic_bins") or self.config.replay.topic_bins
+                                  or default_bins(self.spark))
         self.state = self._load_state()
 
     # ---- paths --------------------------------------------------------------------------------
@@ -613,13 +623,13 @@ class Replay:
         key hashes and ``input.pseudonymize`` in the one Python pass that writes the staged
         files, rewritten whole on a re-run, partitioned by topic
         (``pipelines.storage.staging.STAGING_TOPIC_COLUMN``) so the control plane reads a topic
-        alone). Records
+        bin alone). Records
         the rules reject, and accepted ones older than the finalized horizon (``late``), come
         out of the pass and are written with ``bad_files`` (salvage's rows) by
         :meth:`_write_quarantine`. ``fields``: the mapped records' metrics
         (``pipelines.spark.ingest.map_records``)."""
         plan = StagingPlan(self.input_spec, self.state.horizon_ms, self.state.finalized,
-                           self.pseudonymize)
+                           self.pseudonymize, self.topic_bins)
         stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
                     plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
 
@@ -827,8 +837,8 @@ class Replay:
         t0 = time.perf_counter()
         self._tick()
         # every topic with a controller has staged messages: state.staged lists them all
-        if write_feed(emulation, version, windows, list(settings), list(self.state.staged),
-                      snapshot=self.streaming):
+        if write_feed(emulation, version, windows, list(settings), self.topic_bins,
+                      len(self.state.staged), snapshot=self.streaming):
             run_emulation(self.spark, emulation, self.staging, settings,
                           self.config.replay.producer_shards)
             receipt = read_receipt(emulation, version)

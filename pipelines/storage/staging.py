@@ -1,7 +1,9 @@
 """The staged messages: a replay's accepted messages as Parquet files under
-``<staging>/batch_id=<k>/topic_sha1=<sha1 of the topic>/``, with their key hashes, so that the
-emulation reads one topic's window alone (:func:`read_staged`, :func:`read_topic`). A task
-writes its files with :class:`StagingWriter`; :func:`stage_partition` is one task of the staging
+``<staging>/batch_id=<k>/topic_bin=<bin of the topic>/``, with their key hashes, so that the
+emulation reads one topic bin's window alone (:func:`read_bin`; :func:`read_staged` for one
+topic). A task writes one file per bin with :class:`StagingWriter` (per-topic counts and
+event-time ranges in its footer's metadata, :data:`TOPIC_STATS_KEY`): the files grow with bins
+and tasks, not with topics; :func:`stage_partition` is one task of the staging
 pass (the input rules of :mod:`pipelines.ingest.rules`, then the staging), which the Spark
 replay runs in ``mapInArrow`` (:mod:`pipelines.spark.staging_pass`). The footers' statistics
 (:func:`staged_batch_stats`, :func:`staged_histogram`) plan the windows without reading data.
@@ -10,6 +12,7 @@ No Spark."""
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -38,9 +41,13 @@ STAGE_INPUT_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_
 """Accepted-message columns the emulation reads (``source_file`` is not shipped)."""
 
 
-STAGING_TOPIC_COLUMN = "topic_sha1"
-"""Partition column of the staged messages (``<staging>/batch_id=<k>/topic_sha1=<hex>/``): the
-SHA-1 hex of the topic name, a folder name for any topic, so a task reads only its topic."""
+STAGING_TOPIC_COLUMN = "topic_bin"
+"""Partition column of the staged messages (``<staging>/batch_id=<k>/topic_bin=<b>/``): the
+topic's bin (:func:`topic_bin`), so an emulation task reads only its bin's topics."""
+
+TOPIC_STATS_KEY = b"topic_replay.topics"
+"""Key of a staged file's footer metadata: JSON ``{topic: [messages, min event_ms, max
+event_ms]}`` of the file's topics (:func:`staged_batch_stats` reads it, no data)."""
 
 
 STAGING_ROW_GROUP_ROWS = 65_536
@@ -63,16 +70,22 @@ def topic_digest(topic: str) -> str:
     return hashlib.sha1(topic.encode("utf-8")).hexdigest()
 
 
+def topic_bin(topic: str, bins: int) -> int:
+    """The topic's bin, ``0 <= b < bins``: the first 60 bits of its SHA-1 modulo ``bins`` (the
+    same in every process and on every machine)."""
+    return int(topic_digest(topic)[:15], 16) % bins
+
+
 def read_staged(staging: str, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
     """One topic's staged messages with ``lo_ms <= event_ms < hi_ms`` (``None``: unbounded).
 
     ``staging``: the folder the replay stages accepted messages to, partitioned by
-    ``batch_id`` and :data:`STAGING_TOPIC_COLUMN`. Read with pyarrow (the topic's folders only;
-    row groups outside the window are skipped by their ``event_ms`` statistics). Returns the
+    ``batch_id`` and :data:`STAGING_TOPIC_COLUMN`. Read with pyarrow (row groups outside the
+    window are skipped by their ``event_ms`` statistics). Returns the
     :data:`STAGE_INPUT_COLUMNS` in file order (the stages sort; strings as
     ``pd.ArrowDtype(pa.string())``, which the stages take as they take object strings); no
     rows when none match."""
-    return read_topic(staged_dataset(staging), topic, lo_ms, hi_ms)
+    return _read(staged_dataset(staging), pc.field("topic") == topic, lo_ms, hi_ms)
 
 
 class StagingWriter:
@@ -81,21 +94,26 @@ class StagingWriter:
 
     Each added batch gets the key hashes (:data:`KEY_HASH_COLUMNS`, from
     ``pipelines.ingest.rules.key_hashes_arrow``, the one hashing function) and goes, split by
-    topic, to ``<folder>/<STAGING_TOPIC_COLUMN>=<topic_digest>/part-<part:05d>.parquet`` in row
-    groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one smaller). Each file is written
-    under a hidden temporary name and moved into place by :meth:`close`, so a retried task
-    replaces it whole (readers skip hidden files). ``pseudonymize`` (``input.pseudonymize``):
-    its columns are replaced by their pseudonyms once the key hashes are computed (routing is
-    unchanged; no raw value is staged). pyarrow's C++ writer, on the Python worker that hashes
-    the keys: about half the time of Spark's Parquet writer here."""
+    topic bin (:func:`topic_bin` of ``bins``), to ``<folder>/<STAGING_TOPIC_COLUMN>=<bin>/
+    part-<part:05d>.parquet`` in row groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one
+    smaller); the file's footer holds its topics' counts and event-time ranges
+    (:data:`TOPIC_STATS_KEY`). Each file is written under a hidden temporary name and moved into
+    place by :meth:`close`, so a retried task replaces it whole (readers skip hidden files).
+    ``pseudonymize`` (``input.pseudonymize``): its columns are replaced by their pseudonyms once
+    the key hashes are computed (routing is unchanged; no raw value is staged). pyarrow's C++
+    writer, on the Python worker that hashes the keys: about half the time of Spark's Parquet
+    writer here."""
 
-    def __init__(self, folder: str, part: int, pseudonymize: Pseudonymizer | None = None) -> None:
+    def __init__(self, folder: str, part: int, pseudonymize: Pseudonymizer | None = None,
+                 bins: int = 1) -> None:
         self.fs, self.root = arrow_filesystem(folder)
         self.part = part
         self.pseudonymize = pseudonymize
-        self.pending: dict[str, list[Any]] = {}
+        self.bins = bins
+        self.pending: dict[int, list[Any]] = {}
         self.counts: dict[str, int] = {}
-        self.writers: dict[str, tuple[Any, str]] = {}
+        self.stats: dict[int, dict[str, list[int]]] = {}
+        self.writers: dict[int, tuple[Any, str]] = {}
 
     def add(self, records: Any) -> None:
         """Stage a pyarrow ``RecordBatch`` of :data:`STAGING_SOURCE_COLUMNS`."""
@@ -108,43 +126,64 @@ class StagingWriter:
         if self.pseudonymize is not None:  # after hashing: the emulation's answers do not change
             records = self.pseudonymize.batch(records)
         codes = records.column("topic").dictionary_encode()
-        order = np.argsort(codes.indices.to_numpy(zero_copy_only=False), kind="stable")
-        cuts = np.cumsum(np.bincount(codes.indices.to_numpy(zero_copy_only=False)))
-        by_topic = records.take(pa.array(order))
-        for topic, hi, lo in zip(codes.dictionary.to_pylist(), cuts, [0, *cuts[:-1]],
-                                 strict=True):
-            self.pending.setdefault(topic, []).append(by_topic.slice(lo, hi - lo))
-            self.counts[topic] = self.counts.get(topic, 0) + int(hi - lo)
-            if sum(b.num_rows for b in self.pending[topic]) >= STAGING_ROW_GROUP_ROWS:
-                self._flush(topic, last=False)
+        topics = codes.dictionary.to_pylist()
+        indices = codes.indices.to_numpy(zero_copy_only=False)
+        self._count(topics, indices, records.column("event_ms").to_numpy(zero_copy_only=False))
+        bin_of = np.array([topic_bin(t, self.bins) for t in topics], dtype=np.int64)
+        row_bins = bin_of[indices]
+        order = np.argsort(row_bins, kind="stable")
+        cuts = np.searchsorted(row_bins[order], np.arange(self.bins + 1))
+        by_bin = records.take(pa.array(order))
+        for b in np.flatnonzero(np.diff(cuts)).tolist():
+            lo, hi = int(cuts[b]), int(cuts[b + 1])
+            self.pending.setdefault(b, []).append(by_bin.slice(lo, hi - lo))
+            if sum(x.num_rows for x in self.pending[b]) >= STAGING_ROW_GROUP_ROWS:
+                self._flush(b, last=False)
+
+    def _count(self, topics: list[str], indices: npt.NDArray[Any],
+               event_ms: npt.NDArray[Any]) -> None:
+        """Add a batch's messages to each topic's count and event-time range."""
+        n = np.bincount(indices, minlength=len(topics))
+        lo = np.full(len(topics), np.iinfo(np.int64).max, dtype=np.int64)
+        hi = np.full(len(topics), np.iinfo(np.int64).min, dtype=np.int64)
+        np.minimum.at(lo, indices, event_ms)
+        np.maximum.at(hi, indices, event_ms)
+        for i, topic in enumerate(topics):
+            self.counts[topic] = self.counts.get(topic, 0) + int(n[i])
+            per_bin = self.stats.setdefault(topic_bin(topic, self.bins), {})
+            have = per_bin.get(topic)
+            per_bin[topic] = ([int(n[i]), int(lo[i]), int(hi[i])] if have is None else
+                              [have[0] + int(n[i]), min(have[1], int(lo[i])),
+                               max(have[2], int(hi[i]))])
 
     def close(self) -> dict[str, int]:
         """Write what is pending, move every file into place; returns topic → messages."""
-        for topic in list(self.pending):
-            self._flush(topic, last=True)
-        for writer, target in self.writers.values():
+        for b in list(self.pending):
+            self._flush(b, last=True)
+        for b, (writer, target) in self.writers.items():
+            writer.add_key_value_metadata(
+                {TOPIC_STATS_KEY: json.dumps(self.stats.get(b, {}), sort_keys=True)})
             writer.close()
             self.fs.move(_hidden(target), target)
         return self.counts
 
-    def _flush(self, topic: str, last: bool) -> None:
-        """Write the topic's pending rows as whole row groups (all of them when ``last``)."""
+    def _flush(self, b: int, last: bool) -> None:
+        """Write the bin's pending rows as whole row groups (all of them when ``last``)."""
         size = STAGING_ROW_GROUP_ROWS
-        table = pa.Table.from_batches(self.pending.pop(topic))
+        table = pa.Table.from_batches(self.pending.pop(b))
         rows = table.num_rows if last else table.num_rows // size * size
         if rows < table.num_rows:
-            self.pending[topic] = table.slice(rows).to_batches()
-        if topic not in self.writers:
-            target = (f"{self.root}/{STAGING_TOPIC_COLUMN}={topic_digest(topic)}/"
-                      f"part-{self.part:05d}.parquet")
+            self.pending[b] = table.slice(rows).to_batches()
+        if b not in self.writers:
+            target = f"{self.root}/{STAGING_TOPIC_COLUMN}={b}/part-{self.part:05d}.parquet"
             self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
             # dictionaries only where they pay (a topic and its producers: few values); for
             # keys, times and hashes they cost 40 % of the write and save no space here
-            self.writers[topic] = (pq.ParquetWriter(_hidden(target), table.schema,
-                                                    filesystem=self.fs,
-                                                    use_dictionary=["topic", "producer_name"]),
-                                   target)
-        self.writers[topic][0].write_table(table.slice(0, rows), row_group_size=size)
+            self.writers[b] = (pq.ParquetWriter(_hidden(target), table.schema,
+                                                filesystem=self.fs,
+                                                use_dictionary=["topic", "producer_name"]),
+                               target)
+        self.writers[b][0].write_table(table.slice(0, rows), row_group_size=size)
 
 
 def _hidden(target: str) -> str:
@@ -153,11 +192,11 @@ def _hidden(target: str) -> str:
 
 
 def write_staging(batches: Iterable[Any], folder: str, part: int,
-                  pseudonymize: Pseudonymizer | None = None) -> dict[str, int]:
+                  pseudonymize: Pseudonymizer | None = None, bins: int = 1) -> dict[str, int]:
     """Write one task's accepted messages (pyarrow ``RecordBatch``es of
     :data:`STAGING_SOURCE_COLUMNS`) as staged Parquet under ``folder`` with a
-    :class:`StagingWriter`; returns topic → messages written."""
-    writer = StagingWriter(folder, part, pseudonymize)
+    :class:`StagingWriter` (``bins`` topic bins); returns topic → messages written."""
+    writer = StagingWriter(folder, part, pseudonymize, bins)
     for records in batches:
         writer.add(records)
     return writer.close()
@@ -197,17 +236,14 @@ def _event_ms_ranges(pf: Any) -> Iterator[tuple[int, int, int]]:
 
 def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int, int]]:
     """Micro-batch ``batch_id``'s staged messages per topic: ``(messages, min event_ms, max
-    event_ms)``, from the Parquet footers of its files under ``staging`` (row counts and
-    ``event_ms`` statistics; the topic's name from one value of its ``topic`` column), so no
-    data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
+    event_ms)``, from the footers of its files under ``staging`` (:data:`TOPIC_STATS_KEY`), so
+    no data is read. Topics without messages are absent; ``{}`` when nothing was staged."""
     out: dict[str, tuple[int, int, int]] = {}
     for pf in staged_files(f"{staging.rstrip('/')}/batch_id={batch_id}"):
-        topic = None  # one topic per file (its folder): read one value of it
-        for i, lo, hi in _event_ms_ranges(pf):
-            if topic is None:
-                topic = pf.read_row_group(i, columns=["topic"]).column(0)[0].as_py()
-            n, lo0, hi0 = out.get(topic, (0, lo, hi))
-            out[topic] = (n + pf.metadata.row_group(i).num_rows, min(lo, lo0), max(hi, hi0))
+        meta = pf.metadata.metadata or {}
+        for topic, (n, lo, hi) in json.loads(meta.get(TOPIC_STATS_KEY, b"{}")).items():
+            n0, lo0, hi0 = out.get(topic, (0, lo, hi))
+            out[topic] = (n0 + n, min(lo, lo0), max(hi, hi0))
     return out
 
 
@@ -237,13 +273,19 @@ def staged_dataset(staging: str) -> Any:
 
     fs, path = arrow_filesystem(staging)
     partitioning = ds.partitioning(
-        pa.schema([("batch_id", pa.int64()), (STAGING_TOPIC_COLUMN, pa.string())]),
+        pa.schema([("batch_id", pa.int64()), (STAGING_TOPIC_COLUMN, pa.int64())]),
         flavor="hive")
     return ds.dataset(path, filesystem=fs, format="parquet", partitioning=partitioning)
 
 
-def read_topic(dataset: Any, topic: str, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
-    where = pc.field(STAGING_TOPIC_COLUMN) == topic_digest(topic)
+def read_bin(dataset: Any, b: int, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
+    """Topic bin ``b``'s staged messages (every topic of it) with ``lo_ms <= event_ms <
+    hi_ms`` from :func:`staged_dataset` (only the bin's folders are read); columns and types as
+    :func:`read_staged`'s."""
+    return _read(dataset, pc.field(STAGING_TOPIC_COLUMN) == b, lo_ms, hi_ms)
+
+
+def _read(dataset: Any, where: Any, lo_ms: int | None, hi_ms: int | None) -> pd.DataFrame:
     if lo_ms is not None:
         where = where & (pc.field("event_ms") >= lo_ms)
     if hi_ms is not None:
@@ -274,12 +316,13 @@ class StagingPlan:
 
     ``spec``: the ``InputSpec`` (the rules' settings); ``horizon_ms`` (emulated ms) /
     ``finalized``: which accepted records are late (``pipelines.ingest.rules.late_rows``);
-    ``pseudonymize``: see :class:`StagingWriter`."""
+    ``pseudonymize``, ``bins`` (topic bins): see :class:`StagingWriter`."""
 
     spec: Any
     horizon_ms: int | None = None
     finalized: bool = False
     pseudonymize: Pseudonymizer | None = None
+    bins: int = 1
 
 
 def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder: str, part: int,
@@ -291,7 +334,7 @@ def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder
     the tasks by their minute hint; a hint that is not its record's minute
     (``pipelines.ingest.rules.minutes_misplaced``) leaves the :data:`MISPLACED_MARK` file and
     stages and yields nothing."""
-    writer = StagingWriter(folder, part, plan.pseudonymize)
+    writer = StagingWriter(folder, part, plan.pseudonymize, plan.bins)
     for records, verdict in ingest_batches(batches, plan.spec):
         if check_minutes and minutes_misplaced(records, verdict):
             _mark_misplaced(folder)

@@ -128,7 +128,7 @@ def test_the_work_folder_lives_on_the_store(spark, log_dir, s3_endpoint, bucket,
     assert f"{work}run.json" in keys
     assert any(k.startswith(f"{work}state/") and k.endswith(".pkl") for k in keys)
     assert any(k.startswith(f"{work}checkpoint/commits/") for k in keys)
-    assert any(k.startswith(f"{work}staging/batch_id=0/topic_sha1=") for k in keys)
+    assert any(k.startswith(f"{work}staging/batch_id=0/topic_bin=") for k in keys)
     assert any(k.startswith("out/messages/_delta_log/") for k in keys)
     # window and quarantine files are committed into the tables, then removed
     assert not [k for k in keys if k.startswith((f"{work}windows/", f"{work}quarantine/"))

@@ -249,6 +249,20 @@ def test_tables_equal_whatever_the_producer_shards(spark, outputs, log_dir, tmp_
         pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=table)
 
 
+@pytest.mark.parametrize("bins", [1, 5])
+def test_tables_equal_whatever_the_topic_bins(spark, outputs, log_dir, tmp_path, bins):
+    cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10",
+                             f"replay.topic_bins={bins}", "output.engine=delta-rs"])
+    spec = get_preset("contract").replace(format="json", speed=1.0)
+    Replay(spark, cfg, spec, [str(log_dir)], str(tmp_path / "out"), "one",
+           progress=lambda _: None).run()
+    other = DeltaStore(str(tmp_path / "out"), engine="delta-rs")
+    for table in EMULATION_TABLES:
+        a = _canonical(outputs["delta-rs"].read(table, "one"))
+        b = _canonical(other.read(table, "one"))
+        pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=table)
+
+
 def _without_engine(config: str) -> str:
     """A ``runs.config`` JSON without ``output.engine``."""
     parsed = json.loads(config)
