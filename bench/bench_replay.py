@@ -70,6 +70,9 @@ from pipelines.workload.generator import generate, load_spec  # noqa: E402 - on 
 TOTAL_RATE = 2780.0
 """msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""
 DEFAULT_SIZES = (1_000_000, 10_000_000)
+SMALL_SPAN_S = 60
+"""Event-time span (s) of a generated log smaller than a minute of the workload's rate: its
+topics' rates are scaled down to give the size over this span."""
 STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
 STAGE_LABELS = {"ingest_hash": "ingest+hash", "control_plane": "control plane",
                 "batching": "batching", "dispatch": "dispatch", "delta_write": "Delta writes"}
@@ -560,6 +563,12 @@ def generate_input(size: int, folder: Path) -> dict[str, Any]:
     spec = load_spec(ROOT / "bench" / "workload.yaml")
     duration = max(1, round(size / TOTAL_RATE))
     spec = spec.model_copy(update={"duration_s": duration})
+    if size < TOTAL_RATE * SMALL_SPAN_S:  # a small log: the same topics, slower, over a minute
+        factor = size / (TOTAL_RATE * SMALL_SPAN_S)
+        duration = SMALL_SPAN_S
+        topics = [t.model_copy(update={"rate": t.rate.model_copy(
+            update={"msg_rate": t.rate.msg_rate * factor})}) for t in spec.topics]
+        spec = spec.model_copy(update={"duration_s": duration, "topics": topics})
     shutil.rmtree(folder, ignore_errors=True)
     t0 = time.perf_counter()
     res = generate(spec, folder)

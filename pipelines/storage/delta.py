@@ -575,18 +575,28 @@ class DeltaStore:
         return adds
 
     def _commit_adds(self, table: str, adds: Sequence[Mapping[str, Any]], app_id: str,
-                     version: int, replace_runs: Sequence[str] | None = None) -> None:
+                     version: int) -> None:
         """ONE Delta commit of ``adds`` (Delta ``add`` action fields: files already in the
-        table's folder) and the app transaction ``(app_id, version)``, which also removes
-        every file of the runs ``replace_runs`` when given. delta-spark: through the driver
-        JVM's Delta API (:func:`_jvm_commit`); delta-rs: its write transaction."""
-        if self.engine == "delta-spark":
+        table's folder) and the app transaction ``(app_id, version)``: delta-rs's write
+        transaction, for both engines (milliseconds; the Delta log is engine-independent).
+        delta-spark commits through the driver JVM's Delta API instead (:func:`_jvm_commit`)
+        where delta-rs cannot write the location (e.g. object-store credentials only in
+        Spark's Hadoop settings): that commit costs a Spark job or more (state reconstruction
+        for ``txnVersion``), 10 to 15 s a commit on a loaded machine (docs/architecture.md,
+        "Delta commits")."""
+        try:
+            self._commit_adds_rs(table, adds, app_id, version)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
             if not self.exists(table):
                 self._create_table(table)
-            _jvm_commit(self.spark, self.path(table), adds, app_id, version, replace_runs)
-            return
-        if replace_runs is not None:
-            raise ValueError("delta-rs replaces a run's rows with write_deltalake")
+            _jvm_commit(self.spark, self.path(table), adds, app_id, version, None)
+
+    def _commit_adds_rs(self, table: str, adds: Sequence[Mapping[str, Any]], app_id: str,
+                        version: int) -> None:
+        """delta-rs: :meth:`_commit_adds`' commit, as one write transaction of add actions (a
+        new table is created by it)."""
         actions = [AddAction(path=a["path"], size=a["size"],
                              partition_values=dict(a["partitionValues"]),
                              modification_time=a["modificationTime"], data_change=True,
@@ -634,16 +644,48 @@ class DeltaStore:
     def _write_spark_rows(self, table: str, data: Any, app_id: str, version: int,
                           replace_runs: Sequence[str] | None = None) -> None:
         """delta-spark: append driver-side rows (pandas / Arrow), or replace the runs
-        ``replace_runs`` by them: written as Parquet by the driver and committed through the
-        JVM's Delta API (no Spark job); a Spark DataFrame, or a ``run_id`` that is not a plain
-        folder name, goes through Spark's writer instead (:meth:`_write_spark`)."""
+        ``replace_runs`` by them, in one commit with the app transaction: with delta-rs
+        (:meth:`_write_rows_rs`, milliseconds) where it can write the location; else written
+        as Parquet by the driver and committed through the JVM's Delta API
+        (:func:`_jvm_commit`). A Spark DataFrame, or with the JVM a ``run_id`` that is not a
+        plain folder name, goes through Spark's writer (:meth:`_write_spark`). ``ValueError``
+        when ``data`` does not fit the schema (:func:`conform_arrow`)."""
         if not _is_spark_dataframe(data):
-            adds = self._write_files(table, conform_arrow(table, data), app_id, version)
+            rows = conform_arrow(table, data)
+            try:
+                self._write_rows_rs(table, rows, app_id, version, replace_runs)
+                return
+            except Exception:  # delta-rs cannot write here: the JVM commits
+                pass
+            adds = self._write_files(table, rows, app_id, version)
             if adds is not None:
-                self._commit_adds(table, adds, app_id, version, replace_runs)
+                if not self.exists(table):
+                    self._create_table(table)
+                _jvm_commit(self.spark, self.path(table), adds, app_id, version, replace_runs)
                 return
         predicate = None if replace_runs is None else _run_predicate(replace_runs)
         self._write_spark(table, data, app_id, version, replace_where=predicate)
+
+    def _write_rows_rs(self, table: str, rows: pa.Table, app_id: str, version: int,
+                       replace_runs: Sequence[str] | None = None) -> None:
+        """delta-rs: append the conformed ``rows`` to ``table``, or replace the runs
+        ``replace_runs`` by them (``write_deltalake(mode="overwrite", predicate=...)``), in ONE
+        commit carrying ``app_id``'s transaction ``version``."""
+        if replace_runs is None:
+            self._write_rs(table, rows, app_id, version)
+            return
+        write_deltalake(
+            self.path(table),
+            rows,
+            mode="overwrite",
+            predicate=_run_predicate(sorted(replace_runs)),
+            partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
+            storage_options=self.storage_options,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+        )
 
     def append_parquet(self, table: str, path: str, app_id: str, version: int,
                        constants: Mapping[str, Any] | None = None) -> bool:
@@ -744,21 +786,9 @@ class DeltaStore:
         if self.engine == "delta-spark":
             self._write_spark_rows(table, data, app_id, version, replace_runs=runs)
             return True
-        predicate = _run_predicate(runs)
         if _is_spark_dataframe(data):
             data = data.toArrow()
-        write_deltalake(
-            self.path(table),
-            conform_arrow(table, data),
-            mode="overwrite",
-            predicate=predicate,
-            partition_by=list(PARTITION_COLUMNS),
-            configuration=self._new_table_properties(table),
-            storage_options=self.storage_options,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)]
-            ),
-        )
+        self._write_rows_rs(table, conform_arrow(table, data), app_id, version, runs)
         return True
 
     def schema_problems(self, tables: Sequence[str] | None = None) -> list[str]:
@@ -858,20 +888,24 @@ class DeltaStore:
 
     # ------------------------------------------------------------------ reads
     def read_arrow(self, table: str, run_id: str | None = None) -> pa.Table:
-        """``table`` (optionally one run) as a pyarrow Table with the contract schema.
+        """``table`` (optionally one run) as a pyarrow Table with the contract schema, read
+        with delta-rs for both engines (delta-spark reads with Spark where delta-rs cannot).
 
         An empty table with the right schema when ``table`` does not exist.
         """
         schema = arrow_schema(table)
         if not self.exists(table):
             return schema.empty_table()
-        if self.engine == "delta-spark":
-            df = self.read_spark(table)
+        filters = [("run_id", "=", run_id)] if run_id is not None else None
+        try:  # delta-rs for both engines: no Spark job (a run's summary reads every table)
+            arrow = self._delta_table(table).to_pyarrow_table(filters=filters)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
+            df = self.read_spark(table)  # delta-rs cannot read the location: Spark does
             if run_id is not None:
                 df = df.where(df["run_id"] == run_id)
             return conform_arrow(table, df.toArrow())
-        filters = [("run_id", "=", run_id)] if run_id is not None else None
-        arrow = self._delta_table(table).to_pyarrow_table(filters=filters)
         return conform_arrow(table, arrow.select(schema.names))
 
     def column_totals(self, table: str, column: str, run_id: str | None = None) -> tuple[int, int]:

@@ -400,16 +400,37 @@ def _read_with_delta_rs(path: str) -> list[tuple[str, int, str]]:
     return sorted(zip(t["run_id"], t["batch_id"].astype(int), t["raw_record"], strict=True))
 
 
+JVM_COMMIT = "delta-spark, JVM commit"
+"""delta-spark where delta-rs cannot write the location: the driver JVM's Delta API commits."""
+WRITERS = [*ENGINES, pytest.param(JVM_COMMIT, marks=ENGINES[1].marks)]
+
+
+def _writer_store(writer: str, spark, root, monkeypatch) -> DeltaStore:
+    """A store writing as ``writer`` (an engine, or :data:`JVM_COMMIT`: delta-rs's writes
+    fail, as on a location only Spark's Hadoop settings reach)."""
+    if writer == JVM_COMMIT:
+        def unreachable(*args, **kwargs):
+            raise OSError("delta-rs cannot reach the location")
+
+        monkeypatch.setattr(delta_io.DeltaStore, "_commit_adds_rs", unreachable)
+        monkeypatch.setattr(delta_io.DeltaStore, "_write_rows_rs", unreachable)
+        writer = "delta-spark"
+    return _engine_store(writer, spark, root)
+
+
 @pytest.mark.spark
-@pytest.mark.parametrize("engine", ENGINES)
-def test_adopted_files_read_the_same_with_spark_sql_and_delta_rs(spark, tmp_path, engine):
+@pytest.mark.parametrize("writer", WRITERS)
+def test_adopted_files_read_the_same_with_spark_sql_and_delta_rs(spark, tmp_path, writer,
+                                                                 monkeypatch):
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)  # the Spark SQL reader needs the jars
-    store = _engine_store(engine, spark, tmp_path / "tables")
+    store = _writer_store(writer, spark, tmp_path / "tables", monkeypatch)
     _staged_quarantine(tmp_path / "staged", batch_id=4)
 
     assert store.append_parquet("quarantine", str(tmp_path / "staged"), app_id="a", version=0,
                                 constants={"run_id": "r1"})
+    assert not store.append_parquet("quarantine", str(tmp_path / "staged"), app_id="a",
+                                    version=0, constants={"run_id": "r1"})
 
     want = [("r1", 4, f"line {i}") for i in range(3)]
     assert _read_with_spark_sql(spark, store.path("quarantine")) == want
@@ -418,17 +439,19 @@ def test_adopted_files_read_the_same_with_spark_sql_and_delta_rs(spark, tmp_path
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("writer", WRITERS)
 def test_driver_rows_appended_and_replaced_read_the_same_with_spark_sql_and_delta_rs(
-        spark, tmp_path, engine):
+        spark, tmp_path, writer, monkeypatch):
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
-    store = _engine_store(engine, spark, tmp_path)
+    store = _writer_store(writer, spark, tmp_path, monkeypatch)
     store.append("quarantine", _quarantine_rows("r1", batch_id=1), "a", 0)
     store.append("quarantine", _quarantine_rows("r2", n=1, batch_id=2), "b", 0)
 
     assert store.replace_run("quarantine", _quarantine_rows("r1", n=1, batch_id=3), "r1", "c",
                              0)
+    assert not store.replace_run("quarantine", _quarantine_rows("r1", n=1, batch_id=9), "r1",
+                                 "c", 0)
 
     want = [("r1", 3, "line 0"), ("r2", 2, "line 0")]
     assert _read_with_spark_sql(spark, store.path("quarantine")) == want
@@ -436,10 +459,10 @@ def test_driver_rows_appended_and_replaced_read_the_same_with_spark_sql_and_delt
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("writer", WRITERS)
 def test_adoption_interrupted_between_the_moves_and_the_commit_commits_every_file_on_retry(
-        spark, tmp_path, engine, monkeypatch):
-    store = _engine_store(engine, spark, tmp_path / "tables")
+        spark, tmp_path, writer, monkeypatch):
+    store = _writer_store(writer, spark, tmp_path / "tables", monkeypatch)
     staged = tmp_path / "staged"
     _staged_quarantine(staged, batch_id=5)
     commit = delta_io.DeltaStore._commit_adds
