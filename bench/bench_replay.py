@@ -17,8 +17,15 @@ sampled with ``psutil`` every 0.5 s:
 2. the full Spark replay — ``topic-replay run`` under ``bench/replay.yaml`` (all tables); its
    per-stage seconds (ingest+hash, control plane, batching, dispatch, Delta writes) are read back
    from the ``runs`` table's ``timings``;
-3. the in-process reference replay — ``topic-replay run --engine local`` when the CLI has it
+3. the same Spark replay with delta-rs (``--set output.engine=delta-rs``) when the default
+   engine (``output.engine: auto``: delta-spark when ``make setup`` fetched the Delta jars) is
+   delta-spark: the default engine is the one users get, delta-rs the yardstick of its commits;
+4. the in-process reference replay — ``topic-replay run --engine local`` when the CLI has it
    (else ``n/a``); a failure (e.g. out of memory at 10 M) is recorded, not fatal.
+
+Before the sizes, a replay of :data:`FIXED_COST_SIZE` messages with the default engine gives
+the fixed cost of a run: its process wall time minus the seconds of ingest, emulation and
+commits (JVM and session start, pre-flight, the emulation query's planning, stop).
 
 It prints one table per size plus the ratios (replay / floor, Spark / in-process, throughput and
 driver RSS of the largest size over the smallest), checks them against the issue's targets, and
@@ -63,6 +70,9 @@ from pipelines.workload.generator import generate, load_spec  # noqa: E402 - on 
 TOTAL_RATE = 2780.0
 """msg/s of ``bench/workload.yaml`` (1500 + 1000 + 280): the generated duration is size / rate."""
 DEFAULT_SIZES = (1_000_000, 10_000_000)
+SMALL_SPAN_S = 60
+"""Event-time span (s) of a generated log smaller than a minute of the workload's rate: its
+topics' rates are scaled down to give the size over this span."""
 STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
 STAGE_LABELS = {"ingest_hash": "ingest+hash", "control_plane": "control plane",
                 "batching": "batching", "dispatch": "dispatch", "delta_write": "Delta writes"}
@@ -72,6 +82,16 @@ TARGETS = {
     "throughput_ratio": 0.8,         # throughput at largest ≥ 80 % of smallest
     "driver_rss_ratio": 1.2,         # driver RSS at largest ≤ 120 % of smallest
 }
+ENGINE_TARGETS = {
+    "default_over_delta_rs": 1.25,   # default engine's replay wall ≤ 1.25 × delta-rs's (each size)
+    "delta_write_share": 0.15,       # Delta writes ≤ 15 % of the default engine's replay wall
+    "fixed_cost_s": 10.0,            # a 1,000-message replay: ≤ 10 s outside its stages
+}
+FIXED_COST_SIZE = 1000
+"""Messages of the replay that measures a run's fixed cost (:func:`fixed_cost_s`)."""
+DEFAULT_ENGINE_ENV = {"TOPIC_REPLAY_AUTO_ENGINE": ""}
+"""Environment of the default-engine replays: ``output.engine: auto`` as a user gets it, even
+when the caller's environment says ``TOPIC_REPLAY_AUTO_ENGINE=delta-rs`` (the test suite's)."""
 MB = 1024 * 1024
 FLOOR_RUNS = 3
 """Runs of the floor job per size; its median is the anchor (:func:`median_run`)."""
@@ -130,11 +150,37 @@ def size_ratios(size: Mapping[str, Any]) -> dict[str, float | None]:
     spark = ok_wall_s(size.get("spark"))
     local = ok_wall_s(size.get("local"))
     msgs = size.get("messages")
+    default, rs = replay_wall_s(size.get("spark")), replay_wall_s(size.get("spark_delta_rs"))
+    writes = ((size.get("spark") or {}).get("stages_s") or {}).get("delta_write")
     return {
         "replay_over_floor": ratio_of(spark, floor),
         "spark_over_local": ratio_of(spark, local),
         "throughput_msg_s": round(msgs / spark, 1) if msgs and spark else None,
+        "default_over_delta_rs": ratio_of(default, rs),
+        "delta_write_share": ratio_of(writes, default),
     }
+
+
+def replay_wall_s(job: Mapping[str, Any] | None) -> float | None:
+    """The replay wall seconds (the ``runs`` row's ``wall_s``: from the replay's start to its
+    last commit, without the process's start and stop) of a finished Spark replay, else
+    ``None``."""
+    if ok_wall_s(job) is None:
+        return None
+    wall = ((job or {}).get("stages_s") or {}).get("wall")
+    return float(wall) if wall is not None else None
+
+
+def fixed_cost_s(job: Mapping[str, Any] | None) -> float | None:
+    """What a finished Spark replay spent outside ingest, emulation and commits: its process
+    wall seconds minus the stages' seconds (``stages_s``), i.e. JVM and session start,
+    pre-flight, the emulation query's planning and start, summary and stop (``None`` when not
+    measured)."""
+    wall = ok_wall_s(job)
+    stages = (job or {}).get("stages_s") or {}
+    if wall is None or any(stages.get(k) is None for k in STAGES):
+        return None
+    return round(wall - sum(float(stages[k]) for k in STAGES), 2)
 
 
 def ok_wall_s(job: Mapping[str, Any] | None) -> float | None:
@@ -161,12 +207,13 @@ def scale_ratios(sizes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def evaluate_targets(sizes: Sequence[Mapping[str, Any]],
-                     scale: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The issue's four targets, each ``{target, measured_at, value, limit, met}`` where ``met``
-    is ``None`` when the value could not be measured. Replay / floor is judged at the largest
+def evaluate_targets(sizes: Sequence[Mapping[str, Any]], scale: Mapping[str, Any],
+                     fixed: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The targets, each ``{target, measured_at, value, limit, met}`` where ``met`` is
+    ``None`` when the value could not be measured. Replay / floor is judged at the largest
     size whose Spark replay finished; Spark / in-process at the largest size where both
-    finished (the in-process replay is skipped where it does not fit in memory)."""
+    finished (the in-process replay is skipped where it does not fit in memory); then the
+    engines' (:func:`engine_targets`)."""
     ok = [s for s in sizes if ok_wall_s(s.get("spark")) is not None]
     top = max(ok, key=lambda s: s["messages"]) if ok else None
     r = size_ratios(top) if top else {}
@@ -187,27 +234,57 @@ def evaluate_targets(sizes: Sequence[Mapping[str, Any]],
          scale.get("driver_rss_ratio"), "<=", TARGETS["driver_rss_ratio"]),
     ]
     out = []
-    for name, where, value, op, limit in rows:
+    for name, where, value, op, limit in [*rows, *engine_targets(sizes, fixed)]:
         met = None if value is None else (value <= limit if op == "<=" else value >= limit)
         out.append({"target": name, "measured_at": where, "value": value, "op": op,
                     "limit": limit, "met": met})
     return out
 
 
+def engine_targets(sizes: Sequence[Mapping[str, Any]],
+                   fixed: Mapping[str, Any] | None) -> list[tuple[Any, ...]]:
+    """Issue #31's rows ``(target, measured_at, value, op, limit)``: the default engine's replay
+    wall over delta-rs's at every size where both ran; its Delta writes' share of its replay
+    wall at the smallest size; the fixed cost of the :data:`FIXED_COST_SIZE`-message replay
+    (``fixed``)."""
+    rows: list[tuple[Any, ...]] = []
+    for s in sorted(sizes, key=lambda s: s["messages"]):
+        r = size_ratios(s)
+        if r["default_over_delta_rs"] is not None:
+            engine = (s.get("spark") or {}).get("engine", "default")
+            rows.append((f"{engine} replay <= 1.25x delta-rs", label(s["size"]),
+                         r["default_over_delta_rs"], "<=",
+                         ENGINE_TARGETS["default_over_delta_rs"]))
+    shares = [s for s in sizes if size_ratios(s)["delta_write_share"] is not None]
+    low = min(shares, key=lambda s: s["messages"]) if shares else None
+    rows.append(("Delta writes <= 15 % of the default engine's replay wall",
+                 label(low["size"]) if low else None,
+                 size_ratios(low)["delta_write_share"] if low else None, "<=",
+                 ENGINE_TARGETS["delta_write_share"]))
+    rows.append((f"{label(FIXED_COST_SIZE)} messages: <= 10 s outside ingest, emulation and "
+                 f"commits", label(FIXED_COST_SIZE) if fixed else None, fixed_cost_s(fixed),
+                 "<=", ENGINE_TARGETS["fixed_cost_s"]))
+    return rows
+
+
 def results_document(sizes: Sequence[Mapping[str, Any]], machine: Mapping[str, Any],
-                     profile: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                     profile: Mapping[str, Any] | None = None,
+                     fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON written to ``bench/results/<date>.json``: ``{"benchmark", "machine",
-    "sizes": [{size, messages, input, floor, spark, local, ratios}], "scale", "targets",
-    "profile"}``; each job is ``{status, wall_s, rss_mb: {driver_jvm, driver_python, driver,
-    workers, total}, other_cpu_cores, ...}``."""
+    "sizes": [{size, messages, input, floor, spark, spark_delta_rs, local, ratios}], "scale",
+    "fixed", "targets", "profile"}``; each job is ``{status, wall_s, rss_mb: {driver_jvm,
+    driver_python, driver, workers, total}, other_cpu_cores, ...}`` (a Spark replay's also
+    ``engine``, ``stages_s``, ``counts``); ``fixed`` is the :data:`FIXED_COST_SIZE`-message
+    replay's job with its ``fixed_cost_s``."""
     sized = [{**s, "ratios": size_ratios(s)} for s in sizes]
     scale = scale_ratios(sized)
     return {
-        "benchmark": "replay-vs-floor (issue #6)",
+        "benchmark": "replay-vs-floor (issue #6), default engine vs delta-rs (issue #31)",
         "machine": dict(machine),
         "sizes": sized,
         "scale": scale,
-        "targets": evaluate_targets(sized, scale),
+        "fixed": {**fixed, "fixed_cost_s": fixed_cost_s(fixed)} if fixed else None,
+        "targets": evaluate_targets(sized, scale, fixed),
         "profile": dict(profile) if profile else None,
     }
 
@@ -249,6 +326,7 @@ def format_report(doc: Mapping[str, Any]) -> str:
         lines.append(f"{label(s['size']):>6} " + " ".join(f"{fmt_value(st.get(k)):>13}"
                                                            for k in STAGES)
                      + f" {fmt_value(st.get('other')):>8} {fmt_value(st.get('wall')):>11}")
+    lines += ["", *format_engines(doc)]
     sc = doc["scale"]
     lines.append("")
     if sc.get("to"):
@@ -260,6 +338,33 @@ def format_report(doc: Mapping[str, Any]) -> str:
         lines.append(f"  [{mark}] {t['target']}: {fmt_value(t['value'], '.2f')} "
                      f"(limit {t['op']} {t['limit']:g}; at {t['measured_at'] or 'n/a'})")
     return "\n".join(lines)
+
+
+def format_engines(doc: Mapping[str, Any]) -> list[str]:
+    """The default engine next to delta-rs, per size (replay walls, Delta writes), and the fixed
+    cost of a small replay: lines of :func:`format_report`."""
+    head = (f"{'size':>6} {'default engine':>14} {'replay s':>9} {'writes s':>9} "
+            f"{'delta-rs replay s':>17} {'writes s':>9} {'default/rs':>10} {'writes share':>12}")
+    lines = [head, "-" * len(head)]
+    for s in doc["sizes"]:
+        d, rs, r = s.get("spark") or {}, s.get("spark_delta_rs") or {}, s["ratios"]
+        rs_wall = (fmt_value(replay_wall_s(rs)) if rs.get("status") == "ok"
+                   else str(rs.get("status", "n/a"))[:17])
+        lines.append(
+            f"{label(s['size']):>6} {d.get('engine', 'n/a'):>14} "
+            f"{fmt_value(replay_wall_s(d)):>9} "
+            f"{fmt_value((d.get('stages_s') or {}).get('delta_write')):>9} {rs_wall:>17} "
+            f"{fmt_value((rs.get('stages_s') or {}).get('delta_write')):>9} "
+            f"{fmt_value(r.get('default_over_delta_rs'), '.2f', 'x'):>10} "
+            f"{fmt_value(r.get('delta_write_share'), '.1%'):>12}")
+    fixed = doc.get("fixed")
+    if fixed:
+        st = fixed.get("stages_s") or {}
+        lines.append(f"{label(FIXED_COST_SIZE)} messages ({fixed.get('engine', 'n/a')}): process "
+                     f"{fmt_value(ok_wall_s(fixed))} s, of which stages "
+                     f"{fmt_value(sum(st.get(k) or 0.0 for k in STAGES) if st else None)} s, "
+                     f"fixed cost {fmt_value(fixed.get('fixed_cost_s'))} s")
+    return lines
 
 
 def summarize_pyspy_raw(text: str, top: int = 15) -> dict[str, Any]:
@@ -458,6 +563,12 @@ def generate_input(size: int, folder: Path) -> dict[str, Any]:
     spec = load_spec(ROOT / "bench" / "workload.yaml")
     duration = max(1, round(size / TOTAL_RATE))
     spec = spec.model_copy(update={"duration_s": duration})
+    if size < TOTAL_RATE * SMALL_SPAN_S:  # a small log: the same topics, slower, over a minute
+        factor = size / (TOTAL_RATE * SMALL_SPAN_S)
+        duration = SMALL_SPAN_S
+        topics = [t.model_copy(update={"rate": t.rate.model_copy(
+            update={"msg_rate": t.rate.msg_rate * factor})}) for t in spec.topics]
+        spec = spec.model_copy(update={"duration_s": duration, "topics": topics})
     shutil.rmtree(folder, ignore_errors=True)
     t0 = time.perf_counter()
     res = generate(spec, folder)
@@ -480,6 +591,51 @@ def read_stage_timings(output: Path, run_id: str) -> dict[str, float | None]:
     out["other"] = (round(wall - sum(v for k, v in out.items() if k in STAGES and v is not None),
                           3) if wall is not None and len(known) > 1 else None)
     return out
+
+
+def read_engine(output: Path, run_id: str) -> str | None:
+    """The Delta engine that wrote the run (the ``runs`` row's ``versions``)."""
+
+    runs = DeltaTable(str(output / "runs")).to_pandas()
+    runs = runs[runs["run_id"] == run_id]
+    return json.loads(runs["versions"].iloc[-1]).get("engine") if len(runs) else None
+
+
+def spark_replay(setup: BenchSetup, folder: Path, size: int, engine: str | None,
+                 messages: int | None = None) -> dict[str, Any]:
+    """One measured Spark replay of ``folder`` (``engine``: ``output.engine`` forced, or
+    ``None`` for the default a user gets) with its ``engine``, ``stages_s`` and ``counts``;
+    its status says ``wrong count`` when it did not accept ``messages``."""
+    name = "spark" if engine is None else f"spark-{engine}"
+    out = setup.data_dir / f"{name}-{label(size)}"
+    shutil.rmtree(out, ignore_errors=True)
+    run_id = f"bench-{label(size)}"
+    cmd = replay_cmd(setup.cli, folder, out, run_id, None)
+    if engine is not None:
+        cmd += ["--set", f"output.engine={engine}"]
+    job = run_measured(cmd, setup.data_dir / "logs" / f"{label(size)}-{name}.log",
+                       env=DEFAULT_ENGINE_ENV, timeout_s=setup.timeout_s)
+    if job["status"] == "ok":
+        job["engine"] = read_engine(out, run_id)
+        job["stages_s"] = read_stage_timings(out, run_id)
+        job["counts"] = read_counts(out, run_id)
+        accepted = job["counts"].get("accepted")
+        if messages is not None and accepted != messages:
+            job["status"] = f"wrong count: accepted {accepted} of {messages}"
+    return job
+
+
+def measure_fixed_cost(setup: BenchSetup) -> dict[str, Any]:
+    """The default engine's replay of :data:`FIXED_COST_SIZE` generated messages (see
+    :func:`fixed_cost_s`)."""
+    folder = setup.data_dir / f"input-{label(FIXED_COST_SIZE)}"
+    inp = generate_input(FIXED_COST_SIZE, folder)
+    setup.log(f"[{label(FIXED_COST_SIZE)}] fixed cost: Spark replay of {inp['messages']} "
+              f"messages ...")
+    job = spark_replay(setup, folder, FIXED_COST_SIZE, None, inp["messages"])
+    setup.log(f"[{label(FIXED_COST_SIZE)}]   {job['status']} in {job['wall_s']} s, fixed cost "
+              f"{fmt_value(fixed_cost_s(job))} s")
+    return job
 
 
 def read_counts(output: Path, run_id: str) -> dict[str, int]:
@@ -551,7 +707,7 @@ def bench_size(size: int, setup: BenchSetup,
     """All measurements of one size (floor, Spark replay, in-process replay). The in-process
     replay is skipped when its extrapolated peak RSS exceeds :data:`LOCAL_MEMORY_SHARE` of the
     available memory (estimated from the sizes ``done``)."""
-    data_dir, cli, py = setup.data_dir, setup.cli, setup.py
+    data_dir, py = setup.data_dir, setup.py
     log, save, timeout_s = setup.log, setup.save, setup.timeout_s
     folder = data_dir / f"input-{label(size)}"
     log(f"[{label(size)}] generating input into {folder} ...")
@@ -573,24 +729,24 @@ def bench_size(size: int, setup: BenchSetup,
     log(f"[{label(size)}]   {result['floor']['status']} in {result['floor']['wall_s']} s "
         f"(median of {', '.join(str(r['wall_s']) for r in runs)})")
 
-    out = data_dir / f"spark-{label(size)}"
-    shutil.rmtree(out, ignore_errors=True)
-    run_id = f"bench-{label(size)}"
-    log(f"[{label(size)}] Spark replay ...")
-    spark = run_measured(replay_cmd(cli, folder, out, run_id, None),
-                         logs / f"{label(size)}-spark.log", timeout_s=timeout_s)
-    if spark["status"] == "ok":
-        spark["stages_s"] = read_stage_timings(out, run_id)
-        spark["counts"] = read_counts(out, run_id)
-        accepted = spark["counts"].get("accepted")
-        if accepted != inp["messages"]:
-            spark["status"] = f"wrong count: accepted {accepted} of {inp['messages']}"
+    log(f"[{label(size)}] Spark replay, default engine ...")
+    spark = spark_replay(setup, folder, size, None, inp["messages"])
     result["spark"] = spark
-    log(f"[{label(size)}]   {spark['status']} in {spark['wall_s']} s")
+    log(f"[{label(size)}]   {spark['status']} in {spark['wall_s']} s "
+        f"({spark.get('engine', 'engine n/a')})")
+    if save is not None:
+        save(result)
+    if spark.get("engine") not in (None, "delta-rs"):
+        log(f"[{label(size)}] Spark replay, delta-rs ...")
+        rs = spark_replay(setup, folder, size, "delta-rs", inp["messages"])
+        log(f"[{label(size)}]   {rs['status']} in {rs['wall_s']} s")
+    else:
+        rs = {"status": "n/a (the default engine is delta-rs)"}
+    result["spark_delta_rs"] = rs
     if save is not None:
         save(result)
 
-    result["local"] = _local_replay(size, setup, folder, run_id, done)
+    result["local"] = _local_replay(size, setup, folder, f"bench-{label(size)}", done)
     return result
 
 
@@ -675,7 +831,7 @@ def _profile_only(size: int, data_dir: Path, results: Path, cli: Path) -> int:
     doc: dict[str, Any] = {"profile": profile}
     if path.is_file():
         old = json.loads(path.read_text())
-        doc = results_document(old["sizes"], old["machine"], profile)
+        doc = results_document(old["sizes"], old["machine"], profile, old.get("fixed"))
     results.mkdir(parents=True, exist_ok=True)
     write_results(path, doc)
     if profile.get("status") == "ok":
@@ -704,6 +860,9 @@ def main(argv: list[str] | None = None) -> int:
                         "results file")
     parser.add_argument("--no-local", action="store_true",
                         help="skip the in-process reference replay")
+    parser.add_argument("--no-fixed-cost", action="store_true",
+                        help=f"skip the {label(FIXED_COST_SIZE)}-message replay that measures "
+                        "a run's fixed cost")
     args = parser.parse_args(argv)
     try:
         sizes = parse_sizes(args.sizes) if args.sizes.strip() else list(DEFAULT_SIZES)
@@ -731,18 +890,21 @@ def main(argv: list[str] | None = None) -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     path = args.results / f"{datetime.now(UTC):%Y-%m-%d}.json"
     results: list[dict[str, Any]] = []
+    fixed: dict[str, Any] | None = None
+
     def save(partial: dict[str, Any]) -> None:  # after each size and each Spark replay
         machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-        write_results(path, results_document([*results, partial], machine))
+        write_results(path, results_document([*results, partial], machine, fixed=fixed))
 
     setup = BenchSetup(args.data, cli, local, sys.executable, say, save, args.timeout, no_local)
+    fixed = None if args.no_fixed_cost else measure_fixed_cost(setup)
     for s in sizes:
         res = bench_size(s, setup, results)
         save(res)
         results.append(res)
     profile = profile_replay(min(sizes), args.data, cli, say) if args.profile else None
     machine["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
-    doc = results_document(results, machine, profile)
+    doc = results_document(results, machine, profile, fixed)
     write_results(path, doc)
     print()
     print(format_report(doc))

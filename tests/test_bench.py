@@ -71,7 +71,8 @@ def test_label_names_sizes_like_the_issue(n: int, text: str) -> None:
 
 def test_size_ratios_divide_spark_wall_by_floor_and_in_process() -> None:
     r = bench.size_ratios(_size(1_000_000, floor=20.0, spark=100.0, local=50.0))
-    assert r == {"replay_over_floor": 5.0, "spark_over_local": 2.0, "throughput_msg_s": 10000.0}
+    assert r == {"replay_over_floor": 5.0, "spark_over_local": 2.0, "throughput_msg_s": 10000.0,
+                 "default_over_delta_rs": None, "delta_write_share": None}
 
 
 def test_size_ratios_are_none_without_an_in_process_run() -> None:
@@ -117,17 +118,19 @@ def test_evaluate_targets_judges_the_largest_size(spark: float, local: float,
 def test_evaluate_targets_reports_unmeasured_targets_as_none() -> None:
     sizes = [_size(1_000_000, 5.0, 10.0, None)]
     targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
-    assert [t["met"] for t in targets] == [True, None, None, None]
+    assert [t["met"] for t in targets] == [True, None, None, None, None, None]
 
 
 def test_results_document_is_json_with_sizes_scale_targets() -> None:
     sizes = [_size(1_000_000, 20.0, 60.0, 30.0), _size(10_000_000, 100.0, 500.0, 400.0)]
     doc = json.loads(json.dumps(bench.results_document(sizes, {"cpus": 2})))
-    assert set(doc) == {"benchmark", "machine", "sizes", "scale", "targets", "profile"}
+    assert set(doc) == {"benchmark", "machine", "sizes", "scale", "fixed", "targets", "profile"}
     assert doc["sizes"][1]["ratios"] == {"replay_over_floor": 5.0, "spark_over_local": 1.25,
-                                         "throughput_msg_s": 20000.0}
+                                         "throughput_msg_s": 20000.0,
+                                         "default_over_delta_rs": None,
+                                         "delta_write_share": None}
     assert doc["scale"]["throughput_ratio"] == 1.2
-    assert len(doc["targets"]) == 4
+    assert len(doc["targets"]) == 6
 
 
 def test_format_report_prints_na_for_a_missing_engine() -> None:
@@ -209,3 +212,58 @@ def test_peak_rss_reads_the_kernel_high_water_mark() -> None:
 
 def test_peak_rss_falls_back_to_the_current_rss_without_a_status_file() -> None:
     assert bench.peak_rss(_Proc(pid=2**31 - 1, rss=12345)) == 12345
+
+
+def _with_engines(size: dict[str, Any], default_wall: float, writes: float,
+                  rs_wall: float | None) -> dict[str, Any]:
+    """``size`` whose default Spark replay (delta-spark) took ``default_wall`` replay seconds
+    with ``writes`` of Delta writes, next to a delta-rs replay of ``rs_wall`` (None: not run)."""
+    stages = dict.fromkeys(bench.STAGES, 1.0)
+    size["spark"].update(engine="delta-spark",
+                         stages_s={**stages, "delta_write": writes, "wall": default_wall})
+    size["spark_delta_rs"] = ({"status": "n/a (the default engine is delta-rs)"}
+                              if rs_wall is None else
+                              {**_job(rs_wall + 10), "engine": "delta-rs",
+                               "stages_s": {**stages, "wall": rs_wall}})
+    return size
+
+
+def test_size_ratios_compare_the_default_engines_replay_wall_with_delta_rs() -> None:
+    size = _with_engines(_size(1_000_000, 20.0, 100.0, None), 90.0, 9.0, 60.0)
+    r = bench.size_ratios(size)
+    assert (r["default_over_delta_rs"], r["delta_write_share"]) == (1.5, 0.1)
+
+
+@pytest.mark.parametrize(("default_wall", "rs_wall", "met"),
+                         [(75.0, 60.0, True), (76.0, 60.0, False)])
+def test_engine_targets_judge_the_default_engine_at_every_size(default_wall: float,
+                                                               rs_wall: float,
+                                                               met: bool) -> None:
+    sizes = [_with_engines(_size(n, 20.0, 100.0, None), default_wall, 1.0, rs_wall)
+             for n in (10_000_000, 1_000_000)]
+    targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
+    rows = [t for t in targets if "delta-rs" in t["target"]]
+    assert [(t["measured_at"], t["met"]) for t in rows] == [("1M", met), ("10M", met)]
+
+
+def test_engine_targets_judge_the_write_share_at_the_smallest_size() -> None:
+    sizes = [_with_engines(_size(10_000_000, 20.0, 100.0, None), 100.0, 30.0, 90.0),
+             _with_engines(_size(1_000_000, 20.0, 100.0, None), 100.0, 15.0, 90.0)]
+    target = next(t for t in bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
+                  if "Delta writes" in t["target"])
+    assert (target["measured_at"], target["value"], target["met"]) == ("1M", 0.15, True)
+
+
+def test_fixed_cost_is_the_process_wall_minus_the_stages() -> None:
+    job = {**_job(30.0), "stages_s": {**dict.fromkeys(bench.STAGES, 4.0), "wall": 22.0}}
+    assert bench.fixed_cost_s(job) == 10.0
+    target = bench.evaluate_targets([], bench.scale_ratios([]), job)[-1]
+    assert (target["value"], target["met"]) == (10.0, True)
+
+
+def test_format_report_shows_the_default_engine_next_to_delta_rs() -> None:
+    doc = bench.results_document(
+        [_with_engines(_size(1_000_000, 20.0, 100.0, None), 90.0, 9.0, 60.0)], {})
+    line = next(ln for ln in bench.format_report(doc).splitlines() if "delta-spark" in ln)
+    assert line.split()[1:4] == ["delta-spark", "90.0", "9.0"]
+    assert "1.50x" in line

@@ -692,10 +692,8 @@ class Replay:
         path = self._quarantine_dir(batch_id)
         n = _staged_rows(path)  # counted first: committing may move the files
         late = storage.count_rows(path, pc.field("reason") == LATE) if n else 0
-        if n and self._one_commit:
-            self._append_files("quarantine", {r.run_id: path for r in self.runs}, batch_id)
-        elif n:
-            for r in self.runs[:-1]:  # delta-rs may move the files into the table: a copy each
+        if n:
+            for r in self.runs[:-1]:  # the files are moved into the table: a copy each
                 copy = f"{path}.{r.run_id}"
                 storage.copy_dir(path, copy)
                 self.write_staged("quarantine", copy, batch_id, r.run_id)
@@ -860,52 +858,19 @@ class Replay:
         remove_versions(emulation, version)
         self.state.horizon_ms = windows[-1].hi_ms
 
-    @property
-    def _one_commit(self) -> bool:
-        """Whether the runs of a sweep share each table's commits: with delta-spark a commit
-        is a Spark job (about a second here), so a sweep's runs go into one commit per table
-        under the sweep's app transaction; delta-rs commits (milliseconds) stay per run."""
-        return len(self.runs) > 1 and self.store.engine == "delta-spark"
-
     def _write_rows(self, table: str, frames: Mapping[str, pd.DataFrame], version: int,
                     replace: bool = False) -> None:
         """Append each run's driver-side rows (``frames``: run_id → rows) to ``table``, or
-        replace each run's rows (``replace``: snapshot tables): one commit per run, or one for
-        all (:attr:`_one_commit`)."""
-        if not self._one_commit:
-            for r, data in frames.items():
-                self.write(table, data, version, replace=replace, run_id=r)
-            return
-        frames = {r: d for r, d in frames.items() if not d.empty}
-        if table not in self.config.output.tables or not frames:
-            return
-        keep = [c for c in arrow_schema(table).names if c != "run_id"]
-        data = pd.concat([d[[c for c in keep if c in d.columns]].assign(run_id=r)
-                          for r, d in frames.items()], ignore_index=True)
-        app_id = table_app_id(self.run_id, table)
-        with self._timed("delta_write"):
-            if replace:
-                self.store.replace_run(table, data, list(frames), app_id=app_id,
-                                       version=version)
-            else:
-                self.store.append(table, data, app_id=app_id, version=version)
-        _after_write(table, version)
+        replace each run's rows (``replace``: snapshot tables): one commit per run."""
+        for r, data in frames.items():
+            self.write(table, data, version, replace=replace, run_id=r)
 
     def _append_files(self, table: str, parts: Mapping[str, str], version: int) -> None:
         """Append each run's Parquet files (``parts``: run_id → folder; missing folders
-        skipped) to ``table``: one commit per run, or one for all (:attr:`_one_commit`)."""
-        if not self._one_commit:
-            for r, path in parts.items():
-                self.write_staged(table, path, version, r)
-            return
-        parts = {r: p for r, p in parts.items() if storage.is_dir(p)}
-        if table not in self.config.output.tables or not parts:
-            return
-        with self._timed("delta_write"):
-            self.store.append_parquet_runs(table, dict(parts),
-                                           app_id=table_app_id(self.run_id, table),
-                                           version=version)
-        _after_write(table, version)
+        skipped) to ``table``: one commit per run, the files adopted as they are
+        (:meth:`DeltaStore.append_parquet`)."""
+        for r, path in parts.items():
+            self.write_staged(table, path, version, r)
 
     def _attribute(self, wall_s: float, task_s: Mapping[str, float]) -> None:
         """Close the timer opened for a finalization: its ``wall_s`` (the emulation query and

@@ -15,10 +15,15 @@ in the same commit as the data. A later append with the same ``app_id`` and a ve
 recorded one is skipped (returns ``False``), so replaying a micro-batch after a crash never
 duplicates rows. delta-rs: ``CommitProperties(app_transactions=[Transaction(app_id, version)])``
 and ``DeltaTable.transaction_version(app_id)``; delta-spark: the ``txnAppId`` / ``txnVersion``
-writer options (Delta skips the write itself as well). Use one ``app_id`` per (run, writer),
-e.g. ``f"{run_id}:{query_name}"``, with the micro-batch id as ``version``. A single writer per
-``app_id`` at a time is assumed (as with a streaming query). :meth:`DeltaStore.delete_run`
-removes rows but not app transactions: re-running a deleted run needs a new ``app_id``.
+writer options (Delta skips the write itself as well) for Spark DataFrames, and for
+driver-side rows and files adopted as they are, ``SetTransaction`` in a commit made through the
+driver JVM's Delta API (``DeltaLog.forTable(...).startTransaction()``: ``txnVersion`` checked in
+the transaction, then ``commit`` of the ``add`` actions; :func:`_jvm_commit`), which costs
+milliseconds where a Spark write job cost seconds (docs/architecture.md, "Delta commits").
+Use one ``app_id`` per (run, writer), e.g. ``f"{run_id}:{query_name}"``, with the micro-batch
+id as ``version``. A single writer per ``app_id`` at a time is assumed (as with a streaming
+query). :meth:`DeltaStore.delete_run` removes rows but not app transactions: re-running a
+deleted run needs a new ``app_id``.
 
 Partitioning and table properties
 ---------------------------------
@@ -44,7 +49,6 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from functools import reduce
 from typing import Any
 from urllib.parse import unquote
 
@@ -52,6 +56,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.transaction import (
@@ -61,7 +66,8 @@ from deltalake.transaction import (
 )
 
 from pipelines.contract.schemas import arrow_schema, table_names
-from pipelines.storage.fs import arrow_filesystem, delta_storage_options
+from pipelines.storage.faults import fault
+from pipelines.storage.fs import arrow_filesystem, delta_storage_options, read_bytes, write_bytes
 
 PARTITION_COLUMNS: tuple[str, ...] = ("run_id",)
 """Partition columns of every output table (see the module docstring)."""
@@ -193,12 +199,15 @@ def _add_stats(meta: Any) -> str:
     """Delta ``add`` statistics of one Parquet file from its footer: ``numRecords``,
     ``nullCount`` per column, and ``minValues`` / ``maxValues`` for integer and string columns
     whose every row group has them (timestamps are left out: Delta wants them at millisecond
-    precision, rounded outwards, so a copied microsecond value could exclude rows)."""
+    precision, rounded outwards, so a copied microsecond value could exclude rows; list
+    columns too)."""
     out: dict[str, Any] = {"numRecords": meta.num_rows, "minValues": {}, "maxValues": {},
                            "nullCount": {}}
     arrow = meta.schema.to_arrow_schema()
     for j in range(meta.num_columns):
         name = meta.schema.column(j).path
+        if "." in name:  # a list's elements: no statistics of the column itself
+            continue
         cols = [meta.row_group(r).column(j) for r in range(meta.num_row_groups)]
         st = [c.statistics for c in cols]
         if all(x is not None and x.has_null_count for x in st):
@@ -213,6 +222,73 @@ def _add_stats(meta: Any) -> str:
             out["minValues"][name] = min(x.min for x in with_values)
             out["maxValues"][name] = max(x.max for x in with_values)
     return json.dumps(out)
+
+
+ADOPT_MANIFEST = "_adopted.json"
+"""File written into a folder of Parquet files before they are adopted into a table
+(:meth:`DeltaStore._adopt`): the add actions, so a retry after a crash finds the files it
+moved. Readers of the folder skip it (a leading ``_``)."""
+
+
+def _run_predicate(runs: Sequence[str]) -> str:
+    """SQL predicate selecting the rows of ``runs``."""
+    return (f"run_id = {_sql_string(runs[0])}" if len(runs) == 1 else
+            f"run_id IN ({', '.join(_sql_string(r) for r in runs)})")
+
+
+def _read_manifest(location: str, app_id: str, version: int) -> list[dict[str, Any]] | None:
+    """The add actions an earlier attempt of ``(app_id, version)`` recorded at ``location``
+    (:data:`ADOPT_MANIFEST`); None when there is none, or it is another commit's."""
+    try:
+        doc = json.loads(read_bytes(location).decode("utf-8"))
+    except FileNotFoundError:
+        return None
+    if doc.get("app_id") != app_id or doc.get("version") != version:
+        return None
+    return list(doc["adds"])
+
+
+def _jvm_commit(spark: Any, path: str, adds: Sequence[Mapping[str, Any]], app_id: str,
+                version: int, replace_runs: Sequence[str] | None) -> bool:
+    """delta-spark: ONE commit to the Delta table at ``path`` through the driver JVM's Delta
+    API (``DeltaLog.forTable(...).startTransaction().commit(...)``, no Spark job): the ``add``
+    actions ``adds`` (Delta JSON fields of files already in the table's folder), the app
+    transaction ``SetTransaction(app_id, version)`` and, for ``replace_runs``, a ``remove`` of
+    every file of those runs (operation ``WRITE`` in ``Overwrite`` mode with the runs'
+    predicate; else ``Append``). The transaction's own ``txnVersion(app_id)`` is checked
+    first: False (nothing committed) when it is already ``>= version``. Delta's conflict
+    checks apply as for any writer."""
+    jvm = spark._jvm
+    delta = jvm.org.apache.spark.sql.delta
+    txn = delta.DeltaLog.forTable(spark._jsparkSession, path).startTransaction()
+    if txn.txnVersion(app_id) >= version:
+        return False
+    actions = jvm.java.util.ArrayList()
+    if replace_runs is not None:
+        runs = set(replace_runs)
+        for f in jvm.scala.jdk.javaapi.CollectionConverters.asJava(txn.filterFiles()):
+            if f.partitionValues().apply("run_id") in runs:
+                actions.add(f.remove())
+    now = int(time.time() * 1000)
+    for add in adds:
+        actions.add(delta.actions.Action.fromJson(json.dumps({"add": dict(add)})))
+    actions.add(delta.actions.Action.fromJson(json.dumps(
+        {"txn": {"appId": app_id, "version": int(version), "lastUpdated": now}})))
+    scala = jvm.scala
+    none = scala.Option.empty()
+    columns = jvm.java.util.ArrayList()
+    for c in PARTITION_COLUMNS:
+        columns.add(c)
+    parts = scala.Option.apply(scala.jdk.javaapi.CollectionConverters.asScala(columns).toList())
+    mode = jvm.org.apache.spark.sql.SaveMode
+    if replace_runs is None:
+        op = delta.DeltaOperations.Write(mode.Append, parts, none, none, none, none, none)
+    else:
+        op = delta.DeltaOperations.Write(mode.Overwrite, parts,
+                                         scala.Option.apply(_run_predicate(sorted(runs))),
+                                         none, none, none, none)
+    txn.commit(scala.jdk.javaapi.CollectionConverters.asScala(actions).toList(), op)
+    return True
 
 
 class DeltaStore:
@@ -350,7 +426,7 @@ class DeltaStore:
         if self._committed(table, app_id, version):
             return False
         if self.engine == "delta-spark":
-            self._write_spark(table, data, app_id, version)
+            self._write_spark_rows(table, data, app_id, version)
         else:
             self._append_rs(table, data, app_id, version)
         return True
@@ -402,24 +478,19 @@ class DeltaStore:
                            constants: Mapping[str, Any]) -> None:
         """delta-rs: commit the Parquet files under ``path`` in ONE commit carrying the app
         transaction. Files whose schema is exactly ``table``'s without its partition columns
-        (given in ``constants``) are adopted: moved into the table's partition folder and
-        committed as they are (:meth:`_adopt_files`; no rows pass through the driver). Other
-        files are streamed one Arrow record batch at a time (only ``table``'s columns,
-        ``constants`` added, each batch cast by :func:`conform_arrow`) into new files."""
+        (given in ``constants``) are adopted as they are (:meth:`_adopt`; no rows pass through
+        the driver). Other files are streamed one Arrow record batch at a time (only
+        ``table``'s columns, ``constants`` added, each batch cast by :func:`conform_arrow`)
+        into new files."""
 
+        if self._adopt(table, path, constants, app_id, version):
+            return
         fs, base = arrow_filesystem(path)
         dataset = ds.dataset(base, filesystem=fs, format="parquet")
         schema = arrow_schema(table)
         if dataset.count_rows() == 0:
             self._append_rs(table, schema.empty_table(), app_id, version)
             return
-        if (set(constants) == set(PARTITION_COLUMNS)
-                and all(_PLAIN_VALUE.fullmatch(str(v)) for v in constants.values())):
-            data_schema = pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
-            footers = {f: pq.ParquetFile(f, filesystem=fs).metadata for f in dataset.files}
-            if all(m.schema.to_arrow_schema().equals(data_schema) for m in footers.values()):
-                self._adopt_files(table, fs, footers, constants, app_id, version)
-                return
         columns = [n for n in schema.names if n in dataset.schema.names and n not in constants]
 
         def batches() -> Any:
@@ -433,29 +504,103 @@ class DeltaStore:
         self._write_rs(table, pa.RecordBatchReader.from_batches(schema, batches()), app_id,
                        version)
 
-    def _adopt_files(self, table: str, fs: Any, footers: Mapping[str, Any],
-                     constants: Mapping[str, Any], app_id: str, version: int) -> None:
-        """Move the Parquet files ``footers`` names (path → footer metadata; ``table``'s data
-        columns) into ``table``'s partition folder and commit them, with the app transaction,
-        as one Delta commit of add actions carrying their statistics (:func:`_add_stats`). The
-        new names are derived from ``app_id``, ``version`` and the old name, so a re-run moves a
-        file to the same place; a crash between the move and the commit leaves only
-        unreferenced files (not data)."""
+    # ------------------------------------------------------------------ adopted files
+    def _adoptable(self, table: str, path: str,
+                   constants: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The footers (file → Parquet metadata) of the files under ``path`` when they can be
+        committed as they are: ``constants`` are exactly the partition columns, with plain
+        values (a folder name needing no escaping), and every file has exactly ``table``'s
+        data columns and types; otherwise None. ``{}`` for an empty folder."""
+        if not (set(constants) == set(PARTITION_COLUMNS)
+                and all(_PLAIN_VALUE.fullmatch(str(v)) for v in constants.values())):
+            return None
+        fs, base = arrow_filesystem(path)
+        dataset = ds.dataset(base, filesystem=fs, format="parquet")
+        schema = arrow_schema(table)
+        data_schema = pa.schema([f for f in schema if f.name not in PARTITION_COLUMNS])
+        footers = {f: pq.ParquetFile(f, filesystem=fs).metadata for f in dataset.files}
+        if all(m.schema.to_arrow_schema().equals(data_schema) for m in footers.values()):
+            return footers
+        return None
 
-        part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
+    def _adopt(self, table: str, path: str, constants: Mapping[str, Any], app_id: str,
+               version: int) -> bool:
+        """Commit the Parquet files under ``path`` as they are, with the app transaction
+        ``(app_id, version)``: moved into ``table``'s partition folder and committed as one
+        Delta commit of add actions carrying their statistics (:func:`_add_stats`), by this
+        store's engine (:meth:`_commit_adds`). False (nothing done) when they cannot be
+        adopted (:meth:`_adoptable`).
+
+        Crash-safe: the add actions (new names derived from ``app_id``, ``version`` and the
+        old name) are written to ``path``/:data:`ADOPT_MANIFEST` before any file moves, and a
+        retry of the same ``(app_id, version)`` finds them there, moves what is still in
+        ``path`` and commits; a crash between the moves and the commit thus loses no file,
+        and one before the manifest leaves the folder as it was."""
+        manifest = posixpath.join(path.rstrip("/"), ADOPT_MANIFEST)
+        adds = _read_manifest(manifest, app_id, version)
+        if adds is None:
+            footers = self._adoptable(table, path, constants)
+            if footers is None:
+                return False
+            adds = self._planned_adds(table, path, footers, constants, app_id, version)
+            write_bytes(manifest, json.dumps({"app_id": app_id, "version": version,
+                                              "adds": adds}).encode("utf-8"))
+        fs, _ = arrow_filesystem(path)
         table_fs, table_base = arrow_filesystem(self.path(table))
-        actions: list[AddAction] = []
+        for add in adds:
+            if fs.get_file_info(add["source"]).type == pafs.FileType.File:
+                dest = f"{table_base}/{add['path']}"
+                table_fs.create_dir(posixpath.dirname(dest), recursive=True)
+                table_fs.move(add["source"], dest)
+        fault(f"adopted:{table}")
+        self._commit_adds(table, [{k: v for k, v in a.items() if k != "source"} for a in adds],
+                          app_id, version)
+        return True
+
+    def _planned_adds(self, table: str, path: str, footers: Mapping[str, Any],
+                      constants: Mapping[str, Any], app_id: str,
+                      version: int) -> list[dict[str, Any]]:
+        """The add actions (Delta JSON fields, plus ``source``: the file now) of adopting the
+        files ``footers`` names into ``table``'s partition ``constants``."""
+        fs, _ = arrow_filesystem(path)
+        part = "/".join(f"{k}={constants[k]}" for k in PARTITION_COLUMNS)
+        now = int(time.time() * 1000)
+        adds = []
         for f, meta in sorted(footers.items()):
             tag = hashlib.sha1(f"{app_id}:{version}:{posixpath.basename(f)}".encode()).hexdigest()
-            rel = f"{part}/part-{version:020d}-{tag[:20]}.parquet"
-            dest = f"{table_base}/{rel}"
-            table_fs.create_dir(posixpath.dirname(dest), recursive=True)
-            table_fs.move(f, dest)
-            actions.append(AddAction(
-                path=rel, size=table_fs.get_file_info(dest).size,
-                partition_values={k: str(v) for k, v in constants.items()},
-                modification_time=int(time.time() * 1000), data_change=True,
-                stats=_add_stats(meta)))
+            adds.append({"path": f"{part}/part-{version:020d}-{tag[:20]}.parquet",
+                         "partitionValues": {k: str(v) for k, v in constants.items()},
+                         "size": fs.get_file_info(f).size, "modificationTime": now,
+                         "dataChange": True, "stats": _add_stats(meta), "source": f})
+        return adds
+
+    def _commit_adds(self, table: str, adds: Sequence[Mapping[str, Any]], app_id: str,
+                     version: int) -> None:
+        """ONE Delta commit of ``adds`` (Delta ``add`` action fields: files already in the
+        table's folder) and the app transaction ``(app_id, version)``: delta-rs's write
+        transaction, for both engines (milliseconds; the Delta log is engine-independent).
+        delta-spark commits through the driver JVM's Delta API instead (:func:`_jvm_commit`)
+        where delta-rs cannot write the location (e.g. object-store credentials only in
+        Spark's Hadoop settings): that commit costs a Spark job or more (state reconstruction
+        for ``txnVersion``), 10 to 15 s a commit on a loaded machine (docs/architecture.md,
+        "Delta commits")."""
+        try:
+            self._commit_adds_rs(table, adds, app_id, version)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
+            if not self.exists(table):
+                self._create_table(table)
+            _jvm_commit(self.spark, self.path(table), adds, app_id, version, None)
+
+    def _commit_adds_rs(self, table: str, adds: Sequence[Mapping[str, Any]], app_id: str,
+                        version: int) -> None:
+        """delta-rs: :meth:`_commit_adds`' commit, as one write transaction of add actions (a
+        new table is created by it)."""
+        actions = [AddAction(path=a["path"], size=a["size"],
+                             partition_values=dict(a["partitionValues"]),
+                             modification_time=a["modificationTime"], data_change=True,
+                             stats=a["stats"]) for a in adds]
         props = CommitProperties(app_transactions=[Transaction(app_id=app_id, version=version)])
         if self.exists(table):
             changes: list[AddAction | RemoveAction] = list(actions)
@@ -469,52 +614,102 @@ class DeltaStore:
                 configuration=TABLE_PROPERTIES,
                 storage_options=self.storage_options, commit_properties=props)
 
+    def _write_files(self, table: str, data: pa.Table, app_id: str,
+                     version: int) -> list[dict[str, Any]] | None:
+        """Write the conformed rows ``data`` as one Parquet file per run into ``table``'s
+        partition folders (names derived from ``app_id``, ``version`` and the run: a retry
+        rewrites the same file, unreferenced until committed); their add actions. None
+        (nothing written) when a ``run_id`` is not a plain folder name."""
+        runs = sorted(set(data.column("run_id").to_pylist()))
+        if not all(_PLAIN_VALUE.fullmatch(str(r)) for r in runs):
+            return None
+        fs, base = arrow_filesystem(self.path(table))
+        data_columns = [n for n in data.column_names if n not in PARTITION_COLUMNS]
+        adds = []
+        for run in runs:
+            rows = data.filter(pc.equal(data.column("run_id"), run)).select(data_columns)
+            tag = hashlib.sha1(f"{app_id}:{version}:{run}".encode()).hexdigest()
+            rel = f"run_id={run}/part-{version:020d}-{tag[:20]}.parquet"
+            fs.create_dir(f"{base}/run_id={run}", recursive=True)
+            strings = [f.name for f in rows.schema if f.type == "string"]
+            pq.write_table(rows, f"{base}/{rel}", filesystem=fs, compression="zstd",
+                           use_dictionary=strings)
+            meta = pq.ParquetFile(f"{base}/{rel}", filesystem=fs).metadata
+            adds.append({"path": rel, "partitionValues": {"run_id": run},
+                         "size": fs.get_file_info(f"{base}/{rel}").size,
+                         "modificationTime": int(time.time() * 1000), "dataChange": True,
+                         "stats": _add_stats(meta)})
+        return adds
+
+    def _write_spark_rows(self, table: str, data: Any, app_id: str, version: int,
+                          replace_runs: Sequence[str] | None = None) -> None:
+        """delta-spark: append driver-side rows (pandas / Arrow), or replace the runs
+        ``replace_runs`` by them, in one commit with the app transaction: with delta-rs
+        (:meth:`_write_rows_rs`, milliseconds) where it can write the location; else written
+        as Parquet by the driver and committed through the JVM's Delta API
+        (:func:`_jvm_commit`). A Spark DataFrame, or with the JVM a ``run_id`` that is not a
+        plain folder name, goes through Spark's writer (:meth:`_write_spark`). ``ValueError``
+        when ``data`` does not fit the schema (:func:`conform_arrow`)."""
+        if not _is_spark_dataframe(data):
+            rows = conform_arrow(table, data)
+            try:
+                self._write_rows_rs(table, rows, app_id, version, replace_runs)
+                return
+            except Exception:  # delta-rs cannot write here: the JVM commits
+                pass
+            adds = self._write_files(table, rows, app_id, version)
+            if adds is not None:
+                if not self.exists(table):
+                    self._create_table(table)
+                _jvm_commit(self.spark, self.path(table), adds, app_id, version, replace_runs)
+                return
+        predicate = None if replace_runs is None else _run_predicate(replace_runs)
+        self._write_spark(table, data, app_id, version, replace_where=predicate)
+
+    def _write_rows_rs(self, table: str, rows: pa.Table, app_id: str, version: int,
+                       replace_runs: Sequence[str] | None = None) -> None:
+        """delta-rs: append the conformed ``rows`` to ``table``, or replace the runs
+        ``replace_runs`` by them (``write_deltalake(mode="overwrite", predicate=...)``), in ONE
+        commit carrying ``app_id``'s transaction ``version``."""
+        if replace_runs is None:
+            self._write_rs(table, rows, app_id, version)
+            return
+        write_deltalake(
+            self.path(table),
+            rows,
+            mode="overwrite",
+            predicate=_run_predicate(sorted(replace_runs)),
+            partition_by=list(PARTITION_COLUMNS),
+            configuration=self._new_table_properties(table),
+            storage_options=self.storage_options,
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(app_id=app_id, version=version)]
+            ),
+        )
+
     def append_parquet(self, table: str, path: str, app_id: str, version: int,
                        constants: Mapping[str, Any] | None = None) -> bool:
         """Append the Parquet dataset under ``path`` to ``table``, idempotently (as
         :meth:`append`): only the columns of ``table`` are taken, ``constants`` (column → value,
-        e.g. ``run_id``) are added. delta-spark reads the files with Spark; delta-rs adopts
-        files that already have the table's data columns (moved into the table, e.g. the
-        topic stage's output) and streams any others (:meth:`_append_rs_parquet`).
+        e.g. ``run_id``) are added. Files that already have the table's data columns and
+        types (the emulation's output) are adopted by either engine: moved into the table and
+        committed as they are (:meth:`_adopt`; delta-spark through the driver JVM's Delta API,
+        no Spark job). Others are rewritten: delta-spark reads them with Spark and writes
+        with ``format("delta")``, delta-rs streams them (:meth:`_append_rs_parquet`).
         ``ValueError`` as :meth:`append`."""
         version = int(version)
         constants = dict(constants or {})
         if self._committed(table, app_id, version):
             return False
-        if self.engine == "delta-spark":
+        if self.engine != "delta-spark":
+            self._append_rs_parquet(table, path, app_id, version, constants)
+        elif not self._adopt(table, path, constants, app_id, version):
             from pyspark.sql import functions as F  # noqa: PLC0415
 
             df = self.spark.read.parquet(path)
             keep = [c for c in arrow_schema(table).names if c in df.columns and c not in constants]
             df = df.select(*keep, *[F.lit(v).alias(k) for k, v in constants.items()])
             self._write_spark(table, df, app_id, version)
-        else:
-            self._append_rs_parquet(table, path, app_id, version, constants)
-        return True
-
-    def append_parquet_runs(self, table: str, parts: Mapping[str, str], app_id: str,
-                            version: int) -> bool:
-        """Append several runs' Parquet datasets (``parts``: run_id → folder) to ``table`` in
-        ONE idempotent commit (app transaction ``(app_id, version)``), each run's rows with its
-        ``run_id``: a sweep's runs written together (a delta-spark commit is a Spark job,
-        about a second here, whatever it holds). Nothing when ``parts`` is empty. delta-spark
-        only (delta-rs commits cost milliseconds: :meth:`append_parquet` per run);
-        ``ValueError`` for another engine."""
-        if self.engine != "delta-spark":
-            raise ValueError("append_parquet_runs writes with delta-spark only")
-        version = int(version)
-        if not parts or self._committed(table, app_id, version):
-            return False
-
-        from pyspark.sql import functions as F  # noqa: PLC0415
-
-        frames = []
-        for run_id, path in sorted(parts.items()):
-            df = self.spark.read.parquet(path)
-            keep = [c for c in arrow_schema(table).names if c in df.columns and c != "run_id"]
-            frames.append(df.select(*keep, F.lit(run_id).alias("run_id")))
-        self._write_spark(table, reduce(lambda a, b: a.unionByName(b), frames), app_id,
-                          version)
         return True
 
     def _conform_spark(self, table: str, data: Any) -> Any:
@@ -588,25 +783,12 @@ class DeltaStore:
         if self._committed(table, app_id, version):
             return False
         runs = [run_id] if isinstance(run_id, str) else sorted(run_id)
-        predicate = (f"run_id = {_sql_string(runs[0])}" if len(runs) == 1 else
-                     f"run_id IN ({', '.join(_sql_string(r) for r in runs)})")
         if self.engine == "delta-spark":
-            self._write_spark(table, data, app_id, version, replace_where=predicate)
+            self._write_spark_rows(table, data, app_id, version, replace_runs=runs)
             return True
         if _is_spark_dataframe(data):
             data = data.toArrow()
-        write_deltalake(
-            self.path(table),
-            conform_arrow(table, data),
-            mode="overwrite",
-            predicate=predicate,
-            partition_by=list(PARTITION_COLUMNS),
-            configuration=self._new_table_properties(table),
-            storage_options=self.storage_options,
-            commit_properties=CommitProperties(
-                app_transactions=[Transaction(app_id=app_id, version=version)]
-            ),
-        )
+        self._write_rows_rs(table, conform_arrow(table, data), app_id, version, runs)
         return True
 
     def schema_problems(self, tables: Sequence[str] | None = None) -> list[str]:
@@ -706,20 +888,24 @@ class DeltaStore:
 
     # ------------------------------------------------------------------ reads
     def read_arrow(self, table: str, run_id: str | None = None) -> pa.Table:
-        """``table`` (optionally one run) as a pyarrow Table with the contract schema.
+        """``table`` (optionally one run) as a pyarrow Table with the contract schema, read
+        with delta-rs for both engines (delta-spark reads with Spark where delta-rs cannot).
 
         An empty table with the right schema when ``table`` does not exist.
         """
         schema = arrow_schema(table)
         if not self.exists(table):
             return schema.empty_table()
-        if self.engine == "delta-spark":
-            df = self.read_spark(table)
+        filters = [("run_id", "=", run_id)] if run_id is not None else None
+        try:  # delta-rs for both engines: no Spark job (a run's summary reads every table)
+            arrow = self._delta_table(table).to_pyarrow_table(filters=filters)
+        except Exception:
+            if self.engine != "delta-spark":
+                raise
+            df = self.read_spark(table)  # delta-rs cannot read the location: Spark does
             if run_id is not None:
                 df = df.where(df["run_id"] == run_id)
             return conform_arrow(table, df.toArrow())
-        filters = [("run_id", "=", run_id)] if run_id is not None else None
-        arrow = self._delta_table(table).to_pyarrow_table(filters=filters)
         return conform_arrow(table, arrow.select(schema.names))
 
     def column_totals(self, table: str, column: str, run_id: str | None = None) -> tuple[int, int]:

@@ -37,6 +37,7 @@ FAULT_POINTS = [
     "after_state:2",                # between the replay's state and Spark's checkpoint commit
     "after_write:segments:final",   # finalization: the segments snapshot written, rest not
     "after_write:messages:final",   # finalization: half of the tables written
+    "adopted:entries",              # finalization: entries' files moved in, not committed
     "before_final_state",           # finalization written, its state not saved
     "before_receipt:final",         # emulation micro-batch: operators done, nothing recorded
     "after_receipt:final",          # emulation micro-batch recorded, Spark's commit not yet
@@ -70,7 +71,8 @@ def reference(logs, tmp_path_factory) -> DeltaStore:
 
 
 DELTA_SPARK_FAULT_POINTS = ["after_staging:1", "after_quarantine:1", "after_state:2",
-                            "after_write:messages:final", "after_receipt:final"]
+                            "after_write:messages:final", "adopted:entries",
+                            "after_receipt:final"]
 """The fault points also run under delta-spark (its commits are slower): a micro-batch's
 commits, between the state and the checkpoint, and a half-written finalization — each a restart
 that must skip what Delta's app transactions already hold."""

@@ -350,7 +350,8 @@ def test_append_parquet_adopts_table_shaped_files_with_their_statistics(store, t
     assert store.append_parquet("quarantine", str(staged), app_id="a", version=0,
                                 constants={"run_id": "r1"})
 
-    assert list(staged.iterdir()) == []  # moved into the table, not copied
+    # moved into the table, not copied; what was moved is recorded for a retry
+    assert [p.name for p in staged.iterdir()] == [delta_io.ADOPT_MANIFEST]
     assert len(store.read("quarantine", run_id="r1")) == 3
     actions = pa.table(DeltaTable(store.path("quarantine")).get_add_actions(flatten=True))
     row = actions.to_pylist()[0]
@@ -387,3 +388,92 @@ def test_append_parquet_streams_files_of_another_shape(store, tmp_path):
     assert sorted(got["raw_record"]) == ["line 0", "line 1"]
     assert set(got["run_id"]) == {"r 1"}
     assert (folder / "p.parquet").exists()  # rewritten, not adopted
+
+
+def _read_with_spark_sql(spark, path: str) -> list[tuple[str, int, str]]:
+    rows = spark.sql(f"SELECT run_id, batch_id, raw_record FROM delta.`{path}`").collect()
+    return sorted((r.run_id, r.batch_id, r.raw_record) for r in rows)
+
+
+def _read_with_delta_rs(path: str) -> list[tuple[str, int, str]]:
+    t = DeltaTable(path).to_pandas()
+    return sorted(zip(t["run_id"], t["batch_id"].astype(int), t["raw_record"], strict=True))
+
+
+JVM_COMMIT = "delta-spark, JVM commit"
+"""delta-spark where delta-rs cannot write the location: the driver JVM's Delta API commits."""
+WRITERS = [*ENGINES, pytest.param(JVM_COMMIT, marks=ENGINES[1].marks)]
+
+
+def _writer_store(writer: str, spark, root, monkeypatch) -> DeltaStore:
+    """A store writing as ``writer`` (an engine, or :data:`JVM_COMMIT`: delta-rs's writes
+    fail, as on a location only Spark's Hadoop settings reach)."""
+    if writer == JVM_COMMIT:
+        def unreachable(*args, **kwargs):
+            raise OSError("delta-rs cannot reach the location")
+
+        monkeypatch.setattr(delta_io.DeltaStore, "_commit_adds_rs", unreachable)
+        monkeypatch.setattr(delta_io.DeltaStore, "_write_rows_rs", unreachable)
+        writer = "delta-spark"
+    return _engine_store(writer, spark, root)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("writer", WRITERS)
+def test_adopted_files_read_the_same_with_spark_sql_and_delta_rs(spark, tmp_path, writer,
+                                                                 monkeypatch):
+    if not spark_session.delta_jars():
+        pytest.skip(NO_DELTA_JARS)  # the Spark SQL reader needs the jars
+    store = _writer_store(writer, spark, tmp_path / "tables", monkeypatch)
+    _staged_quarantine(tmp_path / "staged", batch_id=4)
+
+    assert store.append_parquet("quarantine", str(tmp_path / "staged"), app_id="a", version=0,
+                                constants={"run_id": "r1"})
+    assert not store.append_parquet("quarantine", str(tmp_path / "staged"), app_id="a",
+                                    version=0, constants={"run_id": "r1"})
+
+    want = [("r1", 4, f"line {i}") for i in range(3)]
+    assert _read_with_spark_sql(spark, store.path("quarantine")) == want
+    assert _read_with_delta_rs(store.path("quarantine")) == want
+    assert [p.name for p in (tmp_path / "staged").iterdir()] == [delta_io.ADOPT_MANIFEST]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("writer", WRITERS)
+def test_driver_rows_appended_and_replaced_read_the_same_with_spark_sql_and_delta_rs(
+        spark, tmp_path, writer, monkeypatch):
+    if not spark_session.delta_jars():
+        pytest.skip(NO_DELTA_JARS)
+    store = _writer_store(writer, spark, tmp_path, monkeypatch)
+    store.append("quarantine", _quarantine_rows("r1", batch_id=1), "a", 0)
+    store.append("quarantine", _quarantine_rows("r2", n=1, batch_id=2), "b", 0)
+
+    assert store.replace_run("quarantine", _quarantine_rows("r1", n=1, batch_id=3), "r1", "c",
+                             0)
+    assert not store.replace_run("quarantine", _quarantine_rows("r1", n=1, batch_id=9), "r1",
+                                 "c", 0)
+
+    want = [("r1", 3, "line 0"), ("r2", 2, "line 0")]
+    assert _read_with_spark_sql(spark, store.path("quarantine")) == want
+    assert _read_with_delta_rs(store.path("quarantine")) == want
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("writer", WRITERS)
+def test_adoption_interrupted_between_the_moves_and_the_commit_commits_every_file_on_retry(
+        spark, tmp_path, writer, monkeypatch):
+    store = _writer_store(writer, spark, tmp_path / "tables", monkeypatch)
+    staged = tmp_path / "staged"
+    _staged_quarantine(staged, batch_id=5)
+    commit = delta_io.DeltaStore._commit_adds
+
+    def crash(*args, **kwargs):
+        raise KeyboardInterrupt("killed after the moves")
+
+    monkeypatch.setattr(delta_io.DeltaStore, "_commit_adds", crash)
+    with pytest.raises(KeyboardInterrupt):
+        store.append_parquet("quarantine", str(staged), "a", 0, constants={"run_id": "r1"})
+    monkeypatch.setattr(delta_io.DeltaStore, "_commit_adds", commit)
+
+    assert store.append_parquet("quarantine", str(staged), "a", 0, constants={"run_id": "r1"})
+    assert sorted(store.read("quarantine")["batch_id"]) == [5, 5, 5]
