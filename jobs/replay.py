@@ -142,6 +142,9 @@ def _parser() -> argparse.ArgumentParser:
                                          "(exit 0 all pass, 1 any failed)")
     v.add_argument("--output", required=True, metavar="DIR")
     v.add_argument("--run-id", default=None, help="run to check (default: the last run)")
+    v.add_argument("--allow-unreadable-files", action="store_true",
+                   help="pass although input files could not be read, or not whole "
+                        "(quarantine reasons unreadable_file, truncated_file; default: fail)")
     rp = sub.add_parser("report", help="write an HTML report (figures and summary) of runs")
     rp.add_argument("--output", required=True, metavar="DIR")
     rp.add_argument("--run-id", action="append", default=[], dest="run_ids", metavar="ID",
@@ -229,7 +232,13 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     ``what``) on any problem. No Spark."""
     from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
     from pipelines.contract.presets import get_preset  # noqa: PLC0415
-    from pipelines.ingest.input_check import InputColumnError, check_columns  # noqa: PLC0415
+    from pipelines.ingest.input_check import (  # noqa: PLC0415
+        InputColumnError,
+        InputFilesError,
+        check_columns,
+        check_files,
+        survey_inputs,
+    )
 
     for path in args.input:
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
@@ -253,10 +262,16 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     except ValueError as exc:
         raise UsageError(what + str(exc)) from None
     spec = _input_spec(spec, cfg, args.input)
-    try:  # a mapped column the CSV header / Parquet schema lacks: before Spark starts
-        check_columns(spec, args.input)
-    except InputColumnError as exc:
+    survey = survey_inputs(spec, args.input)  # empty files, formats, headers (issue #32)
+    try:  # no content, mixed files, a mapped column the header / schema lacks: before Spark
+        check_files(spec, survey, need_content=args.command != "stream")
+        check_columns(spec, args.input, survey)
+    except (InputColumnError, InputFilesError) as exc:
         raise UsageError(what + str(exc)) from None
+    if survey.empty and not what:  # once per command (not per scenario)
+        names = ", ".join(f.name for f in survey.empty[:3])
+        print(f"input: skipping {len(survey.empty)} empty file(s) ({names}"
+              f"{', …' if len(survey.empty) > 3 else ''})")
     return cfg, spec
 
 
@@ -500,7 +515,7 @@ def _validate(args: argparse.Namespace) -> int:
     from pipelines.analysis.validation import format_validation, validate_run  # noqa: PLC0415
 
     store, run_id = _finished_run(args.output, args.run_id)
-    result = validate_run(store, run_id)
+    result = validate_run(store, run_id, allow_unreadable_files=args.allow_unreadable_files)
     print(format_validation(result))
     return 0 if result.success else 1
 
