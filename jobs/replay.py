@@ -346,7 +346,10 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        spec = resolve_input_spec(spec, spark, args.input)
+        try:
+            spec = resolve_input_spec(spec, spark, args.input)
+        except ValueError as exc:  # CSV: no input file has a line to read the header from
+            raise UsageError(str(exc)) from None
         try:  # an s3a:// output without hadoop-aws on the classpath
             replay = Replay(spark, cfg, spec, args.input, args.output, run_id,
                             progress=progress)
