@@ -145,6 +145,9 @@ def _parser() -> argparse.ArgumentParser:
                                          "(exit 0 all pass, 1 any failed)")
     v.add_argument("--output", required=True, metavar="DIR")
     v.add_argument("--run-id", default=None, help="run to check (default: the last run)")
+    v.add_argument("--allow-unreadable-files", action="store_true",
+                   help="pass although input files could not be read, or not whole "
+                        "(quarantine reasons unreadable_file, truncated_file; default: fail)")
     rp = sub.add_parser("report", help="write an HTML report (figures and summary) of runs")
     rp.add_argument("--output", required=True, metavar="DIR")
     rp.add_argument("--run-id", action="append", default=[], dest="run_ids", metavar="ID",
@@ -232,7 +235,13 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     ``what``) on any problem. No Spark."""
     from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
     from pipelines.contract.presets import get_preset  # noqa: PLC0415
-    from pipelines.ingest.input_check import InputColumnError, check_columns  # noqa: PLC0415
+    from pipelines.ingest.input_check import (  # noqa: PLC0415
+        InputColumnError,
+        InputFilesError,
+        check_columns,
+        check_files,
+        survey_inputs,
+    )
     from pipelines.ingest.time_unit import guess_epoch_unit  # noqa: PLC0415
 
     for path in args.input:
@@ -260,14 +269,21 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         spec = _input_spec(spec, cfg, args.input)
     except ValueError as exc:  # a preset's own pattern the replay cannot parse
         raise UsageError(what + str(exc)) from None
-    try:  # a mapped column the CSV header / Parquet schema lacks: before Spark starts
-        check_columns(spec, args.input)
-    except InputColumnError as exc:
+    survey = survey_inputs(spec, args.input)  # empty files, formats, headers (issue #32)
+    try:  # no content, mixed files, a mapped column the header / schema lacks: before Spark
+        check_files(spec, survey, need_content=args.command != "stream")
+        check_columns(spec, args.input, survey)
+    except (InputColumnError, InputFilesError) as exc:
         raise UsageError(what + str(exc)) from None
+    if survey.empty and not what:  # once per command (not per scenario)
+        names = ", ".join(f.name for f in survey.empty[:3])
+        print(f"input: skipping {len(survey.empty)} empty file(s) ({names}"
+              f"{', …' if len(survey.empty) > 3 else ''})")
     guess = guess_epoch_unit(spec, args.input)
     if guess is not None:  # timestamp_format auto and numbers: one unit for the whole run
         spec = spec.replace(epoch_unit=guess.unit, epoch_unit_guessed=True)
-        print(f"input: {guess.note}")
+        if not what:  # once per command (not per scenario)
+            print(f"input: {guess.note}")
     return cfg, spec
 
 
@@ -357,7 +373,10 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     try:
-        spec = resolve_input_spec(spec, spark, args.input)
+        try:
+            spec = resolve_input_spec(spec, spark, args.input)
+        except ValueError as exc:  # CSV: no input file has a line to read the header from
+            raise UsageError(str(exc)) from None
         try:  # an s3a:// output without hadoop-aws on the classpath
             replay = Replay(spark, cfg, spec, args.input, args.output, run_id,
                             progress=progress)
@@ -532,7 +551,7 @@ def _validate(args: argparse.Namespace) -> int:
     from pipelines.analysis.validation import format_validation, validate_run  # noqa: PLC0415
 
     store, run_id = _finished_run(args.output, args.run_id)
-    result = validate_run(store, run_id)
+    result = validate_run(store, run_id, allow_unreadable_files=args.allow_unreadable_files)
     print(format_validation(result))
     return 0 if result.success else 1
 

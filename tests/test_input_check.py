@@ -5,15 +5,24 @@ files have (``pipelines.ingest.input_check``, ``topic-replay run``). No Spark in
 from __future__ import annotations
 
 import gzip
+import re
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from jobs.replay import main
 from pipelines.contract.presets import get_preset
-from pipelines.ingest.input_check import InputColumnError, check_columns
+from pipelines.ingest.input_check import (
+    NOT_IN_PROGRESS_GLOB,
+    InputColumnError,
+    check_columns,
+    is_empty,
+    is_listed,
+)
 
 COLUMNS = ["topic", "lbn", "publish_time", "payload_size"]
 ROW = ["t", "k1", "1704067200000", "10"]
@@ -115,3 +124,46 @@ def test_a_glob_matching_no_file_is_refused(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         f"topic-replay: error: input path {tmp_path / '*.csv'} does not exist (no file matches "
         "the pattern)")
+
+
+# ------------------------------------------------------------------ names never read (#32)
+
+def _hadoop_glob_regex(pattern: str) -> re.Pattern[str]:
+    """The regex Hadoop's ``GlobPattern`` makes of the few constructs
+    ``NOT_IN_PROGRESS_GLOB`` uses: ``{a,b}``, ``*`` and ``[!x]``."""
+    out = (pattern.replace(".", r"\.").replace("*", ".*").replace("[!", "[^")
+           .replace("{", "(?:").replace("}", ")").replace(",", "|"))
+    return re.compile(out, re.DOTALL)
+
+
+@given(st.text(alphabet="ab.tmpjson_", min_size=1, max_size=12))  # a file name
+def test_spark_glob_and_is_listed_skip_the_same_in_progress_names(name):
+    visible = _hadoop_glob_regex(NOT_IN_PROGRESS_GLOB).fullmatch(name) is not None
+    assert visible == (not name.endswith(".tmp"))
+    assert is_listed(name) == (visible and not name.startswith((".", "_"))
+                               and not name.endswith("._COPYING_"))
+
+
+@pytest.mark.parametrize("name, file_glob, listed", [
+    ("a.json", None, True),
+    ("a.json.tmp", None, False),
+    ("a.json._COPYING_", None, False),
+    (".a.json", None, False),
+    ("_a.json", None, False),
+    ("a.json.tmp", "*", True),  # a preset's file_glob replaces the .tmp rule
+    ("a.csv", "*.json", False),
+])
+def test_names_a_replay_reads(name, file_glob, listed):
+    assert is_listed(name, file_glob) is listed
+
+
+@pytest.mark.parametrize("content, empty", [
+    (b"", True),
+    (gzip.compress(b""), True),
+    (gzip.compress(b"x\n"), False),
+    (b"not gzip at all", False),  # unreadable, not empty: ingest records it
+])
+def test_empty_gz_files_are_those_without_content(tmp_path, content, empty):
+    path = tmp_path / "a.json.gz"
+    path.write_bytes(content)
+    assert is_empty(path) is empty

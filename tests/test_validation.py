@@ -32,7 +32,7 @@ from pipelines.analysis.validation import (
 from pipelines.core.batching import CLOSE_REASONS
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
 from pipelines.engine.summary import format_summary, latest_validation, run_summary
-from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
+from pipelines.ingest.rules import FILE_REASONS, LATE, QUARANTINE_REASONS
 from pipelines.storage.delta import DeltaStore
 
 RUN = "r1"
@@ -211,7 +211,11 @@ def _pair(a: str, b: str, strict: bool = False) -> str:
         ("bucket_handoffs", _set("bucket_handoffs", "withheld_until", ts(1)),
          {(PAIR, _pair("withheld_until", "withheld_from"))}),
         ("quarantine", _set("quarantine", "reason", "looked-odd"),
-         {(IN_SET, kw(column="reason", value_set=sorted((*QUARANTINE_REASONS, LATE))))}),
+         {(IN_SET, kw(column="reason",
+                      value_set=sorted((*QUARANTINE_REASONS, *FILE_REASONS, LATE))))}),
+        ("quarantine", _set("quarantine", "reason", "truncated_file"),
+         {("expect_column_values_to_not_be_in_set",
+           kw(column="reason", value_set=sorted(FILE_REASONS)))}),
         ("runs", _duplicate("runs"), {("expect_column_values_to_be_unique", kw(column="run_id"))}),
         (INPUT_CONTRACT, _set("messages", "payload_size", -1),
          {(BETWEEN, kw(column="payload_size", min_value=0.0))}),

@@ -26,9 +26,12 @@ What is checked (per table; "key" = the table's grain):
   ``operation-failed: …``), ``action`` in :data:`pipelines.core.controller.DECISION_ACTIONS`,
   ``trigger`` a ``+``-join of :class:`pipelines.core.controller.Trigger` values,
   ``entries.close_reason`` in :data:`pipelines.core.batching.CLOSE_REASONS`,
-  ``quarantine.reason`` in :data:`pipelines.ingest.rules.QUARANTINE_REASONS` or
+  ``quarantine.reason`` in :data:`pipelines.ingest.rules.QUARANTINE_REASONS`, ``FILE_REASONS`` or
   :data:`pipelines.ingest.rules.LATE`, ``segments.state`` / ``created_by`` in
-  :class:`pipelines.core.layout.SegmentState` / :data:`pipelines.core.controller.CREATED_BY`.
+  :class:`pipelines.core.layout.SegmentState` / :data:`pipelines.core.controller.CREATED_BY`;
+- no input file lost (issue #32): ``quarantine.reason`` is not a whole-file reason
+  (``unreadable_file``, ``truncated_file``) unless ``allow_unreadable_files``
+  (``topic-replay validate --allow-unreadable-files``).
 
 Results are rows of the ``validations`` table (:data:`pipelines.contract.schemas.VALIDATIONS`):
 one per (run_id, validation_id, table, expectation, kwargs). ``validation_id`` numbers the passes
@@ -64,7 +67,7 @@ from pipelines.core.controller import (
 from pipelines.core.layout import SegmentState
 from pipelines.core.policy import DECISION_REASONS, SUPPRESSED_REASONS
 from pipelines.engine.summary import describe
-from pipelines.ingest.rules import LATE, QUARANTINE_REASONS
+from pipelines.ingest.rules import FILE_REASONS, LATE, QUARANTINE_REASONS
 from pipelines.storage.delta import DeltaStore, table_app_id
 
 if TYPE_CHECKING:
@@ -130,8 +133,13 @@ def _gx() -> Any:
 # ----------------------------------------------------------------------------------- suites
 
 
-def suites() -> dict[str, list[Expectation]]:
+def suites(allow_unreadable_files: bool = False) -> dict[str, list[Expectation]]:
     """The expectation suites: table name → list of GE 1.x expectation objects.
+
+    ``quarantine.reason`` is not a whole-file reason (:data:`pipelines.ingest.rules.FILE_REASONS`:
+    an input file that could not be read, or not whole) unless ``allow_unreadable_files``
+    (``topic-replay validate --allow-unreadable-files``): a run that lost part of its input
+    fails validation by default (issue #32).
 
     Columns named ``segment_found``, ``bucket_count``, ``range_start``, ``range_end`` on
     ``messages`` / ``entries`` / ``dispatch`` come from the join with ``segments`` made by
@@ -255,7 +263,10 @@ def suites() -> dict[str, list[Expectation]]:
         ],
         "quarantine": [
             *not_null(*KEYS["quarantine"]),
-            in_set("reason", (*QUARANTINE_REASONS, LATE)),
+            in_set("reason", (*QUARANTINE_REASONS, *FILE_REASONS, LATE)),
+            *([] if allow_unreadable_files else [
+                gxe.ExpectColumnValuesToNotBeInSet(column="reason",
+                                                   value_set=sorted(FILE_REASONS))]),
         ],
         "runs": [
             *not_null("run_id", "status"),
@@ -392,15 +403,16 @@ class ValidationResult:
 
 
 def validate_frames(frames: Mapping[str, pd.DataFrame], run_id: str,
-                    validation_id: int = END_OF_RUN_VALIDATION_ID) -> ValidationResult:
-    """Run every suite of :func:`suites` on ``frames`` (table name → pandas frame in the
-    table's schema; a missing table is taken as empty). Raises nothing for failed
-    expectations: they are rows with ``success = False``."""
+                    validation_id: int = END_OF_RUN_VALIDATION_ID,
+                    allow_unreadable_files: bool = False) -> ValidationResult:
+    """Run every suite of :func:`suites` (``allow_unreadable_files`` passed on) on ``frames``
+    (table name → pandas frame in the table's schema; a missing table is taken as empty).
+    Raises nothing for failed expectations: they are rows with ``success = False``."""
     context = ephemeral_context()
     full = {t: frames[t] if t in frames else arrow_schema(t).empty_table().to_pandas()
             for t in KEYS}
     rows: list[dict[str, Any]] = []
-    for table, expectations in suites().items():
+    for table, expectations in suites(allow_unreadable_files).items():
         rows += validate_frame(table, prepare(table, full), expectations, context)
     df = pd.DataFrame(rows, columns=list(arrow_schema(VALIDATIONS_TABLE).names[2:]))
     df.insert(0, "validation_id", int(validation_id))
@@ -417,15 +429,16 @@ def next_validation_id(store: DeltaStore, run_id: str) -> int:
 
 
 def validate_run(store: DeltaStore, run_id: str, validation_id: int | None = None,
-                 write: bool = True) -> ValidationResult:
+                 write: bool = True, allow_unreadable_files: bool = False) -> ValidationResult:
     """Validate the tables of ``run_id`` in ``store`` (a
     :class:`pipelines.storage.delta.DeltaStore`) and, when ``write``, append the result to the
     ``validations`` table (idempotent: app id ``topic-replay:<run_id>:validations``, version =
-    ``validation_id``). ``validation_id`` defaults to :func:`next_validation_id`."""
+    ``validation_id``). ``validation_id`` defaults to :func:`next_validation_id`;
+    ``allow_unreadable_files``: see :func:`suites`."""
     if validation_id is None:
         validation_id = next_validation_id(store, run_id)
     frames = {t: store.read(t, run_id=run_id) for t in KEYS}
-    result = validate_frames(frames, run_id, validation_id)
+    result = validate_frames(frames, run_id, validation_id, allow_unreadable_files)
     if write:
         store.append(VALIDATIONS_TABLE, result.rows,
                      app_id=table_app_id(run_id, VALIDATIONS_TABLE), version=validation_id)

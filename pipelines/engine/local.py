@@ -30,12 +30,11 @@ from __future__ import annotations
 
 import csv
 import decimal
-import gzip
 import json
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from pipelines.contract.presets import InputSpec, is_identifier
 from pipelines.contract.schemas import table_columns
 from pipelines.engine import stages
 from pipelines.engine.summary import run_summary, runs_row
+from pipelines.ingest.input_check import is_empty, is_listed
 from pipelines.ingest.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
 from pipelines.ingest.rules import (
     ACCEPTED_COLUMNS,
@@ -59,6 +59,8 @@ from pipelines.ingest.rules import (
     MAPPED_COLUMNS,
     RAW_RECORD,
     SOURCE_FILE,
+    TRUNCATED_FILE,
+    UNREADABLE_FILE,
     Ingested,
     ingest_records,
     key_hashes_arrow,
@@ -195,8 +197,11 @@ def check_spec(spec: InputSpec) -> None:
 
 
 def input_files(inputs: Sequence[str], spec: InputSpec) -> list[Path]:
-    """Files read from ``inputs`` (files, or folders: their non-hidden files whose name matches
-    ``spec.file_glob``), in Spark's file-stream order: modification time, then path."""
+    """Files read from ``inputs`` (files, or folders: their files
+    ``pipelines.ingest.input_check.is_listed`` keeps — not hidden, matching ``spec.file_glob``
+    or, without one, not still being written), in Spark's file-stream order: modification
+    time, then path. A file that vanishes while they are listed sorts last (it is reported
+    when read)."""
     files: list[Path] = []
     for i in inputs:
         p = Path(i)
@@ -204,19 +209,68 @@ def input_files(inputs: Sequence[str], spec: InputSpec) -> list[Path]:
             files.append(p)
             continue
         for f in sorted(p.iterdir()):
-            if f.is_file() and not f.name.startswith((".", "_")) and (
-                    spec.file_glob is None or fnmatch(f.name, spec.file_glob)):
+            if f.is_file() and is_listed(f.name, spec.file_glob):
                 files.append(f)
-    return sorted(dict.fromkeys(f.resolve() for f in files),
-                  key=lambda f: (f.stat().st_mtime, str(f)))
+    return sorted(dict.fromkeys(f.resolve() for f in files), key=_stream_order)
 
 
-def _lines(path: Path) -> tuple[list[str], npt.NDArray[Any]]:
-    """The file's lines (split like Spark's text source) and which were not valid UTF-8 (those
-    decoded with U+FFFD replacements, as ``ingest`` stores them)."""
-    opener: Callable[..., Any] = gzip.open if path.name.endswith(".gz") else open
-    with opener(path, "rb") as fh:
-        data = fh.read()
+def _stream_order(f: Path) -> tuple[float, str]:
+    try:
+        return f.stat().st_mtime, str(f)
+    except OSError:  # vanished since it was listed
+        return float("inf"), str(f)
+
+
+_READ_ERRORS = (OSError, EOFError, zlib.error, pa.ArrowException)
+"""What reading one input file may raise: a vanished or unreadable file, a broken gzip stream,
+a corrupt Parquet file."""
+
+
+def _read_error(exc: BaseException) -> str:
+    """A read error as one line (``EOFError: Compressed file ended before …``)."""
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def _gunzip(path: Path) -> tuple[bytes, str | None]:
+    """The decompressed bytes of the gzip file ``path`` (every member) and, when its stream
+    breaks (cut short, corrupt, not gzip at all), the error, the bytes being all that was
+    decompressed before the break. ``zlib`` directly rather than ``gzip.open``, which returns
+    nothing of a read call that hits the break."""
+    out: list[bytes] = []
+    d = zlib.decompressobj(wbits=31)
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            try:
+                out.append(d.decompress(chunk))
+                while d.eof and d.unused_data:  # another gzip member follows
+                    rest, d = d.unused_data, zlib.decompressobj(wbits=31)
+                    out.append(d.decompress(rest))
+            except zlib.error as exc:
+                return b"".join(out), f"zlib.error: {exc}"
+    if not d.eof:
+        return b"".join(out), ("EOFError: compressed file ended before the end-of-stream "
+                               "marker was reached")
+    return b"".join(out), None
+
+
+def _file_bytes(path: Path) -> tuple[bytes, str | None]:
+    """The file's bytes (a ``.gz`` decompressed) and, when the file breaks part-way (a
+    truncated or corrupt gzip stream), the read error: then the bytes are those decompressed
+    before the break, cut after their last line end (a cut-short line is not a record).
+    Raises the ``_READ_ERRORS`` of a file that cannot be opened at all."""
+    if not path.name.endswith(".gz"):
+        return path.read_bytes(), None
+    data, error = _gunzip(path)
+    if error is None:
+        return data, None
+    return data[:max(data.rfind(b"\n"), data.rfind(b"\r")) + 1], error
+
+
+def _lines(path: Path) -> tuple[list[str], npt.NDArray[Any], str | None]:
+    """The file's lines (split like Spark's text source), which were not valid UTF-8 (those
+    decoded with U+FFFD replacements, as ``ingest`` stores them) and the read error when the
+    file broke part-way (:func:`_file_bytes`: the lines before the break)."""
+    data, error = _file_bytes(path)
     parts = re.split(rb"\r\n|\r|\n", data)
     if parts and parts[-1] == b"":
         parts.pop()
@@ -227,7 +281,7 @@ def _lines(path: Path) -> tuple[list[str], npt.NDArray[Any]]:
         except UnicodeDecodeError:
             lines.append(b.decode("utf-8", errors="replace"))
             invalid[i] = True
-    return lines, invalid
+    return lines, invalid, error
 
 
 def _json_value(v: Any) -> str | None:
@@ -238,20 +292,28 @@ def _json_value(v: Any) -> str | None:
     return json.dumps(v, separators=(",", ":"))
 
 
+def _uri(path: Path) -> str:
+    """``path`` as Spark's ``_metadata.file_path`` spells it (``file:/…``)."""
+    return "file:" + path.as_uri().removeprefix("file://")
+
+
 def _source_frame(path: Path,  # noqa: PLR0915, PLR0912, C901
-                  spec: InputSpec) -> tuple[pd.DataFrame, list[str], ParquetRaw | None]:
+                  spec: InputSpec
+                  ) -> tuple[pd.DataFrame, list[str], ParquetRaw | None, str | None]:
     """One file → frame with ``source_file``, ``raw_record``, ``_malformed``, ``_header`` and the
     source columns (strings; Parquet keeps its column types, and its ``raw_record`` is the
-    returned :class:`ParquetRaw` instead), the source column names and that ``ParquetRaw``
-    (``None`` for text formats)."""
-    uri = "file:" + path.as_uri().removeprefix("file://")  # as Spark's _metadata.file_path
+    returned :class:`ParquetRaw` instead), the source column names, that ``ParquetRaw``
+    (``None`` for text formats) and the read error of a file that broke part-way (``None``:
+    read whole; the frame holds the records before the break). Raises ``_READ_ERRORS`` for a
+    file that cannot be read at all."""
+    uri = _uri(path)
     if spec.format == "parquet":
         table, invalid = _valid_utf8(pq.read_table(path))
         pdf = table.to_pandas(timestamp_as_object=False)
         names = list(pdf.columns)
         return (pdf.assign(source_file=uri, _malformed=False, _header=False,
-                           _invalid_utf8=invalid), names, ParquetRaw([table]))
-    lines, invalid_utf8 = _lines(path)
+                           _invalid_utf8=invalid), names, ParquetRaw([table]), None)
+    lines, invalid_utf8, error = _lines(path)
     n = len(lines)
     blank = np.array([not ln.strip() for ln in lines], dtype=bool)
     if spec.format == "json":
@@ -307,7 +369,7 @@ def _source_frame(path: Path,  # noqa: PLR0915, PLR0912, C901
         header = np.zeros(n, dtype=bool)
     pdf = pd.DataFrame({c: pd.Series(v, dtype=object) for c, v in cols.items()})
     return pdf.assign(source_file=uri, raw_record=lines, _malformed=bad, _header=header,
-                      _invalid_utf8=invalid_utf8), names, None
+                      _invalid_utf8=invalid_utf8), names, None, error
 
 
 def _valid_utf8(table: pa.Table) -> tuple[pa.Table, npt.NDArray[Any]]:
@@ -381,19 +443,24 @@ def _parquet_json(v: Any) -> Any:
 
 
 def resolve_local_spec(spec: InputSpec, inputs: Sequence[str]) -> InputSpec:
-    """``spec`` with ``csv_columns`` read from the header of the first input file (path order),
-    as ``pipelines.spark.ingest.resolve_input_spec`` does with Spark."""
+    """``spec`` with ``csv_columns`` read from the header of the first input file with a line
+    (path order; empty and unreadable files skipped), as
+    ``pipelines.spark.ingest.resolve_input_spec`` does with Spark; ``ValueError`` when no file
+    has one."""
     if spec.format != "csv" or spec.csv_columns is not None:
         return spec
     files = sorted(input_files(inputs, spec), key=str)
-    if not files:
-        raise ValueError(f"{list(inputs)}: no input files to read a CSV header from")
-    first, _ = _lines(files[0])
-    if not first:
-        raise ValueError(f"{files[0]}: empty file, cannot read a CSV header")
     sep = spec.csv_options.get("sep", spec.csv_options.get("delimiter", ","))
-    return spec.replace(csv_columns=tuple(next(csv.reader([first[0].lstrip("\ufeff")],
-                                                          delimiter=sep))))
+    for f in files:
+        try:
+            first = _lines(f)[0]
+        except _READ_ERRORS:
+            continue  # reported when it is read
+        if first:
+            return spec.replace(csv_columns=tuple(next(csv.reader([first[0].lstrip("\ufeff")],
+                                                                  delimiter=sep))))
+    raise ValueError(f"no input file has a line to read a CSV header from "
+                     f"({len(files)} file(s) under {', '.join(inputs)})")
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -481,6 +548,49 @@ def parse_local(frame: pd.DataFrame, names: list[str], spec: InputSpec,
     return _accepted_frame(verdict, files[verdict.accepted_rows]), quarantine
 
 
+def _read_source(path: Path, spec: InputSpec
+                 ) -> tuple[tuple[pd.DataFrame, list[str], ParquetRaw | None] | None,
+                            tuple[str, str, str] | None]:
+    """One input file: its :func:`_source_frame` (``None``: empty, or unreadable) and, for a
+    file that could not be read whole, its ``quarantine`` row (``source_file``, the read
+    error, ``unreadable_file`` when no record was read, else ``truncated_file``) — the rows
+    ``pipelines.spark.ingest.salvage_files`` makes (the error's text is Python's here)."""
+    if is_empty(path):
+        return None, None
+    try:
+        frame, names, raw, error = _source_frame(path, spec)
+    except _READ_ERRORS as exc:  # vanished, no permission, not gzip, corrupt Parquet
+        return None, (_uri(path), _read_error(exc), UNREADABLE_FILE)
+    if error is None:
+        return (frame, names, raw), None
+    row = (_uri(path), error, TRUNCATED_FILE if len(frame) else UNREADABLE_FILE)
+    return ((frame, names, raw) if len(frame) else None), row
+
+
+def _read_batch(paths: Sequence[Path], spec: InputSpec
+                ) -> tuple[pd.DataFrame | None, pd.DataFrame]:
+    """One micro-batch's files read and parsed together: ``(accepted, quarantine)``, the
+    file-level rows (:func:`_read_source`) after the records'; ``accepted`` is ``None`` when
+    no file had a record to parse."""
+    frames, bad = [], []
+    for f in paths:
+        read, row = _read_source(f, spec)
+        frames += [read] if read is not None else []
+        bad += [row] if row is not None else []
+    bad_rows = pd.DataFrame(bad, columns=["source_file", "raw_record", "reason"])
+    if not frames:
+        return None, bad_rows
+    names = list(dict.fromkeys(n for _, ns, _ in frames for n in ns))
+    raws = [r for _, _, r in frames if r is not None]  # Parquet: tables in frame order
+    raw = ParquetRaw([t for r in raws for t in r.tables]) if raws else None
+    frame = pd.concat([f for f, _, _ in frames], ignore_index=True)
+    for c in names:
+        if c not in frame.columns:
+            frame[c] = None
+    a, q = parse_local(frame, names, spec, raw)
+    return a, (pd.concat([q, bad_rows], ignore_index=True) if bad else q)
+
+
 def read_local(spec: InputSpec, inputs: Sequence[str],
                max_files_per_trigger: int = 1) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Read and parse every input file without Spark: ``(accepted, quarantine)``.
@@ -490,28 +600,23 @@ def read_local(spec: InputSpec, inputs: Sequence[str],
     ``event_ms`` int64 ms). ``quarantine``: ``source_file``, ``raw_record``, ``reason`` and
     ``batch_id`` (the micro-batch the Spark replay would read the file in: files in
     modification-time order, ``max_files_per_trigger`` per batch). Files of one micro-batch
-    are parsed together (minute spreading spans a micro-batch, as in Spark)."""
+    are parsed together (minute spreading spans a micro-batch, as in Spark). Empty files give
+    no row; a file that cannot be read whole gives the records read before the break and one
+    quarantine row (:func:`_read_source`)."""
     spec = resolve_local_spec(spec, inputs)
     check_spec(spec)
     files = input_files(inputs, spec)
     acc, qua = [], []
     for b in range(0, len(files), max_files_per_trigger):
-        frames = [_source_frame(f, spec) for f in files[b:b + max_files_per_trigger]]
-        names = list(dict.fromkeys(n for _, ns, _ in frames for n in ns))
-        raws = [r for _, _, r in frames if r is not None]  # Parquet: tables in frame order
-        raw = ParquetRaw([t for r in raws for t in r.tables]) if raws else None
-        frame = pd.concat([f for f, _, _ in frames], ignore_index=True)
-        for c in names:
-            if c not in frame.columns:
-                frame[c] = None
-        a, q = parse_local(frame, names, spec, raw)
-        acc.append(a)
+        a, q = _read_batch(files[b:b + max_files_per_trigger], spec)
+        acc += [a] if a is not None else []
         qua.append(q.assign(batch_id=b // max_files_per_trigger))
-    if not acc:
-        return (pd.DataFrame({c: [] for c in ACCEPTED_COLUMNS}),
-                pd.DataFrame({c: [] for c in ("source_file", "raw_record", "reason",
-                                              "batch_id")}))
-    return pd.concat(acc, ignore_index=True), pd.concat(qua, ignore_index=True)
+    accepted = (pd.concat(acc, ignore_index=True) if acc
+                else pd.DataFrame({c: [] for c in ACCEPTED_COLUMNS}))
+    if not qua:
+        return accepted, pd.DataFrame({c: [] for c in ("source_file", "raw_record", "reason",
+                                                       "batch_id")})
+    return accepted, pd.concat(qua, ignore_index=True)
 
 
 # ------------------------------------------------------------------------------------- replay
@@ -577,6 +682,12 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
         write("quarantine", q, int(b[0] if isinstance(b, tuple) else b))
     counts.update(accepted=len(accepted), quarantined=len(quarantine), late=0,
                   keyless=int(accepted["key"].isna().sum()))
+    bad_files = quarantine[quarantine["reason"].isin(FILE_REASONS)]
+    for r in bad_files.itertuples(index=False):
+        progress(f"local: input file {r.source_file} is {r.reason.replace('_', ' ')} "
+                 f"({r.raw_record}); quarantined, continuing with the others")
+    if len(bad_files):  # as the Spark replay's state counts them
+        counts["bad_files"] = len(bad_files)
     lap("ingest_hash")
     progress(f"local: accepted {len(accepted):,}, quarantined {len(quarantine):,}")
 

@@ -58,6 +58,7 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
         "accepted": counts.get("accepted", 0),
         "quarantined": counts.get("quarantined", 0),
         "late": counts.get("late", 0),
+        "unreadable_files": counts.get("bad_files", 0),  # quarantined whole (issue #32)
         "keyless": counts.get("keyless"),  # None: a run written before it was counted
         "missing_fields": counts.get("missing_fields", {}),
         "topics": len(per_topic),
@@ -103,6 +104,9 @@ def format_summary(summary: dict[str, Any]) -> str:
     lines = [f"run {summary['run_id']}: {summary['status']}",
              f"  records   accepted {summary['accepted']:,}  quarantined "
              f"{summary['quarantined']:,} (late {summary['late']:,})",
+             *([f"  files     unreadable {summary['unreadable_files']:,} (quarantine rows "
+                f"unreadable_file / truncated_file name them)"]
+               if summary.get("unreadable_files") else []),
              _keyless_line(summary),
              *[f"  warning   no record of the first micro-batch has field {s!r} (mapped to "
                f"{c})" for c, s in sorted(summary.get("missing_fields", {}).items())],

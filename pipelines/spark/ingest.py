@@ -53,6 +53,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow.parquet as pq
 from pyspark.errors import AnalysisException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
@@ -64,6 +65,7 @@ from pipelines.contract.presets import (
     is_identifier,
     normalize_format,
 )
+from pipelines.ingest.input_check import NOT_IN_PROGRESS_GLOB, input_files, is_empty
 from pipelines.ingest.rules import (  # the rules' constants, re-exported for callers
     ACCEPTED_COLUMNS,
     BAD_PAYLOAD_SIZE,
@@ -176,8 +178,12 @@ def read_raw_stream(
     (whole files only, so a file is never split across micro-batches);
     ``max_bytes_per_trigger`` (bytes, Spark's ``maxBytesPerTrigger``; whole files too) replaces
     it when given (Spark allows only one of the two). For Parquet the schema is taken from a
-    static read of the inputs that skips corrupt files (they are reported when the micro-batch
-    reads them, see :func:`salvage_files`). ``path_glob_filter`` as in :func:`read_raw_batch`.
+    static read of the first local file that is neither empty nor corrupt
+    (:func:`_schema_paths`; corrupt files are reported when the micro-batch reads them, see
+    :func:`salvage_files`). ``path_glob_filter`` as in :func:`read_raw_batch`; without one, a
+    folder's files whose name ends in ``.tmp`` are never read (files still being written,
+    ``pipelines.ingest.input_check.NOT_IN_PROGRESS_GLOB``; Spark itself skips ``.``/``_``-first
+    names and ``*._COPYING_``).
     """
     fmt = normalize_format(fmt)
     paths = _as_list(paths)
@@ -185,12 +191,14 @@ def read_raw_stream(
         raise ValueError("read_raw_stream needs at least one path")
     schema = T.StructType()
     if fmt == "parquet":
-        record = read_raw_batch(spark, paths, fmt, path_glob_filter,
+        record = read_raw_batch(spark, _schema_paths(paths, path_glob_filter), fmt,
+                                path_glob_filter,
                                 ignore_corrupt_files=True).schema["record"].dataType
         assert isinstance(record, T.StructType)
         schema = record
     frames = []
-    for path in map(_stream_path, paths):
+    for given in paths:
+        path = _stream_path(given)
         reader = spark.readStream
         if max_bytes_per_trigger is not None:
             reader = reader.option("maxBytesPerTrigger", int(max_bytes_per_trigger))
@@ -198,6 +206,8 @@ def read_raw_stream(
             reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
         if path_glob_filter:
             reader = reader.option("pathGlobFilter", path_glob_filter)
+        elif path == given:  # a folder or glob (not one named file): never a file still
+            reader = reader.option("pathGlobFilter", NOT_IN_PROGRESS_GLOB)  # being written
         if fmt == "parquet":
             frames.append(_parquet_raw(reader.schema(schema).parquet(path)))
         else:
@@ -206,6 +216,21 @@ def read_raw_stream(
     for frame in frames[1:]:
         result = result.unionByName(frame)
     return result
+
+
+def _schema_paths(paths: list[str], file_glob: str | None) -> list[str]:
+    """What a Parquet input's schema is inferred from: the first local file (path order) that
+    is not empty and whose footer reads, for Spark's inference reads only the first file's
+    footer (an empty or corrupt first file would fail the replay: ``UNABLE_TO_INFER_SCHEMA``);
+    ``paths`` themselves for remote inputs or when no such file exists yet."""
+    for f in input_files(paths, file_glob):
+        if not is_empty(f):
+            try:
+                pq.read_schema(f)
+            except (OSError, ValueError):  # corrupt: reported when the replay reads it
+                continue
+            return [str(f)]
+    return paths
 
 
 def _stream_path(path: str) -> str:
@@ -269,7 +294,8 @@ def salvage_files(
     ``ignoreCorruptFiles``, which keeps the records before the failure (they join ``raw``), and
     gives one ``bad_files`` row (:data:`QUARANTINE_COLUMNS`): ``source_file``, ``raw_record`` =
     the read error's root cause, ``reason`` = ``truncated_file`` when some records were read,
-    else ``unreadable_file``. ``raw`` has ``raw_schema`` (the micro-batch's schema).
+    else ``unreadable_file`` (also for a file that vanished after the micro-batch listed it:
+    ``FileNotFoundException``). ``raw`` has ``raw_schema`` (the micro-batch's schema).
     """
     fmt = normalize_format(fmt)
     record = raw_schema["record"].dataType if fmt == "parquet" else None
@@ -284,9 +310,12 @@ def salvage_files(
     frames = [read_raw_batch(spark, good, fmt, record_schema=record)] if good else []
     rows = []
     for f in sorted(errors):
-        salvaged = read_raw_batch(spark, [f], fmt, record_schema=record,
-                                  ignore_corrupt_files=True)
-        n = salvaged.count()
+        try:
+            salvaged = read_raw_batch(spark, [f], fmt, record_schema=record,
+                                      ignore_corrupt_files=True)
+            n = salvaged.count()
+        except Exception:  # it vanished (PATH_NOT_FOUND): nothing to salvage
+            n = 0
         rows.append((f, errors[f], TRUNCATED_FILE if n else UNREADABLE_FILE))
         if n:
             frames.append(salvaged)
@@ -309,19 +338,24 @@ def read_csv_header(spark: SparkSession, path: str, sep: str = ",") -> tuple[str
 def resolve_input_spec(
     spec: InputSpec, spark: SparkSession, paths: str | Sequence[str]
 ) -> InputSpec:
-    """``spec`` with ``csv_columns`` filled from the header of the first input file (in path
-    order) when it is a CSV spec without them (e.g. the ``contract`` preset); otherwise ``spec``
-    unchanged."""
+    """``spec`` with ``csv_columns`` filled from the header of the first input file with a
+    line (in path order: empty and unreadable files skipped) when it is a CSV spec without them
+    (e.g. the ``contract`` preset); otherwise ``spec`` unchanged. ``ValueError`` when no file
+    has a line."""
     if spec.format != "csv" or spec.csv_columns is not None:
         return spec
     reader = spark.read
     if spec.file_glob:
         reader = reader.option("pathGlobFilter", spec.file_glob)
     files = sorted(reader.text(_as_list(paths)).inputFiles())
-    if not files:
-        raise ValueError(f"{paths}: no input files to read a CSV header from")
     sep = spec.csv_options.get("sep", spec.csv_options.get("delimiter", ","))
-    return spec.replace(csv_columns=read_csv_header(spark, files[0], sep))
+    for f in files:  # the first with a line: empty files are skipped, unreadable ones reported
+        try:  # when the replay reads them
+            return spec.replace(csv_columns=read_csv_header(spark, f, sep))
+        except Exception:  # empty, or unreadable (py4j / Spark errors)
+            continue
+    raise ValueError(f"no input file under {', '.join(_as_list(paths))} has a line to read a "
+                     "CSV header from")
 
 
 # ----------------------------------------------------------------------------------- parsing

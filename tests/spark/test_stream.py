@@ -91,6 +91,35 @@ def test_stream_messages_arrive_in_entries_and_dispatch(streaming):
     assert len(dispatched) == (entries["publish_time"] < horizon).sum() == len(entries) - 1
 
 
+def _log_lines(start_s: int, stop_s: int) -> str:
+    return "".join(json.dumps({"topic": "t", "key": f"k{s % 7}", "producer_name": "p",
+                               "publish_time": (T0 + pd.Timedelta(seconds=s)).isoformat(),
+                               "payload_size": 100}) + "\n" for s in range(start_s, stop_s))
+
+
+@pytest.mark.parametrize("writing", ["c.json.tmp", "_c.json", ".c.json", "c.json._COPYING_"])
+def test_file_written_in_steps_then_renamed_arrives_exactly_once(streaming, writing):
+    """The contract for files still being written (docs/guarantees.md): a name the replay
+    never reads, then a rename. The stream processes everything available between each step
+    of the writing; no record may be read early (part-way) or twice."""
+    logs, replay, store = streaming
+    partial = logs / writing
+    for start in (0, 40, 80):  # the file grows in three steps, the stream looking each time
+        with partial.open("a") as fh:
+            fh.write(_log_lines(start, start + 40))
+        replay.query.processAllAvailable()
+        assert replay.state.counts.get("accepted", 0) == 0
+    partial.rename(logs / "c.json")
+    replay.query.processAllAvailable()
+    write_log(logs / "d.json", 120, 240)  # moves the watermark past every record of c.json
+    replay.query.processAllAvailable()
+
+    published = finalized_messages(store)["publish_time"]
+    assert replay.state.counts["accepted"] == 240
+    assert replay.state.counts.get("quarantined", 0) == 0
+    assert sorted(published) == [T0 + pd.Timedelta(seconds=s) for s in range(240 - LATENESS_S)]
+
+
 def test_stream_command_stops_cleanly_on_sigterm(tmp_path):
     logs = tmp_path / "logs"
     logs.mkdir()
