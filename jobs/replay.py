@@ -114,6 +114,56 @@ def _add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                         "config key console.spark_log)")
 
 
+CAPTURE_TOKEN_ENV = "TOPIC_REPLAY_PULSAR_TOKEN"
+
+CAPTURE_HELP = f"""\
+authentication (as Pulsar clients take it; never printed nor written):
+  --token-file FILE     a JWT token in a file, or the environment variable
+                        {CAPTURE_TOKEN_ENV} (never a command-line value: ps shows it)
+  --tls-trust-certs FILE, --tls-cert FILE --tls-key FILE, --tls-allow-insecure
+then: topic-replay run --input DIR --preset pulsar --output OUT (docs/capture.md)
+"""
+
+
+def _add_capture_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``capture`` subcommand: live Pulsar topics into a message log (docs/capture.md)."""
+    c = sub.add_parser("capture", help="read live Pulsar topics into a message log folder "
+                                       "(Parquet; preset pulsar)", epilog=CAPTURE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--service-url", required=True, metavar="URL",
+                   help="pulsar://HOST:6650 or pulsar+ssl://HOST:6651")
+    c.add_argument("--output", required=True, metavar="DIR",
+                   help="folder of the capture files (a restart resumes in it)")
+    c.add_argument("--topic", action="append", default=[], dest="topics", metavar="NAME",
+                   help="a topic (a partitioned topic: all its partitions); repeatable")
+    c.add_argument("--topics-pattern", default=None, metavar="REGEX",
+                   help="every topic of one namespace whose name matches, e.g. "
+                        "'persistent://public/default/orders-.*'")
+    c.add_argument("--namespace", default=None, metavar="TENANT/NS",
+                   help="every topic of the namespace")
+    c.add_argument("--admin-url", default=None, metavar="URL",
+                   help="admin REST API that lists a namespace's topics (default: the "
+                        "service URL's host, port 8080, or 8443 with TLS)")
+    c.add_argument("--start", default="earliest", metavar="WHERE",
+                   help="earliest (default), latest, or a publish time (ISO-8601 or epoch "
+                        "ms); a topic already captured in DIR resumes instead")
+    c.add_argument("--stop-at", default=None, metavar="TIME",
+                   help="stop each topic at this publish time (ISO-8601 or epoch ms)")
+    c.add_argument("--max-messages", type=int, default=None, metavar="N",
+                   help="stop after writing N messages")
+    c.add_argument("--until-end", action="store_true",
+                   help="stop when the topics hold nothing more to read")
+    c.add_argument("--roll-mb", type=float, default=32.0, metavar="MB",
+                   help="start a new file when the rows reach MB in memory (default 32)")
+    c.add_argument("--roll-seconds", type=float, default=60.0, metavar="S",
+                   help="start a new file S seconds after its first row (default 60)")
+    c.add_argument("--token-file", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    c.add_argument("--tls-trust-certs", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    c.add_argument("--tls-cert", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    c.add_argument("--tls-key", default=None, metavar="FILE", help=argparse.SUPPRESS)
+    c.add_argument("--tls-allow-insecure", action="store_true", help=argparse.SUPPRESS)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="topic-replay",
@@ -174,6 +224,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="auto (default: delta-spark when the Delta jars are installed), "
                         "delta-spark, or delta-rs (no Spark started)")
     m.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    _add_capture_command(sub)
     g = sub.add_parser("generate", help="write message logs from a workload spec")
     g.add_argument("--spec", required=True, metavar="FILE",
                    help="workload spec YAML, or an OpenMessaging Benchmark workload YAML "
@@ -193,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "stream": lambda a: _replay(a, stream=True),
         "summary": _summary, "compare": _compare, "sweep": _sweep, "report": _report,
         "diff": _diff, "validate": _validate, "sql": _sql, "maintain": _maintain,
-        "generate": _generate,
+        "generate": _generate, "capture": _capture,
     }
     try:
         return commands[args.command](args)
@@ -769,6 +820,46 @@ def _write_sweep_page(args: argparse.Namespace) -> None:
     except PageError as exc:
         raise UsageError(str(exc)) from None
     print(f"page: {args.html}")
+
+
+def _capture(args: argparse.Namespace) -> int:
+    """``capture``: options checked, the Pulsar client made, then
+    ``pipelines.ingest.capture.Capture`` until a stop condition or SIGINT / SIGTERM (the
+    buffered rows written as a last file, exit 0)."""
+    from pipelines.ingest import capture as cap  # noqa: PLC0415
+
+    try:
+        problem = cap.missing_files([("--token-file", args.token_file),
+                                     ("--tls-trust-certs", args.tls_trust_certs),
+                                     ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)])
+        if problem:
+            raise UsageError(problem)
+        if bool(args.tls_cert) != bool(args.tls_key):
+            raise UsageError("--tls-cert and --tls-key go together")
+        options = cap.CaptureOptions(
+            output=args.output, topics=tuple(args.topics), pattern=args.topics_pattern,
+            namespace=args.namespace, start=cap.parse_start(args.start),
+            stop_at_ms=(None if args.stop_at is None
+                        else cap.parse_time_ms(args.stop_at, "--stop-at")),
+            max_messages=args.max_messages, until_end=args.until_end,
+            roll_bytes=max(1, int(args.roll_mb * 1024 * 1024)), roll_seconds=args.roll_seconds)
+        cap.load_state(Path(args.output))  # an unreadable state file: before connecting
+        auth = cap.PulsarAuth(
+            token=cap.read_token(args.token_file, os.environ, CAPTURE_TOKEN_ENV),
+            tls_trust_certs=args.tls_trust_certs, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            tls_allow_insecure=args.tls_allow_insecure)
+        source = cap.PulsarSource(args.service_url, auth, args.admin_url)
+        capture = cap.Capture(source, options, say=lambda line: print(line, flush=True))
+
+        def _stop(*_: Any) -> None:
+            capture.request_stop()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        capture.run()
+    except cap.CaptureError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:
