@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from pipelines.analysis.compare import PreparedScenario, Scenario
     from pipelines.contract.config import ReplayConfig
+    from pipelines.contract.kafka import KafkaInput
     from pipelines.contract.presets import InputSpec
     from pipelines.spark.progress import ReplayProgress
     from pipelines.spark.replay import Replay
@@ -273,16 +274,20 @@ def _check_remote(args: argparse.Namespace) -> None:
 
 
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
-                     what: str = "") -> tuple[ReplayConfig, InputSpec]:
+                     what: str = "", kafka_ok: bool = False) -> tuple[ReplayConfig, InputSpec]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
     ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
     CSV header or Parquet schema (``pipelines.ingest.input_check``); ``UsageError`` (prefixed by
-    ``what``) on any problem. No Spark."""
+    ``what``) on any problem. A Kafka input (``kafka_ok``: run and stream only) gets the
+    ``kafka`` preset's spec (:func:`_kafka_input`). No Spark."""
     from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
+    from pipelines.contract.kafka import is_kafka_url  # noqa: PLC0415
     from pipelines.contract.presets import get_preset  # noqa: PLC0415
     from pipelines.ingest.input_check import InputColumnError, check_columns  # noqa: PLC0415
 
     for path in args.input:
+        if is_kafka_url(path):
+            continue
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
             raise UsageError(f"input path {path} does not exist"
                              + (" (no file matches the pattern)" if glob.has_magic(path) else ""))
@@ -298,6 +303,9 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         pseudonymizer(cfg)
     except PrivacyError as exc:
         raise UsageError(what + str(exc)) from None
+    kafka_spec = _kafka_spec(args, cfg, kafka_ok)
+    if kafka_spec is not None:
+        return cfg, kafka_spec
     preset = args.preset or cfg.input.preset
     try:
         spec = get_preset(preset)
@@ -309,6 +317,35 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     except InputColumnError as exc:
         raise UsageError(what + str(exc)) from None
     return cfg, spec
+
+
+def _kafka_input(args: argparse.Namespace, cfg: ReplayConfig) -> KafkaInput | None:
+    """The Kafka input of ``run`` / ``stream`` (a ``kafka://`` URL, or ``input.format:
+    kafka``), ``None`` for files; ``UsageError`` when it is incomplete."""
+    from pipelines.contract.kafka import KafkaInputError, kafka_input  # noqa: PLC0415
+
+    try:
+        return kafka_input(cfg, args.input)
+    except KafkaInputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _kafka_spec(args: argparse.Namespace, cfg: ReplayConfig,
+                kafka_ok: bool) -> InputSpec | None:
+    """The ``kafka`` preset's spec when the input is Kafka (``None`` for files);
+    ``UsageError`` when the command does not read Kafka (``kafka_ok`` false) or the input is
+    incomplete."""
+    from pipelines.contract.kafka import KafkaInputError, kafka_spec  # noqa: PLC0415
+
+    if _kafka_input(args, cfg) is None:
+        return None
+    if not kafka_ok:
+        raise UsageError(f"{args.command} reads files; a Kafka input is read by run and "
+                         "stream only")
+    try:
+        return kafka_spec(cfg, args.preset)
+    except KafkaInputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
@@ -341,10 +378,14 @@ def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
 
 def _replay(args: argparse.Namespace, stream: bool) -> int:
     _check_remote(args)
-    cfg, spec = _config_and_spec(args)
+    cfg, spec = _config_and_spec(args, kafka_ok=True)
+    kafka = _kafka_input(args, cfg)
     run_id = args.run_id or "default"
     _check_run_output(args.output, run_id, cfg, spec.preset)
     if getattr(args, "engine", "spark") == "local":
+        if kafka is not None:
+            raise UsageError("the local engine reads files only; read Kafka topics with "
+                             "--engine spark")
         return _replay_local(args, cfg, spec, run_id)
 
     from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
@@ -384,8 +425,8 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
     try:
         spec = resolve_input_spec(spec, spark, args.input)
         try:  # an s3a:// output without hadoop-aws on the classpath
-            replay = Replay(spark, cfg, spec, args.input, args.output, run_id,
-                            progress=progress)
+            replay = Replay(spark, cfg, spec, [kafka.url] if kafka else args.input,
+                            args.output, run_id, progress=progress, kafka=kafka)
         except StorageError as exc:
             raise UsageError(str(exc)) from None
         if stop.is_set():

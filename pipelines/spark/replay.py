@@ -43,6 +43,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.contract.config import ReplayConfig, run_identity
+from pipelines.contract.kafka import KafkaInput
 from pipelines.contract.presets import InputSpec
 from pipelines.contract.schemas import arrow_schema
 from pipelines.engine import stages
@@ -68,8 +69,9 @@ from pipelines.spark.ingest import (
     read_raw_stream,
     salvage_files,
 )
+from pipelines.spark.kafka import read_kafka_stream
 from pipelines.spark.progress import BatchProgress
-from pipelines.spark.session import is_connect
+from pipelines.spark.session import is_connect, require_kafka
 from pipelines.spark.staging_pass import stage_batch
 from pipelines.storage import fs as storage
 from pipelines.storage.delta import DeltaStore, table_app_id
@@ -280,6 +282,7 @@ class Replay:
     progress: Callable[[Any], None] = print  # str or BatchProgress (pipelines.spark.progress)
     streaming: bool = False
     runs: Sequence[RunSpec] = ()
+    kafka: KafkaInput | None = None  # Kafka topics instead of files (pipelines.spark.kafka)
     store: DeltaStore = field(init=False)
     state: ReplayState = field(init=False)
     started: float = field(default_factory=time.time)
@@ -412,10 +415,7 @@ class Replay:
         :meth:`request_stop`, it stops the query cleanly)."""
         self.streaming = stream
         self.ensure_tables()
-        raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
-                              self.config.replay.max_files_per_trigger,
-                              path_glob_filter=self.input_spec.file_glob,
-                              max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
+        raw = self._raw_stream()
         batch_fn: Callable[[DataFrame, int], None] = self._process_batch
         if is_connect(self.spark):
             batch_fn = RemoteBatch.of(self)
@@ -435,6 +435,17 @@ class Replay:
         if self.config.output.validate_tables:
             self.validate()
         return self.summary()
+
+    def _raw_stream(self) -> DataFrame:
+        """The query's source: the input files (Spark's file source), or Kafka topics
+        (Spark's Kafka source, :attr:`kafka`); the same raw frame either way."""
+        if self.kafka is not None:
+            require_kafka(self.spark)
+            return read_kafka_stream(self.spark, self.kafka)
+        return read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
+                               self.config.replay.max_files_per_trigger,
+                               path_glob_filter=self.input_spec.file_glob,
+                               max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
 
     # ---- stopping ------------------------------------------------------------------------------
     def request_stop(self) -> None:
