@@ -6,7 +6,6 @@ from the offsets in its checkpoint. The records are written with Spark's own Kaf
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pandas as pd
 import pytest
