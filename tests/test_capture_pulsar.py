@@ -116,6 +116,19 @@ def test_batched_messages_carry_their_batch_index_and_partition(broker, traffic,
     assert len({r["message_id"] for r in rows}) == len(rows)
 
 
+def test_messages_of_one_batch_share_one_publish_time(broker, traffic, tmp_path):
+    out = tmp_path / "cap"
+    main(["capture", "--service-url", broker.service_url, "--topic", "orders", "--until-end",
+          "--output", str(out)])
+    times: dict[str, set[object]] = {}
+    for f in sorted(out.glob("capture-*.parquet")):
+        for r in pq.read_table(f).to_pylist():
+            entry = r["message_id"].rsplit(":", 1)[0]  # ledger:entry:partition
+            times.setdefault(entry, set()).add(r["publish_time"])
+    assert {len(t) for t in times.values()} == {1}
+    assert len(times) < 600  # batching was on: fewer entries than messages
+
+
 def test_a_pattern_captures_the_matching_topics_partitions(broker, traffic, tmp_path):
     out = tmp_path / "cap"
     assert main(["capture", "--service-url", broker.service_url, "--admin-url",

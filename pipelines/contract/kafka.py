@@ -74,9 +74,12 @@ def is_kafka_url(path: str) -> bool:
 def parse_kafka_url(url: str) -> tuple[str, str | None, str | None]:
     """``(bootstrap_servers, subscribe, subscribe_pattern)`` of
     ``kafka://HOST:PORT[,HOST:PORT]/TOPIC_OR_PATTERN``: topic names (letters, digits, ``.``,
-    ``_``, ``-``; comma-separated) subscribe, anything else is a pattern.
-    ``KafkaInputError`` when the servers or the topic part is missing."""
+    ``_``, ``-``; comma-separated) subscribe, anything else is a pattern; a bare ``kafka://``
+    gives ``("", None, None)`` (both from ``input.kafka``). ``KafkaInputError`` when the
+    servers or the topic part is missing."""
     rest = url[len(KAFKA_SCHEME):]
+    if rest in ("", "/"):  # bare kafka://: both from input.kafka
+        return "", None, None
     servers, _, topics = rest.partition("/")
     if not servers or not all(re.fullmatch(r"[^:/,]+:\d+", s) for s in servers.split(",")):
         raise KafkaInputError(f"input {url}: give the brokers as kafka://HOST:PORT/TOPIC "
@@ -95,23 +98,26 @@ def parse_kafka_url(url: str) -> tuple[str, str | None, str | None]:
 
 
 def kafka_input(config: ReplayConfig, inputs: Sequence[str]) -> KafkaInput | None:
-    """The Kafka input of a replay, ``None`` when it reads files. A ``kafka://`` URL among
-    ``inputs`` (the only input then) sets the servers and topics over ``input.kafka``;
-    ``input.format: kafka`` alone takes them from ``input.kafka``. ``KafkaInputError`` on a
-    mix of URLs and files, on missing servers or topics, or on both topics and a pattern."""
+    """The Kafka input of a replay, ``None`` when it reads files: ``inputs`` is one
+    ``kafka://`` URL (or ``input.format`` is ``kafka``, which then needs one); its servers and
+    topics, or, for a bare ``kafka://``, ``input.kafka``'s. ``KafkaInputError`` on files with
+    ``input.format: kafka``, a mix of URLs and files, missing servers or topics, or both
+    topics and a pattern."""
     urls = [i for i in inputs if is_kafka_url(i)]
     if not urls and config.input.format != "kafka":
         return None
-    if urls and len(inputs) > 1:
-        raise KafkaInputError("a kafka:// input is read alone: give one --input kafka://… "
-                              "(several topics: comma-separated, or a pattern)")
+    if len(urls) != len(inputs) or len(urls) > 1:
+        raise KafkaInputError("a Kafka input is one --input kafka://HOST:PORT/TOPIC_OR_PATTERN "
+                              "(several topics: comma-separated, or a pattern; a bare "
+                              "kafka:// takes both from input.kafka), without files")
     k = config.input.kafka
-    servers, subscribe, pattern = k.bootstrap_servers, k.subscribe, k.subscribe_pattern
-    if urls:
-        servers, subscribe, pattern = parse_kafka_url(urls[0])
+    servers: str | None
+    servers, subscribe, pattern = parse_kafka_url(urls[0])
+    if not servers:  # bare kafka://
+        servers, subscribe, pattern = k.bootstrap_servers, k.subscribe, k.subscribe_pattern
     if servers is None:
-        raise KafkaInputError("input.format is kafka but input.kafka.bootstrap_servers is not "
-                              "set (or give --input kafka://HOST:PORT/TOPIC)")
+        raise KafkaInputError("input.kafka.bootstrap_servers is not set (or give --input "
+                              "kafka://HOST:PORT/TOPIC)")
     if (subscribe is None) == (pattern is None):
         raise KafkaInputError("set exactly one of input.kafka.subscribe and "
                               "input.kafka.subscribe_pattern")
