@@ -18,6 +18,8 @@ from pipelines.ingest.capture import (
     Capture,
     CaptureError,
     CaptureOptions,
+    CaptureState,
+    RollingWriter,
     Start,
     admin_url_for,
     load_state,
@@ -201,6 +203,17 @@ def test_publish_times_are_millisecond_timestamps(tmp_path):
 def test_stop_at_a_publish_time_writes_only_earlier_messages(tmp_path):
     _capture(tmp_path, FakeSource({"a": _messages(10)}), stop_at_ms=T0 + 4).run()
     assert [r["key"] for r in _rows(tmp_path)] == ["k0", "k1", "k2", "k3"]
+
+
+@pytest.mark.parametrize(("now_ms", "ends"), [(T0 + 100, True), (T0 - 1, False)])
+def test_a_caught_up_topic_ends_once_the_clock_passes_the_stop_time(tmp_path, now_ms, ends):
+    opts = CaptureOptions(output=str(tmp_path / "cap"), topics=("t",), stop_at_ms=T0 + 50)
+    capture = Capture(FakeSource({"a": _messages(3)}), opts, say=lambda _l: None,
+                      clock=lambda: 0.0, now_ms=lambda: now_ms)
+    reader = FakeReader(_messages(3), "earliest")
+    reader.pos = 3  # caught up
+    writer = RollingWriter(tmp_path, CaptureState(), 10**9, 60.0, clock=lambda: 0.0)
+    assert capture._drain("a", reader, writer) is ends
 
 
 def test_max_messages_stops_after_that_many(tmp_path):

@@ -16,7 +16,8 @@ folder (preset ``pulsar``, ``pipelines.contract.presets.PULSAR``):
   written message (batch index included), so a capture killed at any point and restarted loses
   and duplicates nothing — the messages of a file not yet renamed are read again;
 - **stops** at a publish time (``stop_at_ms``: a topic is done at its first message published
-  at or after it, which is not written), after ``max_messages`` (this invocation's), at the end
+  at or after it, which is not written, or when it holds nothing more once the wall clock has
+  passed that time), after ``max_messages`` (this invocation's), at the end
   of what the topics hold (``until_end``: each Reader's ``has_message_available()`` turns false),
   or on :meth:`Capture.request_stop` (Ctrl-C / SIGTERM): the buffered rows are written as one
   last file, then it returns.
@@ -155,7 +156,8 @@ class CaptureOptions:
         namespace: every topic of ``tenant/namespace``.
         start: ``"earliest"``, ``"latest"`` or a publish time (epoch ms) for topics without a
             resume position.
-        stop_at_ms: stop each topic at its first message published at or after this (epoch ms).
+        stop_at_ms: stop each topic at its first message published at or after this (epoch ms),
+            or once the wall clock is past it and the topic holds nothing more.
         max_messages: stop after writing this many messages (this invocation).
         until_end: stop each topic when it holds nothing more to read.
         roll_bytes: roll a file when its rows reach this many bytes in memory (> 0).
@@ -440,18 +442,11 @@ class Capture:
         folder = Path(self.options.output)
         folder.mkdir(parents=True, exist_ok=True)
         state = load_state(folder)
-        opts = self.options
-        topics = self.source.resolve(opts.topics, opts.pattern, opts.namespace)
-        if not topics:
-            raise CaptureError("no topic matches " + (opts.pattern or opts.namespace or "")
-                               + "; nothing to capture")
-        resumed = [t for t in topics if t in state.last_ids]
-        if resumed:
-            self.say(f"capture: resuming {len(resumed)} of {len(topics)} topics after their last "
-                     f"message in {folder} ({state.files} files)")
-        readers = {t: self.source.open(t, state.last_ids.get(t, opts.start)) for t in topics}
-        writer = RollingWriter(folder, state, opts.roll_bytes, opts.roll_seconds, self.clock)
+        writer = RollingWriter(folder, state, self.options.roll_bytes,
+                               self.options.roll_seconds, self.clock)
+        readers: dict[str, TopicReader] = {}
         try:
+            readers.update(self._open(state))
             self._loop(readers, writer)
         finally:
             self._roll(writer)
@@ -461,6 +456,20 @@ class Capture:
         self.say(self.progress.line(self.now_ms()) + f" — stopped; {folder} holds "
                  f"{state.files} files, {state.messages:,} messages")
         return self.progress
+
+    def _open(self, state: CaptureState) -> dict[str, TopicReader]:
+        """A Reader per topic (partition): after its last written message, else at
+        ``options.start``. ``CaptureError`` when no topic matches."""
+        opts = self.options
+        topics = self.source.resolve(opts.topics, opts.pattern, opts.namespace)
+        if not topics:
+            raise CaptureError("no topic matches " + (opts.pattern or opts.namespace or "")
+                               + "; nothing to capture")
+        resumed = [t for t in topics if t in state.last_ids]
+        if resumed:
+            self.say(f"capture: resuming {len(resumed)} of {len(topics)} topics after their last "
+                     f"message in {opts.output} ({state.files} files)")
+        return {t: self.source.open(t, state.last_ids.get(t, opts.start)) for t in topics}
 
     def _roll(self, writer: RollingWriter) -> None:
         if writer.roll() is not None:
@@ -494,8 +503,9 @@ class Capture:
             if self._stop():
                 return False
             msg = reader.read(opts.poll_ms)
-            if msg is None:
-                return opts.until_end and reader.caught_up()
+            if msg is None:  # nothing more now: done at its end, or past the stop time
+                past_stop = opts.stop_at_ms is not None and self.now_ms() >= opts.stop_at_ms
+                return (opts.until_end or past_stop) and reader.caught_up()
             if opts.stop_at_ms is not None and msg.publish_timestamp() >= opts.stop_at_ms:
                 return True
             row = message_row(topic, msg)
