@@ -117,11 +117,7 @@ def _add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
 CAPTURE_TOKEN_ENV = "TOPIC_REPLAY_PULSAR_TOKEN"
 
-CAPTURE_HELP = f"""\
-authentication (as Pulsar clients take it; never printed nor written):
-  --token-file FILE     a JWT token in a file, or the environment variable
-                        {CAPTURE_TOKEN_ENV} (never a command-line value: ps shows it)
-  --tls-trust-certs FILE, --tls-cert FILE --tls-key FILE, --tls-allow-insecure
+CAPTURE_HELP = """\
 then: topic-replay run --input DIR --preset pulsar --output OUT (docs/capture.md)
 """
 
@@ -158,11 +154,18 @@ def _add_capture_command(sub: argparse._SubParsersAction[argparse.ArgumentParser
                    help="start a new file when the rows reach MB in memory (default 32)")
     c.add_argument("--roll-seconds", type=float, default=60.0, metavar="S",
                    help="start a new file S seconds after its first row (default 60)")
-    c.add_argument("--token-file", default=None, metavar="FILE", help=argparse.SUPPRESS)
-    c.add_argument("--tls-trust-certs", default=None, metavar="FILE", help=argparse.SUPPRESS)
-    c.add_argument("--tls-cert", default=None, metavar="FILE", help=argparse.SUPPRESS)
-    c.add_argument("--tls-key", default=None, metavar="FILE", help=argparse.SUPPRESS)
-    c.add_argument("--tls-allow-insecure", action="store_true", help=argparse.SUPPRESS)
+    a = c.add_argument_group("authentication (as Pulsar clients take it; never printed nor "
+                             "written)")
+    a.add_argument("--token-file", default=None, metavar="FILE",
+                   help=f"a JWT token in a file, or the environment variable "
+                        f"{CAPTURE_TOKEN_ENV} (never a command-line value: ps shows those)")
+    a.add_argument("--tls-trust-certs", default=None, metavar="FILE",
+                   help="CA certificates to trust (pulsar+ssl:// and the admin API)")
+    a.add_argument("--tls-cert", default=None, metavar="FILE",
+                   help="client certificate for mutual TLS (with --tls-key)")
+    a.add_argument("--tls-key", default=None, metavar="FILE", help="its private key")
+    a.add_argument("--tls-allow-insecure", action="store_true",
+                   help="accept an untrusted broker certificate")
 
 
 def _parser() -> argparse.ArgumentParser:

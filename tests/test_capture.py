@@ -19,12 +19,14 @@ from pipelines.ingest.capture import (
     CaptureError,
     CaptureOptions,
     CaptureState,
+    PulsarAuth,
     RollingWriter,
     Start,
     admin_url_for,
     load_state,
     message_row,
     parse_time_ms,
+    read_token,
     split_partition,
 )
 
@@ -354,3 +356,21 @@ def test_the_state_file_is_json_with_no_secret(tmp_path):
     _capture(tmp_path, FakeSource({"a": _messages(2)})).run()
     assert set(json.loads((tmp_path / "cap" / STATE_FILE).read_text())) == {
         "files", "messages", "last_ids"}
+
+
+def test_the_token_is_not_in_the_auths_repr():
+    assert "s3cr3t" not in repr(PulsarAuth(token="s3cr3t", tls_trust_certs="/ca.pem"))
+
+
+@pytest.mark.parametrize(("file_text", "env", "expected"), [
+    ("from-file\n", {"TOKEN": "from-env"}, "from-file"),
+    (None, {"TOKEN": "from-env"}, "from-env"),
+    (None, {}, None),
+])
+def test_the_token_comes_from_its_file_else_the_environment(tmp_path, file_text, env,
+                                                            expected):
+    path = None
+    if file_text is not None:
+        path = tmp_path / "token"
+        path.write_text(file_text)
+    assert read_token(str(path) if path else None, env, "TOKEN") == expected
