@@ -48,8 +48,13 @@ def records(topic: str, start: int, n: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+BAD_KEY = b"\xff\xfe"  # not UTF-8: the record is quarantined as invalid_utf8
+
+
 def publish(spark, bootstrap: str, frame: pd.DataFrame) -> None:
-    schema = ("topic string, key string, value binary, "
+    frame = frame.assign(key=[k if k is None or isinstance(k, bytes) else k.encode()
+                              for k in frame["key"]])
+    schema = ("topic string, key binary, value binary, "
               "headers array<struct<key:string,value:binary>>, partition int")
     (spark.createDataFrame(frame, schema).write.format("kafka")
      .option("kafka.bootstrap.servers", bootstrap).save())
@@ -75,6 +80,9 @@ def batch_run(spark, kafka, tmp_path_factory):
     """``run --input kafka://…/orders`` over 90 published records (and 20 on another topic)."""
     sent = records("orders", 0, 90)
     publish(spark, kafka.bootstrap, sent)
+    publish(spark, kafka.bootstrap, pd.DataFrame([{"topic": "orders", "key": BAD_KEY,
+                                                   "value": b"x", "headers": [],
+                                                   "partition": 0}]))
     publish(spark, kafka.bootstrap, records("clicks", 0, 20))
     out = tmp_path_factory.mktemp("kafka-run") / "out"
     code = main(["run", "--input", f"kafka://{kafka.bootstrap}/orders", "--output", str(out),
@@ -88,10 +96,19 @@ def test_run_replays_every_record_of_the_topic_once_with_its_fields(batch_run):
     assert replayed(store, "k1") == expected(sent)
 
 
+def test_a_record_breaking_the_contract_is_quarantined_with_where_it_came_from(kafka,
+                                                                                batch_run):
+    _, _, store = batch_run
+    q = store.read("quarantine", "k1")
+    assert list(q["reason"]) == ["invalid_utf8"]
+    assert q["source_file"].iloc[0] == f"kafka://{kafka.bootstrap}/orders/0/30"
+
+
 def test_publish_time_is_the_record_timestamp(spark, kafka, batch_run):
     _, _, store = batch_run
     source = (spark.read.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap)
-              .option("subscribe", "orders").load().select("timestamp").toPandas())
+              .option("subscribe", "orders").load().where("key != X'FFFE' OR key IS NULL")
+              .select("timestamp").toPandas())
     replayed_times = store.read("messages", "k1")["publish_time"]
     assert sorted(pd.to_datetime(replayed_times, utc=True)) == sorted(
         pd.to_datetime(source["timestamp"]).dt.tz_localize("UTC"))
