@@ -3,11 +3,19 @@ means which topics, and the mistakes refused with one sentence (exit 2)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from jobs.replay import main
 from pipelines.contract.config import ConfigError, load_config
 from pipelines.contract.kafka import KafkaInputError, kafka_input, kafka_spec, parse_kafka_url
+
+REPO = Path(__file__).resolve().parents[1]
+KAFKA_JARS_ENV = "TOPIC_REPLAY_KAFKA_JARS"  # pipelines.spark.session.KAFKA_JARS_ENV
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -69,3 +77,14 @@ def test_kafka_usage_errors_exit_2_with_one_sentence(tmp_path, capsys, monkeypat
     code = main([*args, "--output", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2 and problem in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.spark
+def test_without_the_kafka_source_jars_a_kafka_input_is_refused_with_one_sentence(tmp_path):
+    env = {**os.environ, KAFKA_JARS_ENV: str(tmp_path)}  # a folder with no jar
+    done = subprocess.run([sys.executable, "-m", "jobs.replay", "run", "--input",
+                           "kafka://127.0.0.1:9/t", "--output", str(tmp_path / "out")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2
+    assert "needs Spark's Kafka source" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

@@ -313,6 +313,8 @@ class Replay:
             from pipelines.spark.session import require_s3a  # noqa: PLC0415
 
             require_s3a(self.spark, self.output)
+        if self.kafka is not None and not is_connect(self.spark):
+            require_kafka(self.spark)  # StorageError: one sentence, before anything is written
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
         self.pseudonymize = pseudonymizer(self.config)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
@@ -440,7 +442,6 @@ class Replay:
         """The query's source: the input files (Spark's file source), or Kafka topics
         (Spark's Kafka source, :attr:`kafka`); the same raw frame either way."""
         if self.kafka is not None:
-            require_kafka(self.spark)
             return read_kafka_stream(self.spark, self.kafka)
         return read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
                                self.config.replay.max_files_per_trigger,
