@@ -12,7 +12,7 @@ OUT ?= out/sample
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: $(STAMP) delta-jars s3a-jars kafka-jars ## Create .venv, install the project (editable, dev extras), fetch the Delta, s3a and Kafka-source jars; idempotent
+setup: $(STAMP) delta-jars s3a-jars kafka-jars ## Create .venv, install the project (editable, dev and pulsar extras), fetch the Delta, s3a and Kafka-source jars; idempotent
 
 # The Delta Lake jars matching the pinned delta-spark (its pom's runtime dependencies: delta-spark
 # and delta-storage; Scala and Spark come with pyspark), copied from Maven Central by `mvn` into
