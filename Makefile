@@ -7,12 +7,12 @@ STAMP := $(VENV)/.installed
 OUT ?= out/sample
 
 .DEFAULT_GOAL := help
-.PHONY: help setup delta-jars s3a-jars run test test-slow test-dags airflow-demo lint docs bench clean
+.PHONY: help setup delta-jars s3a-jars kafka-jars kafka-broker pulsar-standalone run test test-slow test-dags airflow-demo lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
-setup: $(STAMP) delta-jars s3a-jars ## Create .venv, install the project (editable, dev extras), fetch the Delta and s3a jars; idempotent
+setup: $(STAMP) delta-jars s3a-jars kafka-jars ## Create .venv, install the project (editable, dev and pulsar extras), fetch the Delta, s3a and Kafka-source jars; idempotent
 
 # The Delta Lake jars matching the pinned delta-spark (its pom's runtime dependencies: delta-spark
 # and delta-storage; Scala and Spark come with pyspark), copied from Maven Central by `mvn` into
@@ -55,19 +55,73 @@ $(S3A_JARS)/.fetched: tools/s3a-jars/pom.xml
 	{ echo "s3a-jars: could not fetch hadoop-aws from Maven; s3a:// outputs are unavailable"; \
 	  rm -rf $(S3A_JARS); exit 0; }
 
+# Spark's own Kafka source (`--input kafka://…`, docs/capture.md): the connector matching the
+# pinned pyspark and what it needs beyond pyspark's jars (the token provider, kafka-clients,
+# commons-pool2; about 10 MB), copied by `mvn` into the git-ignored $(KAFKA_JARS).
+# pipelines/spark/session.py puts them on spark.jars; without them a kafka:// input is refused
+# with one sentence.
+SPARK_VERSION := $(shell grep -o '"pyspark\[connect\]==[^"]*' pyproject.toml | cut -d= -f3)
+KAFKA_JARS := .jars/kafka-source-$(SPARK_VERSION)
+KAFKA_ARTIFACTS := org.apache.spark:spark-sql-kafka-0-10_2.13:$(SPARK_VERSION) \
+  org.apache.spark:spark-token-provider-kafka-0-10_2.13:$(SPARK_VERSION) \
+  org.apache.kafka:kafka-clients:3.9.1 org.apache.commons:commons-pool2:2.12.1
+
+kafka-jars: $(KAFKA_JARS)/.fetched ## Fetch Spark's Kafka source and its jars into .jars/ (needs mvn; skipped with a note otherwise)
+
+$(KAFKA_JARS)/.fetched: pyproject.toml
+	@if ! command -v mvn >/dev/null; then \
+	  echo "kafka-jars: no mvn on PATH; kafka:// inputs need the jars (docs/capture.md)"; exit 0; fi; \
+	mkdir -p $(KAFKA_JARS) && \
+	for a in $(KAFKA_ARTIFACTS); do \
+	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$(KAFKA_JARS) || \
+	  { echo "kafka-jars: could not fetch $$a from Maven; kafka:// inputs are unavailable"; \
+	    rm -rf $(KAFKA_JARS); exit 0; }; \
+	done && touch $@
+
+# Real brokers for the tests (tests/brokers.py), never for the product: a Kafka broker (KRaft,
+# tools/kafka-broker/pom.xml, about 45 MB) for `make test`, a Pulsar standalone
+# (tools/pulsar-standalone/, about 235 MB; its poms resolve only with the settings file that
+# mirrors every repository to Maven Central) for `make test-slow`. Without mvn or Maven access
+# the tests that need them skip with the reason.
+KAFKA_BROKER_JARS := .jars/kafka-broker-$(shell grep -o '<kafka\.version>[0-9.]*' tools/kafka-broker/pom.xml | cut -d'>' -f2)
+PULSAR_JARS := .jars/pulsar-standalone-$(shell grep -o '<pulsar\.version>[0-9.]*' tools/pulsar-standalone/pom.xml | cut -d'>' -f2)
+
+kafka-broker: $(KAFKA_BROKER_JARS)/.fetched ## Fetch an Apache Kafka broker's jars (tests only) into .jars/
+
+$(KAFKA_BROKER_JARS)/.fetched: tools/kafka-broker/pom.xml
+	@if ! command -v mvn >/dev/null; then \
+	  echo "kafka-broker: no mvn on PATH; the Kafka tests will skip"; exit 0; fi; \
+	mkdir -p $(KAFKA_BROKER_JARS) && \
+	{ mvn -q -B -Dstyle.color=never -f tools/kafka-broker/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_BROKER_JARS) && touch $@; } || \
+	{ echo "kafka-broker: could not fetch the broker from Maven; the Kafka tests will skip"; \
+	  rm -rf $(KAFKA_BROKER_JARS); exit 0; }
+
+pulsar-standalone: $(PULSAR_JARS)/.fetched ## Fetch a Pulsar standalone's jars (tests only) into .jars/
+
+$(PULSAR_JARS)/.fetched: tools/pulsar-standalone/pom.xml tools/pulsar-standalone/settings.xml
+	@if ! command -v mvn >/dev/null; then \
+	  echo "pulsar-standalone: no mvn on PATH; the Pulsar tests will skip"; exit 0; fi; \
+	mkdir -p $(PULSAR_JARS) && \
+	{ mvn -q -B -Dstyle.color=never -s tools/pulsar-standalone/settings.xml \
+	    -f tools/pulsar-standalone/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
+	    -DoutputDirectory=$(CURDIR)/$(PULSAR_JARS) && touch $@; } || \
+	{ echo "pulsar-standalone: could not fetch Pulsar from Maven; the Pulsar tests will skip"; \
+	  rm -rf $(PULSAR_JARS); exit 0; }
+
 # Quiet: one line of ours, then only what pip reports as a problem.
 $(STAMP): pyproject.toml
 	@echo "setup: installing topic-replay and its dependencies into $(VENV)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -q -e '.[dev,pulsar]'
 	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(PY) -m pip install -q -e '.[java]'
 	@touch $(STAMP)
 
 run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print the summary
 	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
-test: setup ## Run the test suite (fast tests; no slow marker)
+test: setup kafka-broker ## Run the test suite (fast tests; no slow marker)
 	$(PY) -m pytest -m "not slow" -q
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
@@ -75,7 +129,7 @@ test: setup ## Run the test suite (fast tests; no slow marker)
 MEMORY_SIZES ?= 200000,1000000
 MEMORY_WINDOW ?= 100000
 
-test-slow: setup ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster)
+test-slow: setup pulsar-standalone ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster, real Pulsar)
 	TOPIC_REPLAY_MEMORY_SIZES=$(MEMORY_SIZES) TOPIC_REPLAY_MEMORY_WINDOW=$(MEMORY_WINDOW) \
 	  $(PY) -m pytest -m slow -q
 

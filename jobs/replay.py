@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from pipelines.analysis.compare import PreparedScenario, Scenario
     from pipelines.contract.config import ReplayConfig
+    from pipelines.contract.kafka import KafkaInput
     from pipelines.contract.presets import InputSpec
     from pipelines.spark.progress import ReplayProgress
     from pipelines.spark.replay import Replay
@@ -117,6 +118,59 @@ def _add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
                         "config key console.spark_log)")
 
 
+CAPTURE_TOKEN_ENV = "TOPIC_REPLAY_PULSAR_TOKEN"
+
+CAPTURE_HELP = """\
+then: topic-replay run --input DIR --preset pulsar --output OUT (docs/capture.md)
+"""
+
+
+def _add_capture_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``capture`` subcommand: live Pulsar topics into a message log (docs/capture.md)."""
+    c = sub.add_parser("capture", help="read live Pulsar topics into a message log folder "
+                                       "(Parquet; preset pulsar)", epilog=CAPTURE_HELP,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    c.add_argument("--service-url", required=True, metavar="URL",
+                   help="pulsar://HOST:6650 or pulsar+ssl://HOST:6651")
+    c.add_argument("--output", required=True, metavar="DIR",
+                   help="folder of the capture files (a restart resumes in it)")
+    c.add_argument("--topic", action="append", default=[], dest="topics", metavar="NAME",
+                   help="a topic (a partitioned topic: all its partitions); repeatable")
+    c.add_argument("--topics-pattern", default=None, metavar="REGEX",
+                   help="every topic of one namespace whose name matches, e.g. "
+                        "'persistent://public/default/orders-.*'")
+    c.add_argument("--namespace", default=None, metavar="TENANT/NS",
+                   help="every topic of the namespace")
+    c.add_argument("--admin-url", default=None, metavar="URL",
+                   help="admin REST API that lists a namespace's topics (default: the "
+                        "service URL's host, port 8080, or 8443 with TLS)")
+    c.add_argument("--start", default="earliest", metavar="WHERE",
+                   help="earliest (default), latest, or a publish time (ISO-8601 or epoch "
+                        "ms); a topic already captured in DIR resumes instead")
+    c.add_argument("--stop-at", default=None, metavar="TIME",
+                   help="stop each topic at this publish time (ISO-8601 or epoch ms)")
+    c.add_argument("--max-messages", type=int, default=None, metavar="N",
+                   help="stop after writing N messages")
+    c.add_argument("--until-end", action="store_true",
+                   help="stop when the topics hold nothing more to read")
+    c.add_argument("--roll-mb", type=float, default=32.0, metavar="MB",
+                   help="start a new file when the rows reach MB in memory (default 32)")
+    c.add_argument("--roll-seconds", type=float, default=60.0, metavar="S",
+                   help="start a new file S seconds after its first row (default 60)")
+    a = c.add_argument_group("authentication (as Pulsar clients take it; never printed nor "
+                             "written)")
+    a.add_argument("--token-file", default=None, metavar="FILE",
+                   help=f"a JWT token in a file, or the environment variable "
+                        f"{CAPTURE_TOKEN_ENV} (never a command-line value: ps shows those)")
+    a.add_argument("--tls-trust-certs", default=None, metavar="FILE",
+                   help="CA certificates to trust (pulsar+ssl:// and the admin API)")
+    a.add_argument("--tls-cert", default=None, metavar="FILE",
+                   help="client certificate for mutual TLS (with --tls-key)")
+    a.add_argument("--tls-key", default=None, metavar="FILE", help="its private key")
+    a.add_argument("--tls-allow-insecure", action="store_true",
+                   help="accept an untrusted broker certificate")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="topic-replay",
@@ -180,6 +234,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="auto (default: delta-spark when the Delta jars are installed), "
                         "delta-spark, or delta-rs (no Spark started)")
     m.add_argument("--master", default=None, help="Spark master (default: local[*])")
+    _add_capture_command(sub)
     g = sub.add_parser("generate", help="write message logs from a workload spec")
     g.add_argument("--spec", required=True, metavar="FILE",
                    help="workload spec YAML, or an OpenMessaging Benchmark workload YAML "
@@ -199,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         "stream": lambda a: _replay(a, stream=True),
         "summary": _summary, "compare": _compare, "sweep": _sweep, "report": _report,
         "diff": _diff, "validate": _validate, "sql": _sql, "maintain": _maintain,
-        "generate": _generate,
+        "generate": _generate, "capture": _capture,
     }
     try:
         return commands[args.command](args)
@@ -228,12 +283,14 @@ def _check_remote(args: argparse.Namespace) -> None:
 
 
 def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
-                     what: str = "") -> tuple[ReplayConfig, InputSpec]:
+                     what: str = "", kafka_ok: bool = False) -> tuple[ReplayConfig, InputSpec]:
     """Check inputs and config file, load the config (``--conf``, ``--set``, then
     ``extra_sets``) and the input spec of the preset, and check its mapped columns against the
     CSV header or Parquet schema (``pipelines.ingest.input_check``); ``UsageError`` (prefixed by
-    ``what``) on any problem. No Spark."""
+    ``what``) on any problem. A Kafka input (``kafka_ok``: run and stream only) gets the
+    ``kafka`` preset's spec (:func:`_kafka_input`). No Spark."""
     from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
+    from pipelines.contract.kafka import is_kafka_url  # noqa: PLC0415
     from pipelines.contract.presets import get_preset  # noqa: PLC0415
     from pipelines.ingest.input_check import (  # noqa: PLC0415
         InputColumnError,
@@ -245,6 +302,8 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     from pipelines.ingest.time_unit import guess_epoch_unit  # noqa: PLC0415
 
     for path in args.input:
+        if is_kafka_url(path):
+            continue
         if not Path(path).exists() and not (glob.has_magic(path) and glob.glob(path)):
             raise UsageError(f"input path {path} does not exist"
                              + (" (no file matches the pattern)" if glob.has_magic(path) else ""))
@@ -260,6 +319,9 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         pseudonymizer(cfg)
     except PrivacyError as exc:
         raise UsageError(what + str(exc)) from None
+    kafka_spec = _kafka_spec(args, cfg, kafka_ok)
+    if kafka_spec is not None:
+        return cfg, kafka_spec
     preset = args.preset or cfg.input.preset
     try:
         spec = get_preset(preset)
@@ -285,6 +347,35 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         if not what:  # once per command (not per scenario)
             print(f"input: {guess.note}")
     return cfg, spec
+
+
+def _kafka_input(args: argparse.Namespace, cfg: ReplayConfig) -> KafkaInput | None:
+    """The Kafka input of ``run`` / ``stream`` (a ``kafka://`` URL, or ``input.format:
+    kafka``), ``None`` for files; ``UsageError`` when it is incomplete."""
+    from pipelines.contract.kafka import KafkaInputError, kafka_input  # noqa: PLC0415
+
+    try:
+        return kafka_input(cfg, args.input)
+    except KafkaInputError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _kafka_spec(args: argparse.Namespace, cfg: ReplayConfig,
+                kafka_ok: bool) -> InputSpec | None:
+    """The ``kafka`` preset's spec when the input is Kafka (``None`` for files);
+    ``UsageError`` when the command does not read Kafka (``kafka_ok`` false) or the input is
+    incomplete."""
+    from pipelines.contract.kafka import KafkaInputError, kafka_spec  # noqa: PLC0415
+
+    if _kafka_input(args, cfg) is None:
+        return None
+    if not kafka_ok:
+        raise UsageError(f"{args.command} reads files; a Kafka input is read by run and "
+                         "stream only")
+    try:
+        return kafka_spec(cfg, args.preset)
+    except KafkaInputError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,
@@ -332,10 +423,14 @@ def _exit_code(args: argparse.Namespace, summary: dict[str, Any]) -> int:
 
 def _replay(args: argparse.Namespace, stream: bool) -> int:
     _check_remote(args)
-    cfg, spec = _config_and_spec(args)
+    cfg, spec = _config_and_spec(args, kafka_ok=True)
+    kafka = _kafka_input(args, cfg)
     run_id = args.run_id or "default"
     _check_run_output(args.output, run_id, cfg, spec.preset)
     if getattr(args, "engine", "spark") == "local":
+        if kafka is not None:
+            raise UsageError("the local engine reads files only; read Kafka topics with "
+                             "--engine spark")
         return _replay_local(args, cfg, spec, run_id)
 
     from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
@@ -378,8 +473,8 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
         except ValueError as exc:  # CSV: no input file has a line to read the header from
             raise UsageError(str(exc)) from None
         try:  # an s3a:// output without hadoop-aws on the classpath
-            replay = Replay(spark, cfg, spec, args.input, args.output, run_id,
-                            progress=progress)
+            replay = Replay(spark, cfg, spec, [kafka.url] if kafka else args.input,
+                            args.output, run_id, progress=progress, kafka=kafka)
         except StorageError as exc:
             raise UsageError(str(exc)) from None
         if stop.is_set():
@@ -820,6 +915,46 @@ def _write_sweep_page(args: argparse.Namespace) -> None:
     except PageError as exc:
         raise UsageError(str(exc)) from None
     print(f"page: {args.html}")
+
+
+def _capture(args: argparse.Namespace) -> int:
+    """``capture``: options checked, the Pulsar client made, then
+    ``pipelines.ingest.capture.Capture`` until a stop condition or SIGINT / SIGTERM (the
+    buffered rows written as a last file, exit 0)."""
+    from pipelines.ingest import capture as cap  # noqa: PLC0415
+
+    try:
+        problem = cap.missing_files([("--token-file", args.token_file),
+                                     ("--tls-trust-certs", args.tls_trust_certs),
+                                     ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)])
+        if problem:
+            raise UsageError(problem)
+        if bool(args.tls_cert) != bool(args.tls_key):
+            raise UsageError("--tls-cert and --tls-key go together")
+        options = cap.CaptureOptions(
+            output=args.output, topics=tuple(args.topics), pattern=args.topics_pattern,
+            namespace=args.namespace, start=cap.parse_start(args.start),
+            stop_at_ms=(None if args.stop_at is None
+                        else cap.parse_time_ms(args.stop_at, "--stop-at")),
+            max_messages=args.max_messages, until_end=args.until_end,
+            roll_bytes=max(1, int(args.roll_mb * 1024 * 1024)), roll_seconds=args.roll_seconds)
+        cap.load_state(Path(args.output))  # an unreadable state file: before connecting
+        auth = cap.PulsarAuth(
+            token=cap.read_token(args.token_file, os.environ, CAPTURE_TOKEN_ENV),
+            tls_trust_certs=args.tls_trust_certs, tls_cert=args.tls_cert, tls_key=args.tls_key,
+            tls_allow_insecure=args.tls_allow_insecure)
+        source = cap.PulsarSource(args.service_url, auth, args.admin_url)
+        capture = cap.Capture(source, options, say=lambda line: print(line, flush=True))
+
+        def _stop(*_: Any) -> None:
+            capture.request_stop()
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        capture.run()
+    except cap.CaptureError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -125,7 +125,7 @@ ContractColumn = Literal[
     "topic", "key", "publish_time", "payload_size", "producer_name", "sequence_id",
 ]
 SubscriptionType = Literal["stream", "checkpoint", "queue"]
-InputFormat = Literal["json", "csv", "parquet", "auto"]
+InputFormat = Literal["json", "csv", "parquet", "auto", "kafka"]
 OutputEngine = Literal["auto", "delta-spark", "delta-rs"]
 KeysMode = Literal["raw", "hashed", "none"]
 PseudonymizedColumn = Literal["producer_name", "key"]
@@ -756,6 +756,36 @@ class InputDefaults(_Model):
     producer_name: NonEmptyStr
 
 
+SECRET_OPTION = re.compile(r"password|secret|jaas|token|keystore\.key|key\.password", re.I)
+"""Kafka options that carry secrets: refused in the config (it is written to ``runs``)."""
+
+
+class KafkaSection(_Model):
+    """``input.kafka``: Kafka topics read with Spark's Kafka source (``input.format: kafka`` or
+    ``--input kafka://HOST:PORT/TOPIC_OR_PATTERN``; docs/capture.md)."""
+
+    bootstrap_servers: NonEmptyStr | None = None
+    subscribe: NonEmptyStr | None = None
+    subscribe_pattern: NonEmptyStr | None = None
+    producer_header: NonEmptyStr = "producer"
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    max_offsets_per_trigger: PositiveInt | None = None
+    options: dict[NonEmptyStr, str] = Field(default_factory=dict)
+
+    @field_validator("options")
+    @classmethod
+    def _no_secrets(cls, options: dict[str, str]) -> dict[str, str]:
+        for key in options:
+            if SECRET_OPTION.search(key):
+                raise ValueError(f"{key!r} holds a secret, and the config is written to the "
+                                 "runs table: give it to Spark in a JAAS file or "
+                                 "spark-submit --conf instead")
+            if key in ("subscribe", "subscribePattern", "assign", "kafka.bootstrap.servers",
+                       "includeHeaders", "startingOffsets", "maxOffsetsPerTrigger"):
+                raise ValueError(f"{key!r} is set by input.kafka's own keys")
+        return options
+
+
 class InputSection(_Model):
     """``input``: how message logs are read and mapped to the contract."""
 
@@ -767,6 +797,7 @@ class InputSection(_Model):
     time_zone: NonEmptyStr
     pseudonymize: list[PseudonymizedColumn]
     pseudonymize_secret_env: NonEmptyStr
+    kafka: KafkaSection = Field(default_factory=KafkaSection)
 
     @field_validator("pseudonymize")
     @classmethod

@@ -273,13 +273,34 @@ PULSAR_EXPORT = InputSpec(
     },
     fields=("__message_id__", "__payload_size__", "__value__"),
     preset="pulsar-export",
-    description="Pulsar SQL / Pulsar IO exports with __key__, __publish_time__, ... columns.",
+    description="Pulsar SQL exports (Pulsar 2.2-3.1) with __key__, __publish_time__, ... "
+                "columns.",
 )
-"""``pulsar-export``: Pulsar SQL / Pulsar IO exports. key = ``__key__``, publish_time =
+"""``pulsar-export``: exports of Pulsar SQL (the Presto / Trino connector, shipped with Apache
+Pulsar 2.2 to 3.1, the 3.0 LTS line included; removed in 3.2 by apache/pulsar#21795, December
+2023), whose rows carry ``__key__``, ``__publish_time__``, ... beside the message's fields; no
+current Pulsar produces them: capture live topics with ``topic-replay capture`` (preset
+``pulsar``) instead. key = ``__key__``, publish_time =
 ``__publish_time__`` (epoch ms or ISO-8601), producer_name = ``__producer_name__``, sequence_id =
 ``__sequence_id__``; topic = ``__topic__`` or the spec's constant ``topic``; payload_size =
 ``__payload_size__`` if present, else the UTF-8 byte length of ``__value__``. ``__message_id__``
 is read but not used. Set ``format`` to the export's format."""
+
+PULSAR = InputSpec(
+    format="parquet",
+    columns=dict(CONTRACT_MAPPING),
+    file_glob="*.parquet",
+    preset="pulsar",
+    description="Message logs written by `topic-replay capture` from live Pulsar topics.",
+)
+"""``pulsar``: the Parquet files ``topic-replay capture`` writes
+(``pipelines.ingest.capture.CAPTURE_SCHEMA``): the contract's columns by name — topic (a
+partitioned topic's name), key (the routing key: ordering key, else partition key), publish_time
+(ms), payload_size, producer_name, sequence_id (null: numbered in publish order per producer) —
+beside ordering_key, partition, message_id, batch_index, event_time and properties, which the
+mapping may use (``input.columns.publish_time: "coalesce(event_time, publish_time)"`` replays on
+event time, docs/capture.md). Only ``*.parquet`` files are read (the capture's state file is
+``_capture_state.json``)."""
 
 NYC_TAXI_CSV_COLUMNS = (
     "VendorID",
@@ -347,6 +368,7 @@ field, payload_size = byte length of the line; a line not in that format is
 PRESETS: dict[str, InputSpec] = {
     "contract": CONTRACT,
     "online-retail": ONLINE_RETAIL,
+    "pulsar": PULSAR,
     "pulsar-export": PULSAR_EXPORT,
     "nyc-taxi": NYC_TAXI,
     "apache-logs": APACHE_LOGS,

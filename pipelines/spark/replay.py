@@ -43,6 +43,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from pipelines.contract.config import ReplayConfig, run_identity
+from pipelines.contract.kafka import KafkaInput
 from pipelines.contract.presets import InputSpec
 from pipelines.contract.schemas import arrow_schema
 from pipelines.engine import stages
@@ -69,8 +70,9 @@ from pipelines.spark.ingest import (
     read_raw_stream,
     salvage_files,
 )
+from pipelines.spark.kafka import read_kafka_stream
 from pipelines.spark.progress import BatchProgress
-from pipelines.spark.session import is_connect
+from pipelines.spark.session import is_connect, require_kafka
 from pipelines.spark.staging_pass import stage_batch
 from pipelines.storage import fs as storage
 from pipelines.storage.delta import DeltaStore, table_app_id
@@ -282,6 +284,7 @@ class Replay:
     progress: Callable[[Any], None] = print  # str or BatchProgress (pipelines.spark.progress)
     streaming: bool = False
     runs: Sequence[RunSpec] = ()
+    kafka: KafkaInput | None = None  # Kafka topics instead of files (pipelines.spark.kafka)
     store: DeltaStore = field(init=False)
     state: ReplayState = field(init=False)
     started: float = field(default_factory=time.time)
@@ -313,6 +316,8 @@ class Replay:
             from pipelines.spark.session import require_s3a  # noqa: PLC0415
 
             require_s3a(self.spark, self.output)
+        if self.kafka is not None and not is_connect(self.spark):
+            require_kafka(self.spark)  # StorageError: one sentence, before anything is written
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
         self.pseudonymize = pseudonymizer(self.config)
         self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
@@ -422,10 +427,7 @@ class Replay:
         :meth:`request_stop`, it stops the query cleanly)."""
         self.streaming = stream
         self.ensure_tables()
-        raw = read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
-                              self.config.replay.max_files_per_trigger,
-                              path_glob_filter=self.input_spec.file_glob,
-                              max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
+        raw = self._raw_stream()
         batch_fn: Callable[[DataFrame, int], None] = self._process_batch
         if is_connect(self.spark):
             batch_fn = RemoteBatch.of(self)
@@ -445,6 +447,16 @@ class Replay:
         if self.config.output.validate_tables:
             self.validate()
         return self.summary()
+
+    def _raw_stream(self) -> DataFrame:
+        """The query's source: the input files (Spark's file source), or Kafka topics
+        (Spark's Kafka source, :attr:`kafka`); the same raw frame either way."""
+        if self.kafka is not None:
+            return read_kafka_stream(self.spark, self.kafka)
+        return read_raw_stream(self.spark, list(self.inputs), self.input_spec.format,
+                               self.config.replay.max_files_per_trigger,
+                               path_glob_filter=self.input_spec.file_glob,
+                               max_bytes_per_trigger=self.config.replay.max_bytes_per_trigger)
 
     # ---- stopping ------------------------------------------------------------------------------
     def request_stop(self) -> None:

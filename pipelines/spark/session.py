@@ -249,6 +249,37 @@ def s3a_jars() -> list[str]:
     return sorted(str(p) for p in Path(folder).glob("*.jar"))
 
 
+KAFKA_JARS_ENV = "TOPIC_REPLAY_KAFKA_JARS"
+"""Environment variable naming a folder of Kafka-source jars (default
+``.jars/kafka-source-<v>``)."""
+
+KAFKA_SOURCE_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+
+
+def kafka_jars() -> list[str]:
+    """Spark's Kafka source and the jars it needs that ``make setup`` fetched
+    (``spark-sql-kafka-0-10``, its token provider, ``kafka-clients``, ``commons-pool2``;
+    absolute paths, sorted; ``[]`` when none): ``$TOPIC_REPLAY_KAFKA_JARS``, else
+    ``<repo>/.jars/kafka-source-<v>`` where ``<v>`` is the installed pyspark's version."""
+    folder = os.environ.get(KAFKA_JARS_ENV)
+    if not folder:
+        folder = str(Path(__file__).resolve().parents[2] / ".jars"
+                     / f"kafka-source-{pyspark.__version__}")
+    return sorted(str(p) for p in Path(folder).glob("*.jar"))
+
+
+def require_kafka(spark: SparkSession) -> None:
+    """Raise :class:`pipelines.storage.fs.StorageError` (one sentence) when ``spark``'s driver
+    cannot load Spark's Kafka source (a ``kafka://`` input needs it)."""
+    jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
+    if jvm is not None and _jvm_class_loadable(jvm, KAFKA_SOURCE_CLASS):
+        return
+    raise StorageError(f"a kafka:// input needs Spark's Kafka source, which this session cannot "
+                       f"load; run `make kafka-jars` (Maven Central) or give spark-submit "
+                       f"--packages org.apache.spark:spark-sql-kafka-0-10_2.13:"
+                       f"{pyspark.__version__} (docs/capture.md)")
+
+
 def require_s3a(spark: SparkSession, location: str) -> None:
     """Raise :class:`pipelines.storage.fs.StorageError` (one sentence) when ``spark``'s driver
     cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
@@ -444,7 +475,7 @@ def build_session(  # noqa: C901
 
     for k, v in local_worker_conf(settings.get("spark.master")).items():
         settings.setdefault(k, v)
-    jars = [*delta_jars(), *s3a_jars()]
+    jars = [*delta_jars(), *s3a_jars(), *kafka_jars()]
     if s3a_jars():  # endpoint and region of s3a:// from the AWS_* variables (docs/storage.md)
 
         for k, v in spark_s3a_conf().items():
