@@ -85,6 +85,7 @@ class ControlProcessor(StatefulProcessor):
             frames = {"sample": result.samples, "decision": result.decisions}
             if bool(w.final) or bool(w.snapshot):
                 frames["segment"] = result.segments
+            frames["key_profile"] = result.key_profiles  # at end of input only
             writers[version].write(topic, frames)
             seconds = time.perf_counter() - t0
             out += [(run_id, topic, s, int(w.window), hi, bool(w.final), version,

@@ -46,6 +46,7 @@ from pipelines.contract.config import ReplayConfig, run_identity
 from pipelines.contract.presets import InputSpec
 from pipelines.contract.schemas import arrow_schema
 from pipelines.engine import stages
+from pipelines.engine.findings import write_answers
 from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.spark import handover
@@ -766,6 +767,10 @@ class Replay:
                               + (f", state {state_bytes:,} bytes ({time.time() - t0:.1f}s)"
                                  if i == last else ""))
             t0 = time.time()
+        with self._timed("findings"):  # from the committed tables (restart-safe, idempotent)
+            for r in self.runs:
+                write_answers(self.store, r.run_id, r.config,
+                              FINAL_VERSION_OFFSET + max(self.state.batch_id, 0))
         self.state.finalized = True
         # The batch id stays that of the last micro-batch: a later micro-batch (new files on
         # a re-run) is then processed, as late, instead of being mistaken for a re-delivery.

@@ -29,9 +29,11 @@ tables; the control plane's small tables come from
 :func:`pipelines.engine.stages.control_outputs`)."""
 
 CONTROL_KINDS = {"sample": "segment_load", "decision": "autoscale_decisions",
-                 "segment": "segments"}
+                 "segment": "segments", "key_profile": "topic_profile"}
 """Kinds of the control plane's tables (:class:`pipelines.engine.stages.ControlResult`'s frames)
-→ their tables."""
+→ their tables (``key_profile``: the ``topic_profile`` columns the control plane's key
+statistics give, one row per topic at end of input; the driver completes the rows from the
+other tables, ``pipelines.engine.findings``)."""
 
 OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS}
 """Every kind :class:`FrameWriter` writes → its table."""
