@@ -204,7 +204,7 @@ def test_topic_profile_counts_match_the_log(runs) -> None:
         (len(log), int(log["payload_size"].sum()), log["producer_name"].nunique())
     assert (p["distinct_keys"], p["distinct_keys_exact"]) == (log["key"].nunique(), True)
     counts = log["key"].value_counts()
-    assert list(p["top_key_messages"])[0] == counts.iloc[0]  # 20 keys: counted exactly
+    assert p["top_key_messages"][0] == counts.iloc[0]  # 20 keys: counted exactly
     assert p["key_count_error"] == 0
     entries = run.read("entries")
     assert p["entries_per_message"] == round(len(entries) / len(log), 6)
@@ -215,6 +215,6 @@ def test_summary_prints_the_top_findings_most_severe_first(runs) -> None:
     run = runs["hot"]
     top, total = top_findings(run.store, "hot")
     assert total == len(run.read("findings"))
-    assert [f["severity"] for f in top][0] == "high"
+    assert top[0]["severity"] == "high"
     lines = format_findings(top, total)
     assert lines[1].startswith("    [high] t: key ")

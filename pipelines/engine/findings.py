@@ -151,7 +151,7 @@ def active_timeline(segments: pd.DataFrame) -> pd.DataFrame:
 # ---- the profile --------------------------------------------------------------------------
 
 
-def _active_samples(samples: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
+def active_samples(samples: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFrame:
     """``segment_load`` rows of segments active at their sample time."""
     if samples.empty or segments.empty:
         return samples.iloc[0:0]
@@ -227,7 +227,7 @@ def profile_rows(data: RunData, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) ->
     hashes too (as the ``messages`` table's)."""
     if data.keys.empty:
         return pd.DataFrame(columns=table_columns("topic_profile"))
-    load = _topic_load(_active_samples(data.samples, data.segments))
+    load = _topic_load(active_samples(data.samples, data.segments))
     timeline = active_timeline(data.segments)
     fl = flap_events(data.segments, flap_window_s)
     consumers = consumer_activity(data)
@@ -412,7 +412,7 @@ def blind_spot_findings(data: RunData, topic: str,
     is across a threshold from the last value the reporter wrote — above the split threshold
     while the stored value is not, or below the merge threshold while the stored value is
     not — so the controller does not see it (the 25 % material-change gate)."""
-    s = _active_samples(data.samples, data.segments)
+    s = active_samples(data.samples, data.segments)
     s = s[s["topic"] == topic].sort_values(["segment_id", "sample_time"], kind="stable")
     if s.empty:
         return []
