@@ -18,6 +18,7 @@ from pipelines.engine.findings import (
     DEFAULT_FLAP_WINDOW_S,
     flap_events,
     format_findings,
+    summary_lines,
     top_findings,
 )
 from pipelines.engine.local import run_local
@@ -212,9 +213,26 @@ def test_topic_profile_counts_match_the_log(runs) -> None:
 
 
 def test_summary_prints_the_top_findings_most_severe_first(runs) -> None:
-    run = runs["hot"]
-    top, total = top_findings(run.store, "hot")
-    assert total == len(run.read("findings"))
-    assert top[0]["severity"] == "high"
-    lines = format_findings(top, total)
-    assert lines[1].startswith("    [high] t: key ")
+    run = runs["flap"]
+    lines, total = top_findings(run.store, "flap")
+    assert total == len(run.read("findings")) == 2
+    assert lines[0].startswith("[medium] t: 1 flap(s) within 600 s")
+    assert lines[1].startswith("[low] t: segment ")
+    assert format_findings(lines, total)[:2] == ["  findings (2 in the findings table):",
+                                                 f"    {lines[0]}"]
+
+
+def finding(topic: str, kind: str, severity: str, **evidence: Any) -> dict[str, Any]:
+    return {"topic": topic, "finding": kind, "severity": severity, "at": None,
+            "subject": None, "message": f"{kind} on {topic}",
+            "evidence": json.dumps(evidence), "rule": "r", "reference": "§"}
+
+
+def test_summary_groups_a_kind_found_on_many_topics_largest_first() -> None:
+    rows = pd.DataFrame([finding(t, "single_segment", "info", peak_msg_rate_in=p)
+                         for t, p in [("a", 1.0), ("b", 9.0), ("c", 5.0), ("d", 2.0)]]
+                        + [finding("z", "hot_key", "high", key_peak_rate=3.0)])
+    assert summary_lines(rows) == [
+        "[high] z: hot_key on z",
+        "[info] never left one segment on 4 topics, largest b: single_segment on b "
+        "(then c, d)"]

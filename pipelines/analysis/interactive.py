@@ -58,7 +58,7 @@ from pipelines.analysis.report import (
     topic_table,
 )
 from pipelines.contract.config import parse_config
-from pipelines.engine.findings import SEVERITIES
+from pipelines.engine.findings import ordered_findings
 from pipelines.storage.delta import DeltaStore
 
 Figures = list[tuple[str, go.Figure]]
@@ -753,12 +753,12 @@ def _cell(v: Any) -> str:
 
 
 def findings_html(findings: pd.DataFrame) -> str:
-    """A run's ``findings`` rows as an HTML table, most severe first (every finding; its
+    """A run's ``findings`` rows as an HTML table, most severe first and the largest of a kind
+    first (:func:`~pipelines.engine.findings.ordered_findings`: every finding; its
     ``evidence`` as the row's tooltip), or a line saying there are none."""
     if findings.empty:
         return "<p class='meta'>No findings (or a run written before findings existed).</p>"
-    order = findings.assign(_sev=findings["severity"].map(SEVERITIES.index)).sort_values(
-        ["_sev", "topic", "finding", "subject"], kind="stable", na_position="first")
+    order = ordered_findings(findings)
     head = "".join(f"<th>{c}</th>" for c in FINDING_COLUMNS)
     rows = []
     for f in order.to_dict("records"):

@@ -397,8 +397,8 @@ def single_segment_findings(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
     if profile["segments_peak"] != 1:
         return []
     peak, threshold = profile["peak_msg_rate_in"] or 0.0, profile["split_msg_rate_in"]
-    message = (f"never left one segment: peak {peak:,.1f} msg/s is {100 * peak / threshold:.1f} "
-               f"% of the split threshold {threshold:,.0f} msg/s "
+    message = (f"never left one segment: peak {peak:,.1f} msg/s is "
+               f"{100 * peak / threshold:.2g} % of the split threshold {threshold:,.0f} msg/s "
                f"({profile['messages']:,} messages); it needs no scalable-topic policy.")
     return [_finding(profile["topic"], "single_segment", "info", None, None, message,
                      {"peak_msg_rate_in": peak, "split_msg_rate_in": threshold,
@@ -496,23 +496,62 @@ def write_answers(store: DeltaStore, run_id: str, config: ReplayConfig, version:
     return len(found)
 
 
+MAGNITUDE = {"hot_key": "key_peak_rate", "flapping": "flaps", "idle_consumers": "idle",
+             "single_segment": "peak_msg_rate_in", "blind_spot": "samples"}
+"""Per finding kind, the evidence number that orders findings of one kind in the summary
+(largest first)."""
+
+LABELS = {"hot_key": "a key no split can relieve", "flapping": "flapping",
+          "idle_consumers": "idle consumers", "single_segment": "never left one segment",
+          "blind_spot": "a rate in the reporter's blind spot"}
+"""A finding kind in words (the summary's grouped lines)."""
+
+
+def ordered_findings(findings: pd.DataFrame) -> pd.DataFrame:
+    """``findings`` rows by severity, kind, then the kind's :data:`MAGNITUDE` (largest first),
+    then topic and subject; ``evidence`` parsed into ``_evidence`` (dict)."""
+    if findings.empty:
+        return findings.assign(_evidence=[])
+    f = findings.assign(_evidence=[json.loads(e) for e in findings["evidence"]])
+    f["_sev"] = f["severity"].map(SEVERITIES.index)
+    f["_mag"] = [-float(e.get(MAGNITUDE.get(k, ""), 0) or 0)
+                 for k, e in zip(f["finding"], f["_evidence"], strict=True)]
+    f = f.sort_values(["_sev", "finding", "_mag", "topic", "subject"], kind="stable",
+                      na_position="first", ignore_index=True)
+    return f.drop(columns=["_sev", "_mag"])
+
+
 def top_findings(store: DeltaStore, run_id: str,
-                 n: int = 5) -> tuple[list[dict[str, Any]], int]:
-    """The ``n`` most severe findings of a run (``findings`` rows as dicts, by severity, topic,
-    kind) and how many the run has."""
+                 n: int = 5) -> tuple[list[str], int]:
+    """The run summary's finding lines (:func:`summary_lines`, at most ``n``) and how many
+    findings the run has."""
     f = store.read("findings", run_id=run_id)
-    if f.empty:
-        return [], 0
-    f = f.assign(_sev=f["severity"].map(SEVERITIES.index)).sort_values(
-        ["_sev", "topic", "finding", "subject"], kind="stable", na_position="first")
-    return ([{k: v for k, v in r.items() if k != "_sev"} for r in f.head(n).to_dict("records")],
-            len(f))
+    return summary_lines(f, n), len(f)
 
 
-def format_findings(findings: Sequence[Mapping[str, Any]], total: int | None = None) -> list[str]:
-    """Lines for the run summary: one per finding (``  [high] topic: message``)."""
-    if not findings:
+def summary_lines(findings: pd.DataFrame, n: int = 5) -> list[str]:
+    """At most ``n`` lines, most severe first: ``[severity] topic: message`` for a kind found
+    on one or two topics; a kind found on more is one line naming how many topics and the
+    three largest (by :data:`MAGNITUDE`)."""
+    f = ordered_findings(findings)
+    lines: list[str] = []
+    for (_, kind), g in f.groupby([f["severity"].map(SEVERITIES.index), "finding"],
+                                  sort=True):
+        sev = str(g["severity"].iloc[0])
+        if len(g) <= 2:
+            lines += [f"[{sev}] {r['topic']}: {r['message']}" for r in g.to_dict("records")]
+            continue
+        top = g.drop_duplicates("topic").head(3)
+        first = top.iloc[0]
+        lines.append(f"[{sev}] {LABELS.get(str(kind), kind)} on {g['topic'].nunique()} "
+                     f"topics, largest {first['topic']}: {first['message']} (then "
+                     + ", ".join(map(str, top["topic"].iloc[1:])) + ")")
+    return lines[:n]
+
+
+def format_findings(lines: Sequence[str], total: int | None = None) -> list[str]:
+    """The summary's findings block: a header, then one indented line each."""
+    if not lines:
         return []
-    more = f" (top {len(findings)} of {total})" if total and total > len(findings) else ""
-    return [f"  findings{more}:",
-            *[f"    [{f['severity']}] {f['topic']}: {f['message']}" for f in findings]]
+    return [f"  findings ({total} in the findings table):" if total else "  findings:",
+            *[f"    {line}" for line in lines]]
