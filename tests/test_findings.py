@@ -234,5 +234,5 @@ def test_summary_groups_a_kind_found_on_many_topics_largest_first() -> None:
                         + [finding("z", "hot_key", "high", key_peak_rate=3.0)])
     assert summary_lines(rows) == [
         "[high] z: hot_key on z",
-        "[info] never left one segment on 4 topics, largest b: single_segment on b "
+        "[info] never left one segment: 4 topics, largest b — single_segment on b "
         "(then c, d)"]

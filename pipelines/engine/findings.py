@@ -397,9 +397,9 @@ def single_segment_findings(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
     if profile["segments_peak"] != 1:
         return []
     peak, threshold = profile["peak_msg_rate_in"] or 0.0, profile["split_msg_rate_in"]
-    message = (f"never left one segment: peak {peak:,.1f} msg/s is "
-               f"{100 * peak / threshold:.2g} % of the split threshold {threshold:,.0f} msg/s "
-               f"({profile['messages']:,} messages); it needs no scalable-topic policy.")
+    message = (f"peak {peak:,.1f} msg/s is {100 * peak / threshold:.2g} % of the split "
+               f"threshold {threshold:,.0f} msg/s ({profile['messages']:,} messages): the topic "
+               "never left one segment and needs no scalable-topic policy.")
     return [_finding(profile["topic"], "single_segment", "info", None, None, message,
                      {"peak_msg_rate_in": peak, "split_msg_rate_in": threshold,
                       "messages": profile["messages"], "splits": profile["splits"]},
@@ -437,7 +437,7 @@ def blind_spot_findings(data: RunData, topic: str,
                f"{'above' if side == 'split' else 'below'} the {side} threshold "
                f"{threshold:,.0f} msg/s, but the last value written is {st:,.1f} "
                f"(within the reporter's {gate:.0f} % gate): the controller does not see it; "
-               f"{n} such sample(s) (~{n * interval} s) in the run.")
+               f"{n} such sample(s) (one per {interval} s load report) in the run.")
     return [_finding(
         topic, "blind_spot", "low", first["sample_time"], f"segment {int(first['segment_id'])}",
         message,
@@ -543,8 +543,8 @@ def summary_lines(findings: pd.DataFrame, n: int = 5) -> list[str]:
             continue
         top = g.drop_duplicates("topic").head(3)
         first = top.iloc[0]
-        lines.append(f"[{sev}] {LABELS.get(str(kind), kind)} on {g['topic'].nunique()} "
-                     f"topics, largest {first['topic']}: {first['message']} (then "
+        lines.append(f"[{sev}] {LABELS.get(str(kind), kind)}: {g['topic'].nunique()} topics, "
+                     f"largest {first['topic']} — {first['message']} (then "
                      + ", ".join(map(str, top["topic"].iloc[1:])) + ")")
     return lines[:n]
 
