@@ -52,6 +52,10 @@ SIX_CONSUMERS = {"subscriptions": [{"name": "s", "type": "stream", "consumers": 
 RUNS: dict[str, tuple[dict[str, Any], list[str], dict[str, Any] | None]] = {
     "hot": (CONSTANT_50_HOT, ["policy.split_msg_rate_in=20", "policy.merge_msg_rate_in=2"],
             None),
+    "hot-hashed": (CONSTANT_50_HOT, ["policy.split_msg_rate_in=20", "policy.merge_msg_rate_in=2",
+                                     "output.keys=hashed"], None),
+    "hot-none": (CONSTANT_50_HOT, ["policy.split_msg_rate_in=20", "policy.merge_msg_rate_in=2",
+                                   "output.keys=none"], None),
     "hot-below": (CONSTANT_50_HOT, ["policy.split_msg_rate_in=100",
                                     "policy.merge_msg_rate_in=2"], None),
     "flap": (BURST_THEN_QUIET, [*FLAPPY, "policy.merge_msg_rate_in=8"], None),
@@ -236,3 +240,18 @@ def test_summary_groups_a_kind_found_on_many_topics_largest_first() -> None:
         "[high] z: hot_key on z",
         "[info] never left one segment: 4 topics, largest b — single_segment on b "
         "(then c, d)"]
+
+
+@pytest.mark.parametrize(("run_id", "subject", "hashes_kept"), [
+    ("hot-hashed", "hash 0x", True), ("hot-none", "(withheld)", False)])
+def test_withheld_keys_are_in_neither_the_profile_nor_the_findings(runs, run_id, subject,
+                                                                   hashes_kept) -> None:
+    run = runs[run_id]
+    (p,) = run.read("topic_profile").to_dict("records")
+    assert all(k is None for k in p["top_keys"]) and len(p["top_keys"]) == 10
+    assert all(bool(pd.notna(h)) is hashes_kept for h in p["top_key_hashes"])
+    (f,) = run.findings("hot_key")
+    assert f["subject"].startswith(subject)
+    names = set(run.log()["key"].dropna())
+    text = run.read("findings").to_json()
+    assert not any(f'"{k}"' in text or f"'{k}'" in text for k in names)

@@ -120,6 +120,7 @@ class KeyStats:
 
     period_ms: int
     capacity: int = CAPACITY
+    report_hashes: bool = True  # False: the caller must not report key hashes (privacy)
     messages: int = 0
     bytes: int = 0
     keyless: int = 0

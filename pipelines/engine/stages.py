@@ -271,21 +271,27 @@ def _count_keys(ctl: TopicController, pdf: pd.DataFrame, settings: StageSettings
     """Feed the window's messages (replay order) to the topic's key statistics
     (:class:`~pipelines.core.heavy_hitters.KeyStats`, carried in the controller; one per
     ``replay.rate_window_s`` stats period on the emulated clock, as the load samples)."""
+    mode = settings.config.output.keys
     if ctl.key_stats is None:
-        ctl.key_stats = KeyStats(settings.config.replay.rate_window_s * 1000)
+        ctl.key_stats = KeyStats(settings.config.replay.rate_window_s * 1000,
+                                 report_hashes=mode != "none")
     if len(pdf):
+        # output.keys hashed / none: the key names are never kept (nor written, even
+        # transiently); the hashes identify the keys
+        names = (pdf["key"].to_numpy(object) if mode == "raw"
+                 else np.full(len(pdf), None, dtype=object))
         ctl.key_stats.update(pdf["event_ms"].to_numpy(np.int64),
                              pdf["hash32"].fillna(-1).to_numpy(np.int64),
-                             pdf["payload_size"].to_numpy(np.int64),
-                             pdf["key"].to_numpy(object),
+                             pdf["payload_size"].to_numpy(np.int64), names,
                              np.asarray(pd.unique(pdf["producer_name"].to_numpy(object)),
                                         dtype=object))
 
 
 def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
     """The ``topic_profile`` columns the key statistics give (one topic, after
-    :meth:`KeyStats.close`): traffic counts and the :data:`TOP_KEYS` hottest keys. Rates in
-    msg/s on the emulated clock, times in log time."""
+    :meth:`KeyStats.close`): traffic counts and the :data:`TOP_KEYS` hottest keys (names null
+    under ``output.keys`` hashed / none, hashes null under none). Rates in msg/s on the
+    emulated clock, times in log time."""
     top = ks.top(TOP_KEYS)
     period_s = ks.period_ms / 1000
     n = ks.messages
@@ -293,7 +299,8 @@ def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
         "topic": topic, "messages": n, "bytes": ks.bytes, "producers": len(ks.producers),
         "distinct_keys": ks.distinct_keys, "distinct_keys_exact": ks.distinct_exact,
         "keyless_messages": ks.keyless, "keyless_share": ks.keyless / n if n else 0.0,
-        "top_keys": [t["key"] for t in top], "top_key_hashes": [t["hash32"] for t in top],
+        "top_keys": [t["key"] for t in top],
+        "top_key_hashes": [t["hash32"] if ks.report_hashes else None for t in top],
         "top_key_messages": [t["messages"] for t in top],
         "top_key_shares": [t["messages"] / n if n else 0.0 for t in top],
         "top_key_peak_rates": [t["peak_messages"] / period_s for t in top],
