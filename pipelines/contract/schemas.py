@@ -333,7 +333,7 @@ TOPIC_PROFILE = pa.schema([
     _f("topic", pa.string()),
     _f("messages", pa.int64()),
     _f("bytes", pa.int64()),
-    _f("producers", pa.int64()),
+    _f("producers", pa.int64(), True),
     _f("distinct_keys", pa.int64()),
     _f("distinct_keys_exact", pa.bool_()),
     _f("keyless_messages", pa.int64()),
@@ -370,7 +370,7 @@ TOPIC_PROFILE = pa.schema([
 """topic_profile — one row per run and topic: what the topic's traffic was and what the
 emulation did with it (``pipelines.engine.findings``, docs/findings.md). Traffic, counted where
 the control plane sees every message (``pipelines.core.heavy_hitters.KeyStats``):
-``messages``, ``bytes``, ``producers``, ``distinct_keys`` (distinct key hashes; exact when
+``messages``, ``bytes``, ``distinct_keys`` (distinct key hashes; exact when
 ``distinct_keys_exact``, else a HyperLogLog estimate, ±0.8 %), ``keyless_messages`` /
 ``keyless_share``; the ``top_keys`` (up to 10, hottest first by their highest rate in one stats
 period, ``replay.rate_window_s``; null names where ``output.keys`` withholds keys) with their
@@ -385,7 +385,8 @@ peak load no split can relieve, ``max(0, hot_key_peak_rate − split_msg_rate_in
 peak_msg_rate_in`` (a key always maps to one segment). Layout and decisions: ``segments_end``
 (active at the end), ``segments_peak`` (most active at once), ``splits`` / ``merges`` /
 ``rebuckets`` / ``suppressed`` (``autoscale_decisions``), ``flaps`` (as ``sweeps.flaps``).
-Data plane: ``entries``, ``entries_per_message``; ``consumers`` (configured, over the topic's
+Data plane (from ``entries``): ``producers`` (distinct producers that sent an entry),
+``entries``, ``entries_per_message``; ``consumers`` (configured, over the topic's
 subscriptions) and ``idle_consumers`` (those delivered nothing over the run);
 ``withheld_max_s``: the longest a bucket was withheld in a handoff (one still withheld at the
 end counts to the last event); ``drain_max_s``: the longest sealed-segment drain;

@@ -1,6 +1,6 @@
 """Per-topic key statistics in one pass over a topic's messages: the hottest keys' counts
 (a mergeable Misra-Gries summary), their peak rates per stats period (exact), distinct keys
-(exact up to :data:`DISTINCT_EXACT_MAX`, then HyperLogLog), keyless messages and producers.
+(exact up to :data:`DISTINCT_EXACT_MAX`, then HyperLogLog) and keyless messages.
 
 Pure NumPy. What it answers (issue #34): a key always maps to one segment (its ``segment_hash``,
 reference §1.2), so a key whose own rate exceeds the split threshold keeps its segment hot
@@ -143,14 +143,12 @@ class KeyStats:
     distinct: I64 | None = field(default_factory=_empty_ids)
     registers: npt.NDArray[np.uint8] = field(
         default_factory=lambda: np.zeros(1 << HLL_BITS, dtype=np.uint8))
-    producers: OBJ = field(default_factory=_empty_obj)
     closed: bool = False
 
-    def update(self, event_ms: I64, hash32: I64, payload_size: I64, keys: OBJ,
-               producers: OBJ) -> None:
+    def update(self, event_ms: I64, hash32: I64, payload_size: I64, keys: OBJ) -> None:
         """Add a chunk of messages in event-time order (after every earlier chunk):
         ``event_ms`` int64 emulated ms, ``hash32`` int64 (-1 = keyless), ``payload_size``
-        int64 bytes, ``keys`` object (strings; ignored where keyless), ``producers`` object."""
+        int64 bytes, ``keys`` object (strings; ignored where keyless)."""
         n = len(event_ms)
         if not n:
             return
@@ -158,7 +156,6 @@ class KeyStats:
         self.bytes += int(payload_size.sum())
         keyed = hash32 >= 0
         self.keyless += int(n - keyed.sum())
-        self.producers = np.union1d(self.producers, np.unique(producers.astype(object)))
         ev, h, k = event_ms[keyed], hash32[keyed], keys[keyed]
         periods = ev // self.period_ms
         cuts = np.flatnonzero(np.diff(periods)) + 1
@@ -171,6 +168,10 @@ class KeyStats:
             self._close_period()
         self.period = period
         uniq, first, counts = np.unique(h, return_index=True, return_counts=True)
+        if not len(self.p_ids):  # the period starts in this chunk: nothing to merge
+            self.p_ids, self.p_counts = uniq.astype(np.int64), counts.astype(np.int64)
+            self.p_names = k[first].astype(object)
+            return
         self.p_ids, self.p_counts, self.p_names, _ = misra_gries_merge(
             self.p_ids, self.p_counts, self.p_names, uniq, counts.astype(np.int64),
             k[first].astype(object), capacity=1 << 62)
@@ -190,11 +191,15 @@ class KeyStats:
         self.p_ids, self.p_counts, self.p_names = _empty_ids(), _empty_ids(), _empty_obj()
 
     def _update_peaks(self) -> None:
-        start = np.full(len(self.p_ids), int(self.period or 0) * self.period_ms, dtype=np.int64)
-        ids = np.concatenate([self.peak_ids, self.p_ids])
-        counts = np.concatenate([self.peak_counts, self.p_counts])
+        p_ids, p_counts, p_names = self.p_ids, self.p_counts, self.p_names
+        if len(p_counts) > PEAKS:  # only the period's top (ties included) can enter the top
+            keep = p_counts >= np.partition(p_counts, -PEAKS)[-PEAKS]
+            p_ids, p_counts, p_names = p_ids[keep], p_counts[keep], p_names[keep]
+        start = np.full(len(p_ids), int(self.period or 0) * self.period_ms, dtype=np.int64)
+        ids = np.concatenate([self.peak_ids, p_ids])
+        counts = np.concatenate([self.peak_counts, p_counts])
         at = np.concatenate([self.peak_at, start])
-        names = np.concatenate([self.peak_names, self.p_names])
+        names = np.concatenate([self.peak_names, p_names])
         # per id its highest count, the earliest period reaching it: by id, count desc, time
         order = np.lexsort((at, -counts, ids))
         ids, counts, at, names = ids[order], counts[order], at[order], names[order]

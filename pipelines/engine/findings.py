@@ -32,7 +32,7 @@ flapping."""
 SEVERITIES = ("high", "medium", "low", "info")
 """Severities, most severe first (the order findings are listed in)."""
 
-KEY_COLUMNS = ["topic", "messages", "bytes", "producers", "distinct_keys",
+KEY_COLUMNS = ["topic", "messages", "bytes", "distinct_keys",
                "distinct_keys_exact", "keyless_messages", "keyless_share", "top_keys",
                "top_key_hashes", "top_key_messages", "top_key_shares", "top_key_peak_rates",
                "key_count_error", "hot_key_peak_at"]
@@ -51,7 +51,7 @@ class RunData:
     consumer_load: pd.DataFrame
     handoffs: pd.DataFrame
     drains: pd.DataFrame
-    entries: Mapping[str, tuple[int, int]]
+    entries: Mapping[str, tuple[int, int, int]]
 
     @classmethod
     def load(cls, store: DeltaStore, run_id: str, config: ReplayConfig,
@@ -68,7 +68,8 @@ class RunData:
         return cls(config, keys.reset_index(drop=True), read("segment_load"),
                    read("autoscale_decisions"), read("segments"), read("consumer_load"),
                    read("bucket_handoffs"), read("segment_drains"),
-                   store.group_totals("entries", "topic", "num_messages", run_id))
+                   store.group_totals("entries", "topic", "num_messages", "producer_name",
+                                      run_id))
 
 
 def _seconds(td: Any) -> float:
@@ -253,8 +254,8 @@ def profile_rows(data: RunData, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) ->
                    segments_peak=int(tl["active"].max()) if len(tl) else 0,
                    **_decision_counts(data.decisions, topic),
                    flaps=int((fl["topic"] == topic).sum()))
-        n_entries, n_msgs = data.entries.get(topic, (0, 0))
-        row.update(entries=n_entries,
+        n_entries, n_msgs, producers = data.entries.get(topic, (0, 0, 0))
+        row.update(entries=n_entries, producers=producers,
                    entries_per_message=round(n_entries / n_msgs, 6) if n_msgs else None)
         c = consumers[consumers["topic"] == topic]
         d = data.drains[data.drains["topic"] == topic] if len(data.drains) else data.drains

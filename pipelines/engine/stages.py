@@ -282,9 +282,7 @@ def _count_keys(ctl: TopicController, pdf: pd.DataFrame, settings: StageSettings
                  else np.full(len(pdf), None, dtype=object))
         ctl.key_stats.update(pdf["event_ms"].to_numpy(np.int64),
                              pdf["hash32"].fillna(-1).to_numpy(np.int64),
-                             pdf["payload_size"].to_numpy(np.int64), names,
-                             np.asarray(pd.unique(pdf["producer_name"].to_numpy(object)),
-                                        dtype=object))
+                             pdf["payload_size"].to_numpy(np.int64), names)
 
 
 def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
@@ -296,7 +294,7 @@ def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
     period_s = ks.period_ms / 1000
     n = ks.messages
     return {
-        "topic": topic, "messages": n, "bytes": ks.bytes, "producers": len(ks.producers),
+        "topic": topic, "messages": n, "bytes": ks.bytes,
         "distinct_keys": ks.distinct_keys, "distinct_keys_exact": ks.distinct_exact,
         "keyless_messages": ks.keyless, "keyless_share": ks.keyless / n if n else 0.0,
         "top_keys": [t["key"] for t in top],

@@ -736,27 +736,32 @@ class DeltaStore:
             total += int(pc.sum(batch.column(0)).as_py() or 0)
         return rows, total
 
-    def group_totals(self, table: str, by: str, column: str,
-                     run_id: str | None = None) -> dict[str, tuple[int, int]]:
-        """Per value of column ``by`` (a string column): ``(rows, sum of column)`` of ``table``
-        (optionally one run), scanned one record batch at a time as :meth:`column_totals`;
-        ``{}`` when the table doesn't exist."""
+    def group_totals(self, table: str, by: str, column: str, distinct: str,
+                     run_id: str | None = None) -> dict[str, tuple[int, int, int]]:
+        """Per value of the string column ``by``: ``(rows, sum of column, distinct values of
+        column distinct)`` of ``table`` (optionally one run), scanned one record batch at a
+        time as :meth:`column_totals` (memory: a batch plus the distinct values); ``{}`` when
+        the table doesn't exist."""
         if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
             return {}
         dataset = self._delta_table(table).to_pyarrow_dataset()
         flt = (pc.field("run_id") == run_id) if run_id is not None else None
-        out: dict[str, tuple[int, int]] = {}
-        for batch in dataset.to_batches(columns=[by, column], filter=flt):
+        totals: dict[str, list[int]] = {}
+        seen: dict[str, set[Any]] = {}
+        for batch in dataset.to_batches(columns=[by, column, distinct], filter=flt):
             if not batch.num_rows:
                 continue
-            grouped = pa.table(batch).group_by(by).aggregate([(column, "count"),
-                                                              (column, "sum")])
-            for key, n, total in zip(grouped[by].to_pylist(),
-                                     grouped[f"{column}_count"].to_pylist(),
-                                     grouped[f"{column}_sum"].to_pylist(), strict=True):
-                rows, acc = out.get(str(key), (0, 0))
-                out[str(key)] = (rows + int(n), acc + int(total or 0))
-        return out
+            grouped = pa.table(batch).group_by([by, distinct]).aggregate([(column, "count"),
+                                                                          (column, "sum")])
+            for key, value, n, total in zip(grouped[by].to_pylist(),
+                                            grouped[distinct].to_pylist(),
+                                            grouped[f"{column}_count"].to_pylist(),
+                                            grouped[f"{column}_sum"].to_pylist(), strict=True):
+                acc = totals.setdefault(str(key), [0, 0])
+                acc[0] += int(n)
+                acc[1] += int(total or 0)
+                seen.setdefault(str(key), set()).add(value)
+        return {k: (v[0], v[1], len(seen[k])) for k, v in totals.items()}
 
     def read(self, table: str, run_id: str | None = None) -> pd.DataFrame:
         """``table`` (optionally one run) as a pandas DataFrame (timestamps ``datetime64[us,

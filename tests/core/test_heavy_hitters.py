@@ -45,8 +45,7 @@ def zipf_log(n: int, n_keys: int, exponent: float, seconds: int,
     hash32[keyless] = -1
     return pd.DataFrame({"event_ms": event_ms, "hash32": hash32,
                          "key": np.array([f"k{i}" for i in idx], dtype=object),
-                         "size": np.full(n, 10, dtype=np.int64),
-                         "producer": np.array([f"p{i % 3}" for i in range(n)], dtype=object)})
+                         "size": np.full(n, 10, dtype=np.int64)})
 
 
 def feed(log: pd.DataFrame, chunks: int = 1, capacity: int = 1024) -> KeyStats:
@@ -54,8 +53,7 @@ def feed(log: pd.DataFrame, chunks: int = 1, capacity: int = 1024) -> KeyStats:
     for part in np.array_split(np.arange(len(log)), chunks):
         g = log.iloc[part]
         ks.update(g["event_ms"].to_numpy(np.int64), g["hash32"].to_numpy(np.int64),
-                  g["size"].to_numpy(np.int64), g["key"].to_numpy(object),
-                  g["producer"].to_numpy(object))
+                  g["size"].to_numpy(np.int64), g["key"].to_numpy(object))
     ks.close()
     return ks
 
@@ -105,7 +103,6 @@ def test_traffic_counts_are_exact(zipf) -> None:
     assert ks.messages == len(zipf)
     assert ks.bytes == int(zipf["size"].sum())
     assert ks.keyless == int((zipf["hash32"] < 0).sum())
-    assert list(ks.producers) == ["p0", "p1", "p2"]
 
 
 def test_distinct_keys_are_exact_below_the_limit() -> None:
@@ -145,8 +142,7 @@ def test_misra_gries_error_never_exceeds_n_over_capacity_plus_one(items, capacit
     ids = np.array(items, dtype=np.int64)
     ks = KeyStats(PERIOD_MS, capacity=capacity)
     ms = np.arange(len(ids), dtype=np.int64) * 7_000  # a new period every ~9 messages
-    ks.update(ms, ids, np.ones(len(ids), dtype=np.int64), ids.astype(str).astype(object),
-              np.full(len(ids), "p", dtype=object))
+    ks.update(ms, ids, np.ones(len(ids), dtype=np.int64), ids.astype(str).astype(object))
     ks.close()
     true = pd.Series(items).value_counts()
     assert ks.error <= len(items) / (capacity + 1)
