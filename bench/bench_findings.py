@@ -43,10 +43,14 @@ def main() -> None:
     for topic, g in accepted.groupby("topic", sort=True):
         g = stages._sorted(g.reset_index(drop=True))
         blob, ctl_keys = None, stages.new_controller(str(topic), None, settings)
-        for lo in range(0, len(g), args.window):
-            w = g.iloc[lo:lo + args.window]
-            hi = int(w["event_ms"].max()) + 1
-            final = lo + args.window >= len(g)
+        ev = g["event_ms"].to_numpy()
+        # windows of about --window messages, cut between event times (as the runtime's)
+        cuts = sorted({int(ev[i]) for i in range(args.window, len(g), args.window)})
+        bounds = [*cuts, int(ev[-1]) + 1]
+        for k, hi in enumerate(bounds):
+            lo = bounds[k - 1] if k else None
+            w = g[(ev < hi) & (ev >= lo if lo is not None else True)]
+            final = k == len(bounds) - 1
             t0 = time.perf_counter()
             _, ctl = stages.control_group(str(topic), w, blob, settings, hi, final)
             blob = stages.control_outputs({str(topic): ctl}, settings.speed).states[str(topic)]
