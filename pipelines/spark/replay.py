@@ -75,7 +75,7 @@ from pipelines.spark.staging_pass import stage_batch
 from pipelines.storage import fs as storage
 from pipelines.storage.delta import DeltaStore, table_app_id
 from pipelines.storage.faults import fault
-from pipelines.storage.frames import CONTROL_KINDS, STAGE_KINDS
+from pipelines.storage.frames import CONTROL_KINDS, KEY_PROFILE_KIND, STAGE_KINDS
 from pipelines.storage.staging import (
     StagingPlan,
     staged_batch_stats,
@@ -323,6 +323,11 @@ class Replay:
         self.state = self._load_state()
 
     # ---- paths --------------------------------------------------------------------------------
+    def _key_profiles(self, run_id: str) -> str:
+        """Where the end of input's key-profile files of ``run_id`` are kept until the answers
+        are written (``<work_dir>/key_profile/<run_id>``; rewritten whole by a re-run)."""
+        return storage.join(self.work_dir, KEY_PROFILE_KIND, run_id)
+
     @property
     def work_dir(self) -> str:
         """``<output>/_work/<run_id>`` (a path or a URL, as the output)."""
@@ -770,7 +775,8 @@ class Replay:
         with self._timed("findings"):  # from the committed tables (restart-safe, idempotent)
             for r in self.runs:
                 write_answers(self.store, r.run_id, r.config,
-                              FINAL_VERSION_OFFSET + max(self.state.batch_id, 0))
+                              FINAL_VERSION_OFFSET + max(self.state.batch_id, 0),
+                              keys=_read_rows(self._key_profiles(r.run_id)))
         self.state.finalized = True
         # The batch id stays that of the last micro-batch: a later micro-batch (new files on
         # a re-run) is then processed, as late, instead of being mistaken for a re-delivery.
@@ -852,6 +858,9 @@ class Replay:
         for kind, table in STAGE_KINDS.items():
             self._append_files(table, {r: storage.join(f, kind) for r, f in out.items()},
                                version)
+        for r, f in out.items():  # kept for the answers at the end (the files, no commit)
+            if storage.is_dir(storage.join(f, KEY_PROFILE_KIND)):
+                storage.copy_dir(storage.join(f, KEY_PROFILE_KIND), self._key_profiles(r))
         remove_versions(emulation, version)
         self.state.horizon_ms = windows[-1].hi_ms
 

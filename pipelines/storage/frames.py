@@ -29,13 +29,17 @@ tables; the control plane's small tables come from
 :func:`pipelines.engine.stages.control_outputs`)."""
 
 CONTROL_KINDS = {"sample": "segment_load", "decision": "autoscale_decisions",
-                 "segment": "segments", "key_profile": "topic_profile"}
+                 "segment": "segments"}
 """Kinds of the control plane's tables (:class:`pipelines.engine.stages.ControlResult`'s frames)
-→ their tables (``key_profile``: the ``topic_profile`` columns the control plane's key
-statistics give, one row per topic at end of input; the driver completes the rows from the
-other tables, ``pipelines.engine.findings``)."""
+→ their tables."""
 
-OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS}
+KEY_PROFILE_KIND = "key_profile"
+"""The control plane's key statistics at end of input: one row per topic with the
+``topic_profile`` columns they give (:func:`pipelines.engine.stages.key_profile_row`). Not
+committed as such: the driver keeps the files and completes the rows from the committed tables
+(``pipelines.engine.findings``)."""
+
+OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS, KEY_PROFILE_KIND: "topic_profile"}
 """Every kind :class:`FrameWriter` writes → its table."""
 
 
