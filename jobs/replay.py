@@ -808,8 +808,8 @@ def _sweep_scenarios(args: argparse.Namespace) -> tuple[int, list[Scenario]]:
         ScenarioError,
         parse_scenario,
     )
+    from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S  # noqa: PLC0415
     from pipelines.spark.sweep import (  # noqa: PLC0415
-        DEFAULT_FLAP_WINDOW_S,
         SweepError,
         check_names,
         grid_scenarios,
@@ -898,6 +898,12 @@ def _sweep(args: argparse.Namespace) -> int:
         return 0
     metrics = {r["run_id"]: dict(r) for _, r in rows.iterrows()}
     print(format_comparison(metrics_frame(metrics)))
+    from pipelines.analysis.recommend import format_recommendations, recommend  # noqa: PLC0415
+    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
+
+    for line in format_recommendations(recommend(DeltaStore(args.output, engine="delta-rs"),
+                                                 [str(r) for r in rows["run_id"]])):
+        print(line)
     print(f"sweep {args.sweep_id}: {len(rows)} rows in {join(args.output, 'sweeps')} "
           f"(flap window {window} s)")
     if args.html:

@@ -112,6 +112,16 @@ def good_frames() -> dict[str, pd.DataFrame]:
         "segment_drains": pd.DataFrame([
             {**base, "subscription": "s", "segment_id": 0, "sealed_at": ts(7),
              "drained_at": ts(8), "drain_ms": 1000}]),
+        "topic_profile": pd.DataFrame([
+            {**base, "messages": 3, "bytes": 30, "producers": 1, "distinct_keys": 2,
+             "distinct_keys_exact": True, "keyless_messages": 1, "keyless_share": 1 / 3,
+             "top_keys": ["a", "b"], "top_key_hashes": [100, 2**31], "top_key_messages": [1, 1],
+             "top_key_shares": [1 / 3, 1 / 3], "top_key_peak_rates": [1 / 60, 1 / 60],
+             "key_count_error": 0}]),
+        "findings": pd.DataFrame([
+            {**base, "finding": "single_segment", "severity": "info", "at": None,
+             "subject": None, "message": "never left one segment", "evidence": "{}",
+             "rule": "at most one active segment", "reference": "§2.2"}]),
         "quarantine": pd.DataFrame([
             {"run_id": RUN, "source_file": "f.json", "raw_record": "{", "reason": LATE,
              "batch_id": 0}]),

@@ -41,6 +41,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from pipelines.analysis.compare import METRICS, RunTables, metrics_frame, run_metrics
+from pipelines.analysis.recommend import RUN_SCOPE, Recommendation, recommend
 from pipelines.analysis.report import (
     _CSS,
     CREATED_BY_COLOR,
@@ -57,6 +58,7 @@ from pipelines.analysis.report import (
     topic_table,
 )
 from pipelines.contract.config import parse_config
+from pipelines.engine.findings import ordered_findings
 from pipelines.storage.delta import DeltaStore
 
 Figures = list[tuple[str, go.Figure]]
@@ -718,6 +720,8 @@ def run_section(tables: RunTables, metrics: dict[str, Any], counter: _Counter | 
         parts.append(f"<p class='meta'>settings {html.escape(settings)}</p>")
     parts.append("<h3>Summary</h3>")
     parts.append(table_html(metrics_frame({r.run_id: metrics}), cls="summary"))
+    parts.append("<h3>Findings</h3>")
+    parts.append(findings_html(r.store.read("findings", run_id=r.run_id)))
     tt = topic_table(r)
     parts.append("<h3>Topics</h3>")
     parts.append(table_html(tt.head(40), cls="topics"))
@@ -732,6 +736,37 @@ def run_section(tables: RunTables, metrics: dict[str, Any], counter: _Counter | 
         counter.images += 1
     parts.append("</section>")
     return "\n".join(parts)
+
+
+FINDING_COLUMNS = ("severity", "topic", "finding", "at", "subject", "message", "rule",
+                   "reference")
+"""Columns of the findings table on the report page (the ``evidence`` JSON is the hover)."""
+
+
+def _cell(v: Any) -> str:
+    """A table cell's text: empty for a null, a timestamp as ``YYYY-mm-dd HH:MM:SS``."""
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return ""
+    if isinstance(v, pd.Timestamp):
+        return str(v.strftime("%Y-%m-%d %H:%M:%S"))
+    return str(v)
+
+
+def findings_html(findings: pd.DataFrame) -> str:
+    """A run's ``findings`` rows as an HTML table, most severe first and the largest of a kind
+    first (:func:`~pipelines.engine.findings.ordered_findings`: every finding; its
+    ``evidence`` as the row's tooltip), or a line saying there are none."""
+    if findings.empty:
+        return "<p class='meta'>No findings (or a run written before findings existed).</p>"
+    order = ordered_findings(findings)
+    head = "".join(f"<th>{c}</th>" for c in FINDING_COLUMNS)
+    rows = []
+    for f in order.to_dict("records"):
+        cells = "".join(f"<td>{html.escape(_cell(f[c]))}</td>" for c in FINDING_COLUMNS)
+        rows.append(f"<tr class='finding {html.escape(str(f['severity']))}' "
+                    f"title='{html.escape(str(f['evidence']))}'>{cells}</tr>")
+    return (f"<div class='wide'><table class='findings'><thead><tr>{head}</tr></thead><tbody>"
+            + "".join(rows) + "</tbody></table></div>")
 
 
 def render_page(title: str, body: Sequence[str]) -> str:
@@ -838,6 +873,23 @@ def sweep_table(sweeps: pd.DataFrame) -> str:
             + "".join(rows) + "</tbody></table></div>")
 
 
+def recommendation_html(recs: Sequence[Recommendation]) -> str:
+    """The sweep's recommendations (:func:`pipelines.analysis.recommend.recommend`) as an HTML
+    list: per scope (a topic, or the whole run) the scenario, a link to its report, and why."""
+    if not recs:
+        return "<p class='meta'>No recommendation: the sweep has no finished scenario.</p>"
+    items = []
+    for r in recs:
+        scope = "the run" if r.scope == RUN_SCOPE else f"topic {r.scope}"
+        items.append(f"<li class='recommendation'><b>{html.escape(scope)}</b>: "
+                     f"<a href='#{html.escape(_anchor(r.scenario))}'>"
+                     f"{html.escape(r.scenario)}</a> — {html.escape(r.reason)}</li>")
+    return ("<p class='meta'>Rule: among the scenarios that keep every segment under the "
+            "tightest split threshold swept as well as any (within one auto-scale interval), "
+            "the fewest flaps, then layout changes, idle consumers, entries per message "
+            "(docs/findings.md).</p><ul>" + "".join(items) + "</ul>")
+
+
 def write_sweep_page(store: DeltaStore, sweep_id: str, path: str | Path) -> dict[str, Any]:
     """The page of sweep ``sweep_id`` (``sweeps`` table under ``store``), one self-contained HTML
     file at ``path``: the scenario table, the :func:`sweep_figures` (a click on a cell or point
@@ -853,7 +905,10 @@ def write_sweep_page(store: DeltaStore, sweep_id: str, path: str | Path) -> dict
     body = [f"<p class='meta'>sweep <b>{html.escape(sweep_id)}</b>: {len(sweeps)} scenarios "
             f"over {html.escape(', '.join(params) or 'no varying setting')}. Click a heat-map "
             "cell or a point to open that scenario's report below.</p>",
-            "<h2>Scenarios</h2>", sweep_table(sweeps), "<h2>Trade-offs</h2>"]
+            "<h2>Scenarios</h2>", sweep_table(sweeps),
+            "<h2>Recommended</h2>", recommendation_html(
+                recommend(store, [str(r) for r in sweeps["run_id"]])),
+            "<h2>Trade-offs</h2>"]
     pareto: list[str] = []
     for k, (title, fig) in enumerate(figures):
         div = (f"<div class='plot'><h3>{html.escape(title)}</h3>"

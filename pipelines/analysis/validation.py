@@ -94,13 +94,15 @@ KEYS: dict[str, tuple[str, ...]] = {
     "bucket_handoffs": ("topic", "subscription", "segment_id", "bucket_index", "withheld_from"),
     "subscription_stats": ("topic", "subscription", "window_start"),
     "segment_drains": ("topic", "subscription", "segment_id"),
+    "topic_profile": ("topic",),
+    "findings": ("topic", "finding", "subject"),
     "quarantine": ("source_file", "raw_record", "reason"),
     "runs": ("run_id",),
 }
 """Columns identifying a row of each table (also the sort order before validation)."""
 
 UNIQUE_KEYS = ("entries", "segments", "segment_load", "dispatch", "consumer_load",
-               "subscription_stats", "segment_drains", "runs")
+               "subscription_stats", "segment_drains", "topic_profile", "runs")
 """Tables whose :data:`KEYS` are unique by their grain. (``messages``: a log may legitimately
 repeat a producer's sequence id; ``autoscale_decisions``, ``bucket_handoffs``, ``quarantine``:
 several rows may share the key columns.)"""
@@ -260,6 +262,15 @@ def suites(allow_unreadable_files: bool = False) -> dict[str, list[Expectation]]
             *unique("segment_drains"),
             a_ge_b("drained_at", "sealed_at"),
             *at_least(0, "drain_ms"),
+        ],
+        "topic_profile": [
+            *not_null("topic", "messages", "bytes", "producers", "distinct_keys"),
+            *unique("topic_profile"),
+            *at_least(0, "messages", "bytes", "keyless_messages", "key_count_error"),
+        ],
+        "findings": [
+            *not_null("topic", "finding", "severity", "message", "evidence", "rule"),
+            in_set("severity", ("high", "medium", "low", "info")),
         ],
         "quarantine": [
             *not_null(*KEYS["quarantine"]),

@@ -99,8 +99,8 @@ DEFAULT_CONF_ENV = "TOPIC_REPLAY_DEFAULT_CONF"
 
 OUTPUT_TABLES: tuple[str, ...] = (
     "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-    "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains", "quarantine",
-    "runs", "validations", "sweeps",
+    "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains", "topic_profile",
+    "findings", "quarantine", "runs", "validations", "sweeps",
 )
 """Every output table, in canonical order (docs/tables.md)."""
 
@@ -118,8 +118,8 @@ TIMESTAMP_FORMATS: tuple[str, ...] = NAMED_FORMATS
 
 TableName = Literal[
     "messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
-    "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains", "quarantine",
-    "runs", "validations", "sweeps",
+    "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains", "topic_profile",
+    "findings", "quarantine", "runs", "validations", "sweeps",
 ]
 ContractColumn = Literal[
     "topic", "key", "publish_time", "payload_size", "producer_name", "sequence_id",

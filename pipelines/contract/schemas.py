@@ -413,6 +413,90 @@ counts 0, `draining_hashes_max` = `draining_hashes_count`, the other columns as 
 """The section of docs/tables.md on the windowed tables' idle windows (Markdown, rendered as
 is): the rule of :func:`pipelines.core.dispatch.idle_consumer_load` /
 :func:`~pipelines.core.dispatch.idle_window_stats`, and how to fill them back in."""
+TOPIC_PROFILE = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("messages", pa.int64()),
+    _f("bytes", pa.int64()),
+    _f("producers", pa.int64(), True),
+    _f("distinct_keys", pa.int64()),
+    _f("distinct_keys_exact", pa.bool_()),
+    _f("keyless_messages", pa.int64()),
+    _f("keyless_share", pa.float64()),
+    _f("top_keys", _list(pa.string())),
+    _f("top_key_hashes", _list(pa.int64())),
+    _f("top_key_messages", _list(pa.int64())),
+    _f("top_key_shares", _list(pa.float64())),
+    _f("top_key_peak_rates", _list(pa.float64())),
+    _f("key_count_error", pa.int64()),
+    _f("hot_key_peak_at", TS, True),
+    _f("peak_msg_rate_in", pa.float64(), True),
+    _f("peak_at", TS, True),
+    _f("mean_msg_rate_in", pa.float64(), True),
+    _f("split_msg_rate_in", pa.float64(), True),
+    _f("hot_key_peak_rate", pa.float64(), True),
+    _f("hot_key_vs_split", pa.float64(), True),
+    _f("unrelievable_share", pa.float64(), True),
+    _f("segments_end", pa.int64(), True),
+    _f("segments_peak", pa.int64(), True),
+    _f("splits", pa.int64(), True),
+    _f("merges", pa.int64(), True),
+    _f("rebuckets", pa.int64(), True),
+    _f("suppressed", pa.int64(), True),
+    _f("flaps", pa.int64(), True),
+    _f("entries", pa.int64(), True),
+    _f("entries_per_message", pa.float64(), True),
+    _f("consumers", pa.int64(), True),
+    _f("idle_consumers", pa.int64(), True),
+    _f("withheld_max_s", pa.float64(), True),
+    _f("drain_max_s", pa.float64(), True),
+    _f("undrained_segments", pa.int64(), True),
+])
+"""topic_profile — one row per run and topic: what the topic's traffic was and what the
+emulation did with it (``pipelines.engine.findings``, docs/findings.md). Traffic, counted where
+the control plane sees every message (``pipelines.core.heavy_hitters.KeyStats``):
+``messages``, ``bytes``, ``distinct_keys`` (distinct key hashes; exact when
+``distinct_keys_exact``, else a HyperLogLog estimate, ±0.8 %), ``keyless_messages`` /
+``keyless_share``; the ``top_keys`` (up to 10, hottest first by their highest rate in one stats
+period, ``replay.rate_window_s``; null names where ``output.keys`` withholds keys) with their
+hashes, ``top_key_messages`` (a Misra-Gries lower bound, at most ``key_count_error`` below the
+true count), ``top_key_shares`` (of all the topic's messages) and ``top_key_peak_rates`` (msg/s,
+exact); ``hot_key_peak_at``: when the hottest key's peak period started. Load, from
+``segment_load``: ``peak_msg_rate_in`` / ``mean_msg_rate_in`` (msg/s: the sum over the topic's
+active segments at a load sample, its highest and its mean over samples) and ``peak_at``;
+``split_msg_rate_in``: the topic's split threshold; ``hot_key_peak_rate`` /
+``hot_key_vs_split`` (that rate over the threshold); ``unrelievable_share``: the share of the
+peak load no split can relieve, ``max(0, hot_key_peak_rate − split_msg_rate_in) /
+peak_msg_rate_in`` (a key always maps to one segment). Layout and decisions: ``segments_end``
+(active at the end), ``segments_peak`` (most active at once), ``splits`` / ``merges`` /
+``rebuckets`` / ``suppressed`` (``autoscale_decisions``), ``flaps`` (as ``sweeps.flaps``).
+Data plane (from ``entries``): ``producers`` (distinct producers that sent an entry),
+``entries``, ``entries_per_message``; ``consumers`` (configured, over the topic's
+subscriptions) and ``idle_consumers`` (those delivered nothing over the run);
+``withheld_max_s``: the longest a bucket was withheld in a handoff (one still withheld at the
+end counts to the last event); ``drain_max_s``: the longest sealed-segment drain;
+``undrained_segments``: sealed segment × subscription pairs not drained at the end. Rates are
+on the emulated clock (× ``replay.speed``), as in ``segment_load``."""
+
+FINDINGS = pa.schema([
+    RUN_ID,
+    _f("topic", pa.string()),
+    _f("finding", pa.string()),
+    _f("severity", pa.string()),
+    _f("at", TS, True),
+    _f("subject", pa.string(), True),
+    _f("message", pa.string()),
+    _f("evidence", pa.string()),
+    _f("rule", pa.string()),
+    _f("reference", pa.string()),
+])
+"""findings — one finding about one topic of a run (``pipelines.engine.findings``; every kind
+and its rule in docs/findings.md): ``finding`` is hot_key | flapping | idle_consumers |
+single_segment | blind_spot; ``severity`` high | medium | low | info; ``at`` when it was first
+seen (log time; null when it holds for the whole run); ``subject`` what it is about (a key, a
+subscription, a segment, a hash range); ``message`` the finding in words with its numbers;
+``evidence`` a JSON object of those numbers; ``rule`` the rule that raised it; ``reference``
+the sections of the behaviour reference behind it."""
 
 TABLES: dict[str, pa.Schema] = {
     "messages": MESSAGES,
@@ -425,6 +509,8 @@ TABLES: dict[str, pa.Schema] = {
     "bucket_handoffs": BUCKET_HANDOFFS,
     "subscription_stats": SUBSCRIPTION_STATS,
     "segment_drains": SEGMENT_DRAINS,
+    "topic_profile": TOPIC_PROFILE,
+    "findings": FINDINGS,
     "quarantine": QUARANTINE,
     "runs": RUNS,
     "validations": VALIDATIONS,

@@ -70,6 +70,7 @@ from pipelines.core.assignment import (
     session_end_ms,
 )
 from pipelines.core.buckets import bucket_of_array
+from pipelines.core.heavy_hitters import KeyStats
 from pipelines.core.layout import SegmentLayout
 from pipelines.core.load import (
     DEFAULT_RATE_CHANGE_THRESHOLD,
@@ -223,6 +224,7 @@ class TopicController:
     _samples: list[dict[str, Any]] = field(default_factory=list)
     _last_message_ms: int = -1
     _quiet_evaluated: bool = False  # an evaluation ran while idle and nothing moved since
+    key_stats: KeyStats | None = None  # the topic's key statistics (issue #34), fed by the caller
 
     def __post_init__(self) -> None:
         s = self.settings

@@ -48,6 +48,7 @@ from pipelines.contract.config import ReplayConfig
 from pipelines.contract.presets import InputSpec, is_identifier
 from pipelines.contract.schemas import table_columns
 from pipelines.engine import stages
+from pipelines.engine.findings import write_answers
 from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.input_check import is_empty, is_listed
 from pipelines.ingest.privacy import conceal_quarantine, pseudonymizer, withheld_columns, withhold
@@ -717,6 +718,8 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     counts["dispatched"] = sum(len(f) for f in frames["dispatch"])
     counts["publish_time"] = input_spec.publish_time_facts()
     lap("delta_write")
+    write_answers(store, run_id, config, version, keys=ctl.key_profiles)
+    lap("findings")
 
     row = runs_row(config, inputs, counts, store.engine, started, {"engine": "local", **timings})
     write("runs", pd.DataFrame([row]), version)

@@ -47,6 +47,7 @@ from pipelines.core.controller import (
 )
 from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
+from pipelines.core.heavy_hitters import KeyStats
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.storage.delta import conform_arrow
 from pipelines.storage.frames import DISPATCH_TABLES
@@ -223,6 +224,7 @@ class ControlResult:
     decisions: pd.DataFrame
     samples: pd.DataFrame
     segments: pd.DataFrame
+    key_profiles: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def new_controller(topic: str, blob: bytes | None, settings: StageSettings) -> TopicController:
@@ -260,9 +262,57 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
         pdf = pdf.assign(segment_id=pd.Series(dtype="int64"),
                          bucket_index=pd.Series(dtype="int32"),
                          layout_epoch=pd.Series(dtype="int64"))
+    _count_keys(ctl, pdf, settings)
     if final:
         ctl.finish()
+        if ctl.key_stats is not None:
+            ctl.key_stats.close()
     return pdf, ctl
+
+
+TOP_KEYS = 10
+"""Keys listed per topic in ``topic_profile`` (the hottest by peak period rate)."""
+
+
+def _count_keys(ctl: TopicController, pdf: pd.DataFrame, settings: StageSettings) -> None:
+    """Feed the window's messages (replay order) to the topic's key statistics
+    (:class:`~pipelines.core.heavy_hitters.KeyStats`, carried in the controller; one per
+    ``replay.rate_window_s`` stats period on the emulated clock, as the load samples)."""
+    mode = settings.config.output.keys
+    if ctl.key_stats is None:
+        ctl.key_stats = KeyStats(settings.config.replay.rate_window_s * 1000,
+                                 report_hashes=mode != "none")
+    if len(pdf):
+        # output.keys hashed / none: the key names are never kept (nor written, even
+        # transiently); the hashes identify the keys
+        names = (pdf["key"].to_numpy(object) if mode == "raw"
+                 else np.full(len(pdf), None, dtype=object))
+        ctl.key_stats.update(pdf["event_ms"].to_numpy(np.int64),
+                             pdf["hash32"].fillna(-1).to_numpy(np.int64),
+                             pdf["payload_size"].to_numpy(np.int64), names)
+
+
+def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
+    """The ``topic_profile`` columns the key statistics give (one topic, after
+    :meth:`KeyStats.close`): traffic counts and the :data:`TOP_KEYS` hottest keys (names null
+    under ``output.keys`` hashed / none, hashes null under none). Rates in msg/s on the
+    emulated clock, times in log time."""
+    top = ks.top(TOP_KEYS)
+    period_s = ks.period_ms / 1000
+    n = ks.messages
+    return {
+        "topic": topic, "messages": n, "bytes": ks.bytes,
+        "distinct_keys": ks.distinct_keys, "distinct_keys_exact": ks.distinct_exact,
+        "keyless_messages": ks.keyless, "keyless_share": ks.keyless / n if n else 0.0,
+        "top_keys": [t["key"] for t in top],
+        "top_key_hashes": [t["hash32"] if ks.report_hashes else None for t in top],
+        "top_key_messages": [t["messages"] for t in top],
+        "top_key_shares": [t["messages"] / n if n else 0.0 for t in top],
+        "top_key_peak_rates": [t["peak_messages"] / period_s for t in top],
+        "key_count_error": ks.error,
+        "hot_key_peak_at": (pd.Timestamp(round(top[0]["peak_at_ms"] * speed), unit="ms",
+                                         tz="UTC") if top else None),
+    }
 
 
 def control_outputs(controllers: Mapping[str, TopicController],
@@ -271,9 +321,13 @@ def control_outputs(controllers: Mapping[str, TopicController],
 
     Frames: ``decisions`` / ``samples`` / ``segments`` with the columns of
     ``autoscale_decisions`` / ``segment_load`` / ``segments`` (times as UTC timestamps in log
-    time, i.e. emulated ms × ``speed``); topics in name order."""
-    decisions, samples, segments = [], [], []
+    time, i.e. emulated ms × ``speed``), ``key_profiles``: a :func:`key_profile_row` per topic
+    whose input has ended (its key statistics closed); topics in name order."""
+    decisions, samples, segments, profiles = [], [], [], []
     for topic, ctl in sorted(controllers.items()):
+        ks = ctl.key_stats
+        if ks is not None and ks.closed:
+            profiles.append(key_profile_row(topic, ks, speed))
         d, s = ctl.take_outputs()
         decisions += [{"topic": topic, **r} for r in d]
         samples += [{"topic": topic, **r} for r in s]
@@ -287,6 +341,7 @@ def control_outputs(controllers: Mapping[str, TopicController],
                        {"sample_time_ms": "sample_time", "modified_at_ms": "modified_at"}),
         segments=_times(pd.DataFrame(segments), speed,
                         {"created_at_ms": "created_at", "sealed_at_ms": "sealed_at"}),
+        key_profiles=pd.DataFrame(profiles),
     )
 
 

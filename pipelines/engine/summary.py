@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from pipelines.contract.config import ReplayConfig
+from pipelines.engine.findings import format_findings, top_findings
 from pipelines.storage.delta import DeltaStore
 
 
@@ -33,8 +34,14 @@ def runs_row(config: ReplayConfig, inputs: Sequence[str], counts: dict[str, Any]
     }
 
 
+TOP_FINDINGS = 5
+"""Findings printed after the run summary (the most severe; all are in the ``findings`` table
+and the report page)."""
+
+
 def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
-    """Headline numbers of one run, read back from the tables (``topic-replay summary``)."""
+    """Headline numbers of one run, read back from the tables (``topic-replay summary``);
+    ``findings``: the :data:`TOP_FINDINGS` most severe findings, of ``findings_total``."""
     def read(t: str) -> pd.DataFrame:
         return store.read(t, run_id=run_id)
 
@@ -69,6 +76,8 @@ def run_summary(store: DeltaStore, run_id: str) -> dict[str, Any]:
         "entries": n_entries,
         "entries_per_message": round(n_entries / n_msgs, 4) if n_msgs else None,
         "per_topic": per_topic,
+        **dict(zip(("findings", "findings_total"), top_findings(store, run_id, TOP_FINDINGS),
+                   strict=True)),
         "validation": latest_validation(store, run_id),
     }
 
@@ -117,6 +126,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     for topic, t in sorted(summary["per_topic"].items()):
         lines.append(f"  topic {topic}: {t['active_segments']} active segments, {t['buckets']} "
                      f"buckets, {t['segments_created']} segments created")
+    lines += format_findings(summary.get("findings", []), summary.get("findings_total"))
     v = summary.get("validation")
     if v:
         lines.append(f"  validation {v['validation_id']}: {v['expectations'] - len(v['failed'])}"

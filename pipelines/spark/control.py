@@ -121,6 +121,7 @@ class ControlProcessor(StatefulProcessor):
         frames = {"sample": result.samples, "decision": result.decisions}
         if final or bool(w.snapshot):
             frames["segment"] = result.segments
+        frames["key_profile"] = result.key_profiles  # at end of input only
         writer.write(f"bin-{b}", frames)
         return shards
 

@@ -47,6 +47,7 @@ from pipelines.contract.kafka import KafkaInput
 from pipelines.contract.presets import InputSpec
 from pipelines.contract.schemas import arrow_schema
 from pipelines.engine import stages
+from pipelines.engine.findings import write_answers
 from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.spark import handover
@@ -77,7 +78,7 @@ from pipelines.spark.staging_pass import stage_batch
 from pipelines.storage import fs as storage
 from pipelines.storage.delta import DeltaStore, table_app_id
 from pipelines.storage.faults import fault
-from pipelines.storage.frames import CONTROL_KINDS, STAGE_KINDS
+from pipelines.storage.frames import CONTROL_KINDS, KEY_PROFILE_KIND, STAGE_KINDS
 from pipelines.storage.staging import (
     StagingPlan,
     staged_batch_stats,
@@ -337,6 +338,11 @@ class Replay:
         self.state = self._load_state()
 
     # ---- paths --------------------------------------------------------------------------------
+    def _key_profiles(self, run_id: str) -> str:
+        """Where the end of input's key-profile files of ``run_id`` are kept until the answers
+        are written (``<work_dir>/key_profile/<run_id>``; rewritten whole by a re-run)."""
+        return storage.join(self.work_dir, KEY_PROFILE_KIND, run_id)
+
     @property
     def work_dir(self) -> str:
         """``<output>/_work/<run_id>`` (a path or a URL, as the output)."""
@@ -786,6 +792,11 @@ class Replay:
                               + (f", state {state_bytes:,} bytes ({time.time() - t0:.1f}s)"
                                  if i == last else ""))
             t0 = time.time()
+        with self._timed("findings"):  # from the committed tables (restart-safe, idempotent)
+            for r in self.runs:
+                write_answers(self.store, r.run_id, r.config,
+                              FINAL_VERSION_OFFSET + max(self.state.batch_id, 0),
+                              keys=_read_rows(self._key_profiles(r.run_id)))
         self.state.finalized = True
         # The batch id stays that of the last micro-batch: a later micro-batch (new files on
         # a re-run) is then processed, as late, instead of being mistaken for a re-delivery.
@@ -867,6 +878,9 @@ class Replay:
         for kind, table in STAGE_KINDS.items():
             self._append_files(table, {r: storage.join(f, kind) for r, f in out.items()},
                                version)
+        for r, f in out.items():  # kept for the answers at the end (the files, no commit)
+            if storage.is_dir(storage.join(f, KEY_PROFILE_KIND)):
+                storage.copy_dir(storage.join(f, KEY_PROFILE_KIND), self._key_profiles(r))
         remove_versions(emulation, version)
         self.state.horizon_ms = windows[-1].hi_ms
 

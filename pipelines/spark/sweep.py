@@ -11,10 +11,10 @@ it alone.
 
 The ``sweeps`` table gets one row per scenario (:func:`sweep_rows`): its settings, the metrics
 ``topic-replay compare`` prints (``pipelines.analysis.compare.run_metrics``), flapping
-(:func:`flaps`) and the time each topic spent at ``policy.max_segments``
-(:func:`time_at_max_segments`). Spark runs only in :func:`run_sweep`, and in
-:func:`replay_scenarios`: ``topic-replay compare``'s replays, one per scenario (its comparison is
-:mod:`pipelines.analysis.compare`).
+(:func:`pipelines.engine.findings.flaps`, the findings' flapping rule) and the time each topic
+spent at ``policy.max_segments`` (:func:`time_at_max_segments`). Spark runs only in
+:func:`run_sweep`, and in :func:`replay_scenarios`: ``topic-replay compare``'s replays, one
+per scenario (its comparison is :mod:`pipelines.analysis.compare`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from pipelines.analysis.compare import (
     run_metrics,
 )
 from pipelines.contract.config import parse_config
+from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S, flaps
 from pipelines.spark.ingest import resolve_input_spec
 from pipelines.spark.replay import Replay, RunSpec
 from pipelines.storage.delta import DeltaStore, table_app_id
@@ -51,12 +52,6 @@ INGEST_KEYS: tuple[str, ...] = ("input", "output", "console", "replay.speed",
 """Config keys (and sections) every scenario of a sweep shares: they decide what is read,
 accepted, staged and how it is written, which happens once for all scenarios. A sweep over
 one of them is refused (``--set`` changes them for every scenario)."""
-
-DEFAULT_FLAP_WINDOW_S = 600
-"""Default flapping window (s, log time): a split undone by a merge of the same hash range (or
-a merge undone by a split) within 10 minutes — twice Pulsar's default merge cooldown and merge
-window (300 s), so a policy that merges back as soon as its cooldowns allow counts as
-flapping."""
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -178,48 +173,6 @@ def check_shared_ingest(base: Mapping[str, Any],
 
 
 # ---- sweep metrics ------------------------------------------------------------------------------
-
-
-def _events(segments: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(splits, merges)``: per split, the split segment's topic, hash range and seal time
-    ``t``; per merge, the merged segment's topic, range, creation time ``t`` and seal time, and
-    whether it was itself split (``split_at``: its seal time when its children came from a
-    split, else NaT)."""
-    cols = ["topic", "range_start", "range_end", "t"]
-    if segments.empty:
-        return pd.DataFrame(columns=cols), pd.DataFrame(columns=[*cols, "split_at"])
-    by_id = segments.set_index(["topic", "segment_id"])["created_by"]
-    split_parent = [
-        len(c) > 0 and by_id.get((topic, int(c[0]))) == "split"
-        for topic, c in zip(segments["topic"], segments["child_ids"], strict=True)]
-    splits = segments[split_parent].rename(columns={"sealed_at": "t"})[cols]
-    merged = segments[segments["created_by"] == "merge"]
-    merged_split = [p for p, m in zip(split_parent, segments["created_by"] == "merge",
-                                      strict=True) if m]
-    merges = merged.rename(columns={"created_at": "t"})[cols].assign(
-        split_at=merged["sealed_at"].where(merged_split, pd.NaT))
-    return splits.reset_index(drop=True), merges.reset_index(drop=True)
-
-
-def flaps(segments: pd.DataFrame, window_s: float) -> int:
-    """Flapping layout changes of a run (``segments`` table rows of one run).
-
-    A flap is a split whose hash range a merge re-creates within ``window_s`` seconds (the
-    split undone), or a merge whose segment is split within ``window_s`` seconds (the merge
-    undone); each split or merge counts at most once. Times are log time (the tables')."""
-    splits, merges = _events(segments)
-    if splits.empty or merges.empty:
-        return 0
-    window = pd.Timedelta(seconds=window_s)
-    pairs = splits.merge(merges, on=["topic", "range_start", "range_end"],
-                         suffixes=("_split", "_merge"))
-    undone_splits = pairs[(pairs["t_merge"] > pairs["t_split"])
-                          & (pairs["t_merge"] <= pairs["t_split"] + window)]
-    n_split = len(undone_splits.drop_duplicates(["topic", "range_start", "range_end",
-                                                 "t_split"]))
-    undone_merges = merges[merges["split_at"].notna()
-                           & (merges["split_at"] - merges["t"] <= window)]
-    return int(n_split + len(undone_merges))
 
 
 def time_at_max_segments(segments: pd.DataFrame, max_segments: Callable[[str], int],

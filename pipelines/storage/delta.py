@@ -936,6 +936,33 @@ class DeltaStore:
                 counts[row["values"]] = counts.get(row["values"], 0) + int(row["counts"])
         return dict(sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0]))))
 
+    def group_totals(self, table: str, by: str, column: str, distinct: str,
+                     run_id: str | None = None) -> dict[str, tuple[int, int, int]]:
+        """Per value of the string column ``by``: ``(rows, sum of column, distinct values of
+        column distinct)`` of ``table`` (optionally one run), scanned one record batch at a
+        time as :meth:`column_totals` (memory: a batch plus the distinct values); ``{}`` when
+        the table doesn't exist."""
+        if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
+            return {}
+        dataset = self._delta_table(table).to_pyarrow_dataset()
+        flt = (pc.field("run_id") == run_id) if run_id is not None else None
+        totals: dict[str, list[int]] = {}
+        seen: dict[str, set[Any]] = {}
+        for batch in dataset.to_batches(columns=[by, column, distinct], filter=flt):
+            if not batch.num_rows:
+                continue
+            grouped = pa.table(batch).group_by([by, distinct]).aggregate([(column, "count"),
+                                                                          (column, "sum")])
+            for key, value, n, total in zip(grouped[by].to_pylist(),
+                                            grouped[distinct].to_pylist(),
+                                            grouped[f"{column}_count"].to_pylist(),
+                                            grouped[f"{column}_sum"].to_pylist(), strict=True):
+                acc = totals.setdefault(str(key), [0, 0])
+                acc[0] += int(n)
+                acc[1] += int(total or 0)
+                seen.setdefault(str(key), set()).add(value)
+        return {k: (v[0], v[1], len(seen[k])) for k, v in totals.items()}
+
     def read(self, table: str, run_id: str | None = None) -> pd.DataFrame:
         """``table`` (optionally one run) as a pandas DataFrame (timestamps ``datetime64[us,
         UTC]``); an empty frame with the table's columns when ``table`` does not exist."""

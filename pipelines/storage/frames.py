@@ -33,7 +33,13 @@ CONTROL_KINDS = {"sample": "segment_load", "decision": "autoscale_decisions",
 """Kinds of the control plane's tables (:class:`pipelines.engine.stages.ControlResult`'s frames)
 → their tables."""
 
-OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS}
+KEY_PROFILE_KIND = "key_profile"
+"""The control plane's key statistics at end of input: one row per topic with the
+``topic_profile`` columns they give (:func:`pipelines.engine.stages.key_profile_row`). Not
+committed as such: the driver keeps the files and completes the rows from the committed tables
+(``pipelines.engine.findings``)."""
+
+OUTPUT_KINDS = {**STAGE_KINDS, **CONTROL_KINDS, KEY_PROFILE_KIND: "topic_profile"}
 """Every kind :class:`FrameWriter` writes → its table."""
 
 

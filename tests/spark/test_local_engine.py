@@ -24,7 +24,7 @@ pytestmark = pytest.mark.spark
 TRACES = Path(__file__).resolve().parents[2] / ".." / "shared" / "traces"
 TABLES = ("messages", "entries", "segments", "segment_load", "autoscale_decisions", "dispatch",
           "consumer_load", "bucket_handoffs", "subscription_stats", "segment_drains",
-          "quarantine", "runs")
+          "topic_profile", "findings", "quarantine", "runs")
 
 SPEC = {
     "seed": 11, "start_time": "2025-01-15T09:00:00Z", "duration_s": 600, "format": "json",
@@ -125,6 +125,12 @@ def test_local_engine_writes_the_spark_tables_on_a_generated_log(generated, tabl
 @pytest.mark.parametrize("table", TABLES)
 def test_local_engine_writes_the_spark_tables_on_online_retail(retail, table):
     _assert_same(retail, table, "retail")
+
+
+def test_both_engines_profile_every_topic_and_find_something(generated):
+    for store in generated:
+        assert sorted(store.read("topic_profile", "gen")["topic"]) == ["clicks", "orders"]
+        assert len(store.read("findings", "gen")) > 0
 
 
 def test_generated_log_exercises_every_stage(generated):
