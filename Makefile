@@ -73,7 +73,7 @@ $(KAFKA_JARS)/.fetched: pyproject.toml
 	  echo "kafka-jars: no mvn on PATH; kafka:// inputs need the jars (docs/capture.md)"; exit 0; fi; \
 	mkdir -p $(KAFKA_JARS) && \
 	for a in $(KAFKA_ARTIFACTS); do \
-	  mvn -q -B -Dstyle.color=never dependency:copy -Dartifact=$$a -DoutputDirectory=$(KAFKA_JARS) || \
+	  tools/mvn_quiet.sh dependency:copy -Dartifact=$$a -DoutputDirectory=$(KAFKA_JARS) || \
 	  { echo "kafka-jars: could not fetch $$a from Maven; kafka:// inputs are unavailable"; \
 	    rm -rf $(KAFKA_JARS); exit 0; }; \
 	done && touch $@
@@ -92,7 +92,7 @@ $(KAFKA_BROKER_JARS)/.fetched: tools/kafka-broker/pom.xml
 	@if ! command -v mvn >/dev/null; then \
 	  echo "kafka-broker: no mvn on PATH; the Kafka tests will skip"; exit 0; fi; \
 	mkdir -p $(KAFKA_BROKER_JARS) && \
-	{ mvn -q -B -Dstyle.color=never -f tools/kafka-broker/pom.xml dependency:copy-dependencies \
+	{ tools/mvn_quiet.sh -f tools/kafka-broker/pom.xml dependency:copy-dependencies \
 	    -DincludeScope=runtime -DoutputDirectory=$(CURDIR)/$(KAFKA_BROKER_JARS) && touch $@; } || \
 	{ echo "kafka-broker: could not fetch the broker from Maven; the Kafka tests will skip"; \
 	  rm -rf $(KAFKA_BROKER_JARS); exit 0; }
@@ -103,7 +103,7 @@ $(PULSAR_JARS)/.fetched: tools/pulsar-standalone/pom.xml tools/pulsar-standalone
 	@if ! command -v mvn >/dev/null; then \
 	  echo "pulsar-standalone: no mvn on PATH; the Pulsar tests will skip"; exit 0; fi; \
 	mkdir -p $(PULSAR_JARS) && \
-	{ mvn -q -B -Dstyle.color=never -s tools/pulsar-standalone/settings.xml \
+	{ tools/mvn_quiet.sh -s tools/pulsar-standalone/settings.xml \
 	    -f tools/pulsar-standalone/pom.xml dependency:copy-dependencies -DincludeScope=runtime \
 	    -DoutputDirectory=$(CURDIR)/$(PULSAR_JARS) && touch $@; } || \
 	{ echo "pulsar-standalone: could not fetch Pulsar from Maven; the Pulsar tests will skip"; \
