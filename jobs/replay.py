@@ -291,15 +291,6 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     ``kafka`` preset's spec (:func:`_kafka_input`). No Spark."""
     from pipelines.contract.config import ConfigError, load_config  # noqa: PLC0415
     from pipelines.contract.kafka import is_kafka_url  # noqa: PLC0415
-    from pipelines.contract.presets import get_preset  # noqa: PLC0415
-    from pipelines.ingest.input_check import (  # noqa: PLC0415
-        InputColumnError,
-        InputFilesError,
-        check_columns,
-        check_files,
-        survey_inputs,
-    )
-    from pipelines.ingest.time_unit import guess_epoch_unit  # noqa: PLC0415
 
     for path in args.input:
         if is_kafka_url(path):
@@ -322,6 +313,24 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
     kafka_spec = _kafka_spec(args, cfg, kafka_ok)
     if kafka_spec is not None:
         return cfg, kafka_spec
+    return cfg, _file_spec(args, cfg, what)
+
+
+def _file_spec(args: argparse.Namespace, cfg: ReplayConfig, what: str) -> InputSpec:
+    """The input spec of files: the preset with the config's input section, the files surveyed
+    (empty ones skipped with a line, mixed ones refused) and their mapped columns checked, and
+    under ``timestamp_format`` auto the unit of epoch numbers guessed (one line);
+    ``UsageError`` (prefixed by ``what``) on any problem."""
+    from pipelines.contract.presets import get_preset  # noqa: PLC0415
+    from pipelines.ingest.input_check import (  # noqa: PLC0415
+        InputColumnError,
+        InputFilesError,
+        check_columns,
+        check_files,
+        survey_inputs,
+    )
+    from pipelines.ingest.time_unit import guess_epoch_unit  # noqa: PLC0415
+
     preset = args.preset or cfg.input.preset
     try:
         spec = get_preset(preset)
@@ -346,7 +355,7 @@ def _config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
         spec = spec.replace(epoch_unit=guess.unit, epoch_unit_guessed=True)
         if not what:  # once per command (not per scenario)
             print(f"input: {guess.note}")
-    return cfg, spec
+    return spec
 
 
 def _kafka_input(args: argparse.Namespace, cfg: ReplayConfig) -> KafkaInput | None:

@@ -277,10 +277,11 @@ TOP_KEYS = 10
 def _count_keys(ctl: TopicController, pdf: pd.DataFrame, settings: StageSettings) -> None:
     """Feed the window's messages (replay order) to the topic's key statistics
     (:class:`~pipelines.core.heavy_hitters.KeyStats`, carried in the controller; one per
-    ``replay.rate_window_s`` stats period on the emulated clock, as the load samples)."""
+    ``replay.stats_update_frequency_s`` stats period on the emulated clock, as the load
+    samples)."""
     mode = settings.config.output.keys
     if ctl.key_stats is None:
-        ctl.key_stats = KeyStats(settings.config.replay.rate_window_s * 1000,
+        ctl.key_stats = KeyStats(settings.config.replay.stats_update_frequency_s * 1000,
                                  report_hashes=mode != "none")
     if len(pdf):
         # output.keys hashed / none: the key names are never kept (nor written, even
