@@ -83,6 +83,14 @@ def test_every_scenario_of_a_sweep_equals_its_run_alone(swept, alone, run_id):
     assert len(store.read("messages", run_id=run_id)) == 900  # 3 files × 300
 
 
+def test_sweep_prints_the_scenario_it_recommends_and_why(swept):
+    _, printed = swept
+    line = next(x for x in printed.splitlines() if x.startswith("recommended for the run: "))
+    scenario = line.removeprefix("recommended for the run: ").split(" — ")[0]
+    assert scenario in SCENARIOS
+    assert "fewest flaps" in line
+
+
 def test_sweep_runs_rows_count_like_runs_alone(swept, alone):
     store, _ = swept
     for run_id in SCENARIOS:
