@@ -461,8 +461,8 @@ the control plane sees every message (``pipelines.core.heavy_hitters.KeyStats``)
 period, ``replay.stats_update_frequency_s``; null names where ``output.keys`` withholds keys)
 with their hashes, ``top_key_messages`` (a Misra-Gries lower bound, at most ``key_count_error``
 below the true count), ``top_key_shares`` (of all the topic's messages) and
-``top_key_peak_rates`` (msg/s, exact); ``hot_key_peak_at``: when the hottest key's peak period started. Load, from
-``segment_load``: ``peak_msg_rate_in`` / ``mean_msg_rate_in`` (msg/s: the sum over the topic's
+``top_key_peak_rates`` (msg/s, exact); ``hot_key_peak_at``: when the hottest key's peak
+period started. Load, from ``segment_load``: ``peak_msg_rate_in`` / ``mean_msg_rate_in`` (msg/s: the sum over the topic's
 active segments at a load sample, its highest and its mean over samples) and ``peak_at``;
 ``split_msg_rate_in``: the topic's split threshold; ``hot_key_peak_rate`` /
 ``hot_key_vs_split`` (that rate over the threshold); ``unrelievable_share``: the share of the
