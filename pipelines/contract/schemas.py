@@ -452,31 +452,30 @@ TOPIC_PROFILE = pa.schema([
     _f("drain_max_s", pa.float64(), True),
     _f("undrained_segments", pa.int64(), True),
 ])
-"""topic_profile — one row per run and topic: what the topic's traffic was and what the
-emulation did with it (``pipelines.engine.findings``, docs/findings.md). Traffic, counted where
-the control plane sees every message (``pipelines.core.heavy_hitters.KeyStats``):
-``messages``, ``bytes``, ``distinct_keys`` (distinct key hashes; exact when
-``distinct_keys_exact``, else a HyperLogLog estimate, ±0.8 %), ``keyless_messages`` /
-``keyless_share``; the ``top_keys`` (up to 10, hottest first by their highest rate in one stats
-period, ``replay.stats_update_frequency_s``; null names where ``output.keys`` withholds keys)
-with their hashes, ``top_key_messages`` (a Misra-Gries lower bound, at most ``key_count_error``
-below the true count), ``top_key_shares`` (of all the topic's messages) and
-``top_key_peak_rates`` (msg/s, exact); ``hot_key_peak_at``: when the hottest key's peak
-period started. Load, from ``segment_load``: ``peak_msg_rate_in`` / ``mean_msg_rate_in`` (msg/s: the sum over the topic's
-active segments at a load sample, its highest and its mean over samples) and ``peak_at``;
-``split_msg_rate_in``: the topic's split threshold; ``hot_key_peak_rate`` /
-``hot_key_vs_split`` (that rate over the threshold); ``unrelievable_share``: the share of the
-peak load no split can relieve, ``max(0, hot_key_peak_rate − split_msg_rate_in) /
-peak_msg_rate_in`` (a key always maps to one segment). Layout and decisions: ``segments_end``
-(active at the end), ``segments_peak`` (most active at once), ``splits`` / ``merges`` /
-``rebuckets`` / ``suppressed`` (``autoscale_decisions``), ``flaps`` (as ``sweeps.flaps``).
-Data plane (from ``entries``): ``producers`` (distinct producers that sent an entry),
-``entries``, ``entries_per_message``; ``consumers`` (configured, over the topic's
-subscriptions) and ``idle_consumers`` (those delivered nothing over the run);
-``withheld_max_s``: the longest a bucket was withheld in a handoff (one still withheld at the
-end counts to the last event); ``drain_max_s``: the longest sealed-segment drain;
-``undrained_segments``: sealed segment × subscription pairs not drained at the end. Rates are
-on the emulated clock (× ``replay.speed``), as in ``segment_load``."""
+"""topic_profile — one row per run and topic: what the topic's traffic was and what the emulation
+did with it (``pipelines.engine.findings``, docs/findings.md). Traffic, counted where the control
+plane sees every message (``pipelines.core.heavy_hitters.KeyStats``): ``messages``, ``bytes``,
+``distinct_keys`` (distinct key hashes; exact when ``distinct_keys_exact``, else a HyperLogLog
+estimate, ±0.8 %), ``keyless_messages`` / ``keyless_share``; the ``top_keys`` (up to 10, hottest
+first by their highest rate in one stats period, ``replay.stats_update_frequency_s``; null names
+where ``output.keys`` withholds keys) with their hashes, ``top_key_messages`` (a Misra-Gries
+lower bound, at most ``key_count_error`` below the true count), ``top_key_shares`` (of all the
+topic's messages) and ``top_key_peak_rates`` (msg/s, exact); ``hot_key_peak_at``: when the
+hottest key's peak period started. Load, from ``segment_load``: ``peak_msg_rate_in`` /
+``mean_msg_rate_in`` (msg/s: the sum over the topic's active segments at a load sample, its
+highest and its mean over samples) and ``peak_at``; ``split_msg_rate_in``: the topic's split
+threshold; ``hot_key_peak_rate`` / ``hot_key_vs_split`` (that rate over the threshold);
+``unrelievable_share``: the share of the peak load no split can relieve, ``max(0,
+hot_key_peak_rate − split_msg_rate_in) / peak_msg_rate_in`` (a key always maps to one segment).
+Layout and decisions: ``segments_end`` (active at the end), ``segments_peak`` (most active at
+once), ``splits`` / ``merges`` / ``rebuckets`` / ``suppressed`` (``autoscale_decisions``),
+``flaps`` (as ``sweeps.flaps``). Data plane (from ``entries``): ``producers`` (distinct producers
+that sent an entry), ``entries``, ``entries_per_message``; ``consumers`` (configured, over the
+topic's subscriptions) and ``idle_consumers`` (those delivered nothing over the run);
+``withheld_max_s``: the longest a bucket was withheld in a handoff (one still withheld at the end
+counts to the last event); ``drain_max_s``: the longest sealed-segment drain;
+``undrained_segments``: sealed segment × subscription pairs not drained at the end. Rates are on
+the emulated clock (× ``replay.speed``), as in ``segment_load``."""
 
 FINDINGS = pa.schema([
     RUN_ID,
