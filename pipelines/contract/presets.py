@@ -337,13 +337,16 @@ NYC_TAXI = InputSpec(
     producer_name="green-taxi",
     publish_time_format="auto",
     time_zone="America/New_York",
+    file_glob="green_tripdata_*.csv*",
     preset="nyc-taxi",
     description="NYC TLC green-taxi trips (../shared/traces/nyc-green-taxi), one per message.",
 )
 """``nyc-taxi``: NYC TLC green-taxi trip records (CSV with the 20 TLC columns, or the Parquet
 variant with ``format="parquet"``). Topic constant ``green-taxi``, key = PULocationID,
 publish_time = lpep_pickup_datetime (New York wall-clock time), payload_size = byte length of
-the raw line (Parquet: of the row's JSON)."""
+the raw line (Parquet: of the row's JSON). From a folder, only ``green_tripdata_*.csv*`` files
+are read (the trace folder also holds the zone lookup CSV and a Parquet month; give the Parquet
+file itself with ``--set input.format=parquet``)."""
 
 APACHE_LOGS = InputSpec(
     format="text",
