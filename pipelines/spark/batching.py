@@ -122,9 +122,12 @@ class BatchingProcessor(StatefulProcessor):
             if msg.num_rows:
                 messages.append(msg)
             if len(ent):
-                entries.append(stages.entry_frame(topic, ent, settings.speed))
-        frame = (pd.concat(entries, ignore_index=True) if entries
-                 else pd.DataFrame(columns=stages.ENTRY_COLUMNS))
+                entries.append(ent.assign(_topic=topic))
+        frame = pd.DataFrame(columns=stages.ENTRY_COLUMNS)
+        if entries:  # one conversion for all the window's topics (a pandas pass per topic costs)
+            raw = pd.concat(entries, ignore_index=True)
+            frame = stages.entry_frame("", raw.drop(columns="_topic"), settings.speed)
+            frame["topic"] = raw["_topic"].to_numpy(object)
         writer.write(f"bin-{b}\x00{shard}",
                      {"msg": pa.concat_tables(messages) if messages else pa.table({}),
                       "entry": frame})
