@@ -693,9 +693,10 @@ class DeltaStore:
         :meth:`append`): only the columns of ``table`` are taken, ``constants`` (column → value,
         e.g. ``run_id``) are added. Files that already have the table's data columns and
         types (the emulation's output) are adopted by either engine: moved into the table and
-        committed as they are (:meth:`_adopt`; delta-spark through the driver JVM's Delta API,
-        no Spark job). Others are rewritten: delta-spark reads them with Spark and writes
-        with ``format("delta")``, delta-rs streams them (:meth:`_append_rs_parquet`).
+        committed as they are (:meth:`_adopt`, no Spark job). Others are rewritten: streamed
+        by delta-rs into new files (:meth:`_append_rs_parquet`), or, with delta-spark where
+        delta-rs cannot write the location, read with Spark and written with
+        ``format("delta")``.
         ``ValueError`` as :meth:`append`."""
         version = int(version)
         constants = dict(constants or {})
@@ -704,6 +705,11 @@ class DeltaStore:
         if self.engine != "delta-spark":
             self._append_rs_parquet(table, path, app_id, version, constants)
         elif not self._adopt(table, path, constants, app_id, version):
+            try:  # another shape (the quarantine's, written by Spark): delta-rs streams it
+                self._append_rs_parquet(table, path, app_id, version, constants)
+                return True
+            except Exception:  # delta-rs cannot write the location: Spark rewrites the files
+                pass
             from pyspark.sql import functions as F  # noqa: PLC0415
 
             df = self.spark.read.parquet(path)

@@ -414,6 +414,7 @@ def _writer_store(writer: str, spark, root, monkeypatch) -> DeltaStore:
 
         monkeypatch.setattr(delta_io.DeltaStore, "_commit_adds_rs", unreachable)
         monkeypatch.setattr(delta_io.DeltaStore, "_write_rows_rs", unreachable)
+        monkeypatch.setattr(delta_io.DeltaStore, "_append_rs_parquet", unreachable)
         writer = "delta-spark"
     return _engine_store(writer, spark, root)
 
@@ -477,3 +478,22 @@ def test_adoption_interrupted_between_the_moves_and_the_commit_commits_every_fil
 
     assert store.append_parquet("quarantine", str(staged), "a", 0, constants={"run_id": "r1"})
     assert sorted(store.read("quarantine")["batch_id"]) == [5, 5, 5]
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("writer", WRITERS)
+def test_append_parquet_of_another_shape_writes_its_rows_with_every_writer(spark, tmp_path,
+                                                                          writer, monkeypatch):
+    store = _writer_store(writer, spark, tmp_path / "tables", monkeypatch)
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    rows = _quarantine_rows(n=2).drop(columns="run_id").assign(extra="not a column")
+    pq.write_table(pa.Table.from_pandas(rows, preserve_index=False), folder / "p.parquet")
+
+    assert store.append_parquet("quarantine", str(folder), app_id="a", version=0,
+                                constants={"run_id": "r1"})
+
+    got = store.read("quarantine")
+    assert sorted(zip(got["run_id"], got["raw_record"], strict=True)) == [("r1", "line 0"),
+                                                                          ("r1", "line 1")]
+    assert DeltaTable(store.path("quarantine")).transaction_version("a") == 0
