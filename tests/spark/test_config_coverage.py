@@ -7,7 +7,8 @@ value.
 How "read" is seen: every config model's attribute reads are recorded (``_Model.
 __getattribute__`` wrapped) while ``jobs.replay.main`` runs a replay, except those made while
 the config is being loaded (``load_config``: validation, defaults). Reads in Spark's Python
-workers are not seen (other processes); the driver reads every key it hands them.
+workers are not seen (other processes); the driver reads every key it hands them. A Kafka
+input's keys are read by resolving a ``kafka://`` input as ``run`` does (no broker here).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import BaseModel
 import jobs.replay as cli
 import pipelines.contract.config as config_module
 from pipelines.contract.config import ReplayConfig, _Model, default_conf_path
+from pipelines.contract.kafka import kafka_input
 
 
 def _leaf_keys(node: Any, model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, str,
@@ -117,6 +119,11 @@ def test_every_documented_key_is_read_by_a_replay(spark, tmp_path, reads):
             code = cli.main(["run", "--input", str(logs), "--output", str(tmp_path / engine),
                              "--engine", engine, *sets])
             assert code == 0
+    # a Kafka input's keys: the same resolution `run --input kafka://` makes before it
+    # starts Spark's Kafka source (a broker-backed replay is tests/spark/test_kafka_input.py)
+    kafka = config_module.load_config(None, ["input.kafka.bootstrap_servers=127.0.0.1:9",
+                                             "input.kafka.subscribe=orders"])
+    assert kafka_input(kafka, ["kafka://"]) is not None
     unread = [key for key, cls, field in DOCUMENTED if (cls, field) not in reads]
     assert unread == []
 
