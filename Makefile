@@ -122,7 +122,7 @@ run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print th
 	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
 test: setup kafka-broker ## Run the test suite (fast tests; no slow marker)
-	$(PY) -m pytest -m "not slow" -q
+	$(PY) -m pytest -m "not slow" -q --durations=15
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
 # `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 8 minutes).

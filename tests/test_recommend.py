@@ -49,8 +49,8 @@ def test_rule_picks_the_fewest_flaps_then_changes_among_acceptable_scenarios(
 SPEC = {"seed": 11, "start_time": "2025-01-15T09:00:00Z", "duration_s": 900, "format": "json",
         "gzip": False, "file_span_s": 900,
         "topics": [{"name": "t", "producers": 2,
-                    "rate": {"kind": "steps", "steps": [{"at_s": 0, "msg_rate": 40},
-                                                        {"at_s": 120, "msg_rate": 5}]},
+                    "rate": {"kind": "steps", "steps": [{"at_s": 0, "msg_rate": 25},
+                                                        {"at_s": 420, "msg_rate": 5}]},
                     "keys": {"distribution": "uniform", "n_keys": 500},
                     "payload": {"kind": "fixed", "size": 100}}]}
 BASE = ["policy.merge_window_s=60", "policy.merge_cooldown_s=60", "policy.max_segments=2"]

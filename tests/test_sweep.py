@@ -20,6 +20,10 @@ from pipelines.spark.sweep import (
 
 T0 = pd.Timestamp("2025-01-15T09:00:00Z")
 
+ONE_RECORD = '{"topic": "t", "publish_time": 0, "payload_size": 1}\n'
+"""A log of one valid record: the argument checks run on an input with content (an empty
+one is refused before them)."""
+
 
 def _t(s: float) -> pd.Timestamp:
     return T0 + pd.Timedelta(seconds=s)
@@ -164,7 +168,7 @@ def test_time_at_max_segments_sums_the_spans_at_the_maximum_up_to_the_end():
     (["--grid", "topic.bucket_budget=0,4"], "scenario bucket_budget-0: "),
 ])
 def test_sweep_cli_refuses_bad_arguments_before_spark(tmp_path, capsys, args, message):
-    (tmp_path / "log.json").write_text("")
+    (tmp_path / "log.json").write_text(ONE_RECORD)
     code = main(["sweep", "--input", str(tmp_path / "log.json"), "--output",
                  str(tmp_path / "out"), *args])
     assert code == 2

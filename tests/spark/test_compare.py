@@ -33,6 +33,10 @@ SPEC = {
 }
 BASE = ["--set", "policy.enabled=false", "--set", "batching.max_publish_delay_ms=200"]
 
+ONE_RECORD = '{"topic": "t", "publish_time": 0, "payload_size": 1}\n'
+"""A log of one valid record: the argument checks run on an input with content (an empty
+one is refused before them)."""
+
 
 def _compare(root: Path, *scenarios: str, html: bool = False) -> tuple[int, str]:
     argv = ["compare", "--input", str(root / "log"), "--output", str(root / "out"), *BASE,
@@ -180,7 +184,7 @@ def test_parse_scenario_round_trips_joined_overrides(pairs, sep):
 ])
 def test_compare_cli_rejects_a_bad_scenario_with_exit_2_before_spark(tmp_path, capsys,
                                                                      scenario, message):
-    (tmp_path / "log.json").write_text("")
+    (tmp_path / "log.json").write_text(ONE_RECORD)
     argv = ["compare", "--input", str(tmp_path / "log.json"), "--output",
             str(tmp_path / "out"), "--scenario", scenario]
     assert main(argv) == 2
@@ -189,7 +193,7 @@ def test_compare_cli_rejects_a_bad_scenario_with_exit_2_before_spark(tmp_path, c
 
 
 def test_compare_cli_rejects_a_scenario_given_twice(tmp_path, capsys):
-    (tmp_path / "log.json").write_text("")
+    (tmp_path / "log.json").write_text(ONE_RECORD)
     argv = ["compare", "--input", str(tmp_path / "log.json"), "--output", str(tmp_path / "o"),
             "--scenario", "a=topic.bucket_budget=4", "--scenario", "a=topic.bucket_budget=8"]
     assert main(argv) == 2
