@@ -201,15 +201,22 @@ file, thresholds that split and merge on it, batches open for 500 ms."""
 def write_orders_log(folder: Path, files: int) -> Path:
     """``files`` JSON-lines files of 300 messages of topic ``orders`` (one every 200 ms from
     2025-01-15T09:00:00Z, two producers, 41 keys) with one bad line each (quarantined): the
-    input of the tests that kill and restart a replay. Returns ``folder``."""
+    input of the tests that kill and restart a replay. Returns ``folder``. The files' modification
+    times are one second apart, in order: Spark's file source reads by modification time, and
+    files written within one millisecond would be read in an arbitrary order (a streaming
+    replay reading ``part-1`` first would then find ``part-0`` late)."""
     t0 = 1_736_931_600_000  # 2025-01-15T09:00:00Z, epoch ms
+    written = int(time.time()) - files
     for f in range(files):
         lines = [json.dumps({"topic": "orders", "key": f"k{(i * 7919) % 41}",
                              "producer_name": f"p{i % 2}", "payload_size": 100 + i % 7,
                              "publish_time": t0 + i * 200})
                  for i in range(f * 300, (f + 1) * 300)]
         lines.insert(10, '{"topic": "orders", "publish_time": "soon", "payload_size": 1}')
-        (folder / f"part-{f}.json").write_text("\n".join(lines) + "\n")
+        path = folder / f"part-{f}.json"
+        path.write_text("\n".join(lines) + "\n")
+        stamp = written + f  # one second apart, in file order
+        os.utime(path, (stamp, stamp))
     return folder
 
 
