@@ -268,11 +268,16 @@ def kafka_jars() -> list[str]:
     return sorted(str(p) for p in Path(folder).glob("*.jar"))
 
 
+def _driver_loads(spark: SparkSession, class_name: str) -> bool:
+    """Whether ``spark``'s driver JVM can load ``class_name`` (no JVM at hand: ``False``)."""
+    jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
+    return jvm is not None and _jvm_class_loadable(jvm, class_name)
+
+
 def require_kafka(spark: SparkSession) -> None:
     """Raise :class:`pipelines.storage.fs.StorageError` (one sentence) when ``spark``'s driver
     cannot load Spark's Kafka source (a ``kafka://`` input needs it)."""
-    jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
-    if jvm is not None and _jvm_class_loadable(jvm, KAFKA_SOURCE_CLASS):
+    if _driver_loads(spark, KAFKA_SOURCE_CLASS):
         return
     raise StorageError(f"a kafka:// input needs Spark's Kafka source, which this session cannot "
                        f"load; run `make kafka-jars` (Maven Central) or give spark-submit "
@@ -284,8 +289,7 @@ def require_s3a(spark: SparkSession, location: str) -> None:
     """Raise :class:`pipelines.storage.fs.StorageError` (one sentence) when ``spark``'s driver
     cannot load the S3A filesystem (``hadoop-aws``) that ``location`` (an ``s3a://`` or
     ``s3://`` URL) needs."""
-    jvm = getattr(spark, "_jvm", None) or SparkContext._jvm
-    if jvm is not None and _jvm_class_loadable(jvm, S3A_CLASS):
+    if _driver_loads(spark, S3A_CLASS):
         return
     raise StorageError(f"output {location} needs Spark's S3A filesystem (hadoop-aws), which "
                        f"this session cannot load; run `make s3a-jars` (Maven Central) or give "

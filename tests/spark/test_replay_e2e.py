@@ -235,32 +235,28 @@ EMULATION_TABLES = ("messages", "entries", "segments", "segment_load", "autoscal
 """The tables the emulation writes (``runs`` names the settings, so it differs)."""
 
 
-@pytest.mark.parametrize("shards", [1, 7])
-def test_tables_equal_whatever_the_producer_shards(spark, outputs, log_dir, tmp_path, shards):
-    cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10",
-                             f"replay.producer_shards={shards}", "output.engine=delta-rs"])
+def _assert_equal_with(spark, outputs, log_dir: Path, out: Path, setting: str) -> None:
+    """The log replayed with ``setting`` gives every emulation table of the reference replay."""
+    cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10", setting,
+                             "output.engine=delta-rs"])
     spec = get_preset("contract").replace(format="json", speed=1.0)
-    Replay(spark, cfg, spec, [str(log_dir)], str(tmp_path / "out"), "one",
-           progress=lambda _: None).run()
-    other = DeltaStore(str(tmp_path / "out"), engine="delta-rs")
+    Replay(spark, cfg, spec, [str(log_dir)], str(out), "one", progress=lambda _: None).run()
+    other = DeltaStore(str(out), engine="delta-rs")
     for table in EMULATION_TABLES:
         a = _canonical(outputs["delta-rs"].read(table, "one"))
         b = _canonical(other.read(table, "one"))
         pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=table)
+
+
+@pytest.mark.parametrize("shards", [1, 7])
+def test_tables_equal_whatever_the_producer_shards(spark, outputs, log_dir, tmp_path, shards):
+    _assert_equal_with(spark, outputs, log_dir, tmp_path / "out",
+                       f"replay.producer_shards={shards}")
 
 
 @pytest.mark.parametrize("bins", [1, 5])
 def test_tables_equal_whatever_the_topic_bins(spark, outputs, log_dir, tmp_path, bins):
-    cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10",
-                             f"replay.topic_bins={bins}", "output.engine=delta-rs"])
-    spec = get_preset("contract").replace(format="json", speed=1.0)
-    Replay(spark, cfg, spec, [str(log_dir)], str(tmp_path / "out"), "one",
-           progress=lambda _: None).run()
-    other = DeltaStore(str(tmp_path / "out"), engine="delta-rs")
-    for table in EMULATION_TABLES:
-        a = _canonical(outputs["delta-rs"].read(table, "one"))
-        b = _canonical(other.read(table, "one"))
-        pd.testing.assert_frame_equal(a, b, check_dtype=False, obj=table)
+    _assert_equal_with(spark, outputs, log_dir, tmp_path / "out", f"replay.topic_bins={bins}")
 
 
 def _without_engine(config: str) -> str:
