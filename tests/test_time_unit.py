@@ -112,3 +112,13 @@ def test_note_flags_a_first_file_squeezed_into_seconds():
     note = EpochGuess("epoch_ms", 3600, 0, 7200, 10_000, True).note
     assert note.endswith("; note: the first file's 10,000 records then span only 7.2 s, "
                          "check the unit")
+
+
+def test_a_cut_short_gzip_file_is_passed_over_for_the_next(tmp_path):
+    body = "".join(json.dumps({"topic": "t", "publish_time": 1_700_000_000 + i,
+                               "payload_size": 1}) + "\n" for i in range(200)).encode()
+    packed = gzip.compress(body)
+    (tmp_path / "a.json.gz").write_bytes(packed[: len(packed) // 2])
+    (tmp_path / "b.json").write_bytes(body)
+    guess = guess_epoch_unit(_spec("json"), [str(tmp_path)])
+    assert guess is not None and guess.unit == "epoch_s"

@@ -29,6 +29,7 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,8 +135,8 @@ def guess_epoch_unit(spec: InputSpec, inputs: Sequence[str]) -> EpochGuess | Non
     for path in input_files(inputs, spec.file_glob):
         try:
             values = _sample(path, spec, column)
-        except (OSError, ValueError, UnicodeError, pa.ArrowException):
-            continue  # unreadable: ingest records it; the next file may tell
+        except (OSError, EOFError, zlib.error, ValueError, UnicodeError, pa.ArrowException):
+            continue  # unreadable or cut short: ingest records it; the next file may tell
         if values is None:
             continue  # an empty file
         numbers = _numbers(values)
