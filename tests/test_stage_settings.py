@@ -8,7 +8,7 @@ import pytest
 from pipelines.contract.config import ConfigError, load_config
 from pipelines.core.assignment import LeaveHow
 from pipelines.core.layout import SegmentLayout
-from pipelines.engine.stages import StageSettings, dispatch_group, new_dispatchers
+from pipelines.engine.stages import StageSettings, control_group, dispatch_group, new_dispatchers
 
 FIRST_MS = 1_000_000
 
@@ -106,3 +106,25 @@ def _dispatch(subscriptions: str) -> pd.DataFrame:
 )
 def test_dispatch_of_checkpoint_consumers(sub, expected):
     assert _dispatch(f"[{sub}]") == expected
+
+
+@pytest.mark.parametrize(
+    ("tables", "counted"),
+    [
+        ("[messages, entries, topic_profile, findings]", True),
+        ("[messages, findings]", True),
+        ("[messages, topic_profile]", True),
+        ("[messages, entries, segments]", False),
+    ],
+    ids=["both", "findings-only", "profile-only", "neither"],
+)
+def test_key_statistics_are_kept_only_for_the_answer_tables(tables, counted):
+    cfg = load_config(None, [f"output.tables={tables}"])
+    settings = StageSettings.from_config(cfg, FIRST_MS)
+    routed = pd.DataFrame({"event_ms": [FIRST_MS, FIRST_MS + 5], "hash32": [7, 9],
+                           "segment_hash": [7, 9], "hash_b": [1, 2], "payload_size": [10, 20],
+                           "producer_name": ["p", "p"], "key": ["a", "b"],
+                           "sequence_id": [0, 1]})
+    _, ctl = control_group("t", routed, None, settings, FIRST_MS + 10, final=True)
+    assert settings.answers is counted
+    assert (ctl.key_stats is not None and ctl.key_stats.closed) is counted

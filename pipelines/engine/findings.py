@@ -486,9 +486,12 @@ def write_answers(store: DeltaStore, run_id: str, config: ReplayConfig, version:
                   keys: pd.DataFrame | None = None) -> int:
     """Compute :func:`answers` and replace the run's ``topic_profile`` and ``findings`` rows
     (idempotent: app transaction ``topic-replay:<run>:<table>:answers`` at ``version``).
-    Tables not in ``output.tables`` are skipped. Returns the number of findings."""
-    profile, found = answers(store, run_id, config, keys)
+    Tables not in ``output.tables`` are skipped (neither: nothing is computed). Returns the
+    number of findings."""
     tables = set(config.output.tables)
+    if not {"topic_profile", "findings"} & tables:
+        return 0
+    profile, found = answers(store, run_id, config, keys)
     for table, data in (("topic_profile", profile), ("findings", found)):
         if table not in tables:
             continue

@@ -139,6 +139,12 @@ class StageSettings:
                               max(1, int(b.max_publish_delay_ms / self.speed)))
 
     @property
+    def answers(self) -> bool:
+        """Whether the run writes ``topic_profile`` or ``findings`` (``output.tables``): the
+        key statistics they come from are kept only then."""
+        return bool({"topic_profile", "findings"} & set(self.config.output.tables))
+
+    @property
     def consumer_window_ms(self) -> int:
         """Length of a ``consumer_load`` window on the emulated clock (ms)."""
         return consumer_window_ms(self.config.replay.consumer_window_s, self.speed)
@@ -278,7 +284,9 @@ def _count_keys(ctl: TopicController, pdf: pd.DataFrame, settings: StageSettings
     """Feed the window's messages (replay order) to the topic's key statistics
     (:class:`~pipelines.core.heavy_hitters.KeyStats`, carried in the controller; one per
     ``replay.stats_update_frequency_s`` stats period on the emulated clock, as the load
-    samples)."""
+    samples). Nothing is counted when the run writes neither answer table."""
+    if not settings.answers:
+        return
     mode = settings.config.output.keys
     if ctl.key_stats is None:
         ctl.key_stats = KeyStats(settings.config.replay.stats_update_frequency_s * 1000,
