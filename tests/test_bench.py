@@ -72,7 +72,8 @@ def test_label_names_sizes_like_the_issue(n: int, text: str) -> None:
 def test_size_ratios_divide_spark_wall_by_floor_and_in_process() -> None:
     r = bench.size_ratios(_size(1_000_000, floor=20.0, spark=100.0, local=50.0))
     assert r == {"replay_over_floor": 5.0, "spark_over_local": 2.0, "throughput_msg_s": 10000.0,
-                 "default_over_delta_rs": None, "delta_write_share": None}
+                 "default_over_delta_rs": None, "delta_write_share": None,
+                 "answers_cost": None}
 
 
 def test_size_ratios_are_none_without_an_in_process_run() -> None:
@@ -118,7 +119,7 @@ def test_evaluate_targets_judges_the_largest_size(spark: float, local: float,
 def test_evaluate_targets_reports_unmeasured_targets_as_none() -> None:
     sizes = [_size(1_000_000, 5.0, 10.0, None)]
     targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
-    assert [t["met"] for t in targets] == [True, None, None, None, None, None]
+    assert [t["met"] for t in targets] == [True, None, None, None, None, None, None]
 
 
 def test_results_document_is_json_with_sizes_scale_targets() -> None:
@@ -128,9 +129,9 @@ def test_results_document_is_json_with_sizes_scale_targets() -> None:
     assert doc["sizes"][1]["ratios"] == {"replay_over_floor": 5.0, "spark_over_local": 1.25,
                                          "throughput_msg_s": 20000.0,
                                          "default_over_delta_rs": None,
-                                         "delta_write_share": None}
+                                         "delta_write_share": None, "answers_cost": None}
     assert doc["scale"]["throughput_ratio"] == 1.2
-    assert len(doc["targets"]) == 6
+    assert len(doc["targets"]) == 7
 
 
 def test_format_report_prints_na_for_a_missing_engine() -> None:
@@ -267,3 +268,45 @@ def test_format_report_shows_the_default_engine_next_to_delta_rs() -> None:
     line = next(ln for ln in bench.format_report(doc).splitlines() if "delta-spark" in ln)
     assert line.split()[1:4] == ["delta-spark", "90.0", "9.0"]
     assert "1.50x" in line
+
+
+def _without_answers(size: dict[str, Any], wall: float | None,
+                     status: str = "ok") -> dict[str, Any]:
+    """``size`` with the replay without topic_profile and findings of ``wall`` replay s."""
+    size["spark_no_answers"] = {**_job(wall, status=status),
+                                "stages_s": {**dict.fromkeys(bench.STAGES, 1.0), "wall": wall}}
+    return size
+
+
+@pytest.mark.parametrize(
+    ("with_answers", "without", "status", "cost", "met"),
+    [
+        (110.0, 100.0, "ok", 0.1, True),
+        (111.0, 100.0, "ok", 0.11, False),
+        (95.0, 100.0, "ok", -0.05, True),
+        (110.0, 100.0, "timeout", None, None),
+    ],
+    ids=["at-the-limit", "over", "noise-below-zero", "failed-side"],
+)
+def test_answers_cost_is_the_replay_wall_over_the_one_without_answers(
+        with_answers: float, without: float, status: str, cost: float | None,
+        met: bool | None) -> None:
+    size = _without_answers(_with_engines(_size(1_000_000, 20.0, 100.0, None), with_answers,
+                                          1.0, None), without, status)
+    assert bench.answers_cost(size) == cost
+    target = next(t for t in bench.evaluate_targets([size], bench.scale_ratios([size]))
+                  if t["target"].startswith("answers"))
+    assert (target["value"], target["met"]) == (cost, met)
+
+
+def test_replay_without_answers_leaves_out_only_the_two_answer_tables() -> None:
+    assert set(bench.OUTPUT_TABLES) - set(bench.NO_ANSWERS_TABLES) == {"topic_profile",
+                                                                      "findings"}
+
+
+def test_format_report_prints_what_the_answers_add() -> None:
+    size = _without_answers(_with_engines(_size(1_000_000, 20.0, 100.0, None), 104.0, 1.0,
+                                          None), 100.0)
+    text = bench.format_report(bench.results_document([size], {}))
+    assert "1M without topic_profile and findings: replay 100.0 s (ok); the answers add 4.0%" \
+        in text
