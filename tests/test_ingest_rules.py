@@ -15,6 +15,7 @@ from pipelines.ingest.rules import (
     MAX_KEY_BYTES,
     MINUTE_HINT,
     QUARANTINE_REASONS,
+    bad_file_line,
     check_records,
     event_ms,
     ingest_records,
@@ -237,3 +238,16 @@ def test_the_rules_module_does_not_import_pyspark():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "False"
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"),
+    [
+        ("unreadable_file", "input file f.gz is unreadable (EOFError: x); quarantined as "
+                            "unreadable_file, continuing with the others"),
+        ("truncated_file", "input file f.gz is cut short (EOFError: x); quarantined as "
+                           "truncated_file, continuing with the others"),
+    ],
+)
+def test_bad_file_line_says_what_happened_to_the_file(reason, expected):
+    assert bad_file_line("f.gz", reason, "EOFError: x") == expected

@@ -63,6 +63,7 @@ from pipelines.ingest.rules import (
     TRUNCATED_FILE,
     UNREADABLE_FILE,
     Ingested,
+    bad_file_line,
     ingest_records,
     key_hashes_arrow,
     mapped_name,
@@ -685,8 +686,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
                   keyless=int(accepted["key"].isna().sum()))
     bad_files = quarantine[quarantine["reason"].isin(FILE_REASONS)]
     for r in bad_files.itertuples(index=False):
-        progress(f"local: input file {r.source_file} is {r.reason.replace('_', ' ')} "
-                 f"({r.raw_record}); quarantined, continuing with the others")
+        progress(f"local: {bad_file_line(r.source_file, r.reason, r.raw_record)}")
     if len(bad_files):  # as the Spark replay's state counts them
         counts["bad_files"] = len(bad_files)
     lap("ingest_hash")

@@ -853,3 +853,11 @@ def _message_rows(schema: pa.Schema, files: pa.Array, messages: pa.Table,
     n = messages.num_rows
     return _rows(schema, n, {**columns, "source_file": files,
                              "reason": pa.array([reason] * n, pa.string())})
+
+
+def bad_file_line(source_file: str, reason: str, error: str) -> str:
+    """The console line of an input file quarantined as a whole (``reason`` one of
+    :data:`FILE_REASONS`; ``error``: its read error), the same for both engines."""
+    what = "unreadable" if reason == UNREADABLE_FILE else "cut short"
+    return (f"input file {source_file} is {what} ({error}); quarantined as {reason}, "
+            f"continuing with the others")
