@@ -68,7 +68,7 @@ def test_default_batching_equals_pulsar_producer_defaults() -> None:
         (lambda c: c.replay.stats_update_frequency_s, 60),
         (lambda c: c.replay.stats_update_initial_delay_s, 60),
         (lambda c: c.replay.load_report_rate_change_threshold, 0.25),
-        (lambda c: c.replay.max_files_per_trigger, 16),
+        (lambda c: c.replay.max_files_per_trigger, 1000),
         (lambda c: c.replay.consumer_window_s, 60),
         (lambda c: c.topic.initial_segments, 1),
         (lambda c: c.topic.bucket_budget, 4),
