@@ -277,13 +277,19 @@ class TopicController:
         self._horizon_ms = max(self._horizon_ms, horizon_ms)
         return routed
 
-    def finish(self) -> None:
-        """End of input: run the control events up to and including the first auto-scale tick
-        after the last message (so the last partial interval is evaluated)."""
+    def finish(self, end_ms: int | None = None) -> None:
+        """End of input at ``end_ms`` (ms, exclusive: the log's last message + 1, the same for
+        every topic; default: this topic's last message + 1): run the control events up to and
+        including the first auto-scale tick after the end's last millisecond (so the last
+        partial interval is evaluated). A topic that went quiet earlier keeps being swept until
+        then, as a broker keeps running (its rates fall to the zero record, reference §5.1):
+        the end does not depend on where the input was cut into windows."""
         if self.layout is None:
             return
         iv = self.settings.auto_scale_interval_ms
-        end = (self._last_message_ms // iv + 1) * iv
+        last = self._last_message_ms if end_ms is None else max(self._last_message_ms,
+                                                                 int(end_ms) - 1)
+        end = (last // iv + 1) * iv
         self.advance(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
                      np.empty(0, np.int64), [], end + 1)
 

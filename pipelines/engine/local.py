@@ -697,9 +697,12 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     settings = stages.StageSettings.from_config(config, first)
     controllers: dict[str, Any] = {}
     frames: dict[str, list[Any]] = {kind: [] for kind in STAGE_KINDS}
+    # end of input for every topic: the log's last message + 1 (as the Spark replay's final
+    # window), whatever the topic's own last message
+    end = int(accepted["event_ms"].max()) + 1 if len(accepted) else None
     for (topic,), g in _groups(accepted, ["topic"]):
         r = stages.topic_group(topic, g.reset_index(drop=True), None, None, None, settings,
-                               None, True)
+                               end, True)
         controllers[topic] = r.controller
         for kind, df in r.frames.items():
             frames[kind].append(df)

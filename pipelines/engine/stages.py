@@ -250,8 +250,10 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
     :data:`SORT_KEYS` and :data:`TIE_KEYS` with ``segment_id`` (int64),
     ``bucket_index`` (int32) and ``layout_epoch`` (int64) added, and the advanced controller
     (its decisions / samples are taken by :func:`control_outputs`). An empty ``pdf`` just moves
-    the controller through time (ticks, merges). ``ValueError`` (from the core) when messages
-    are older than the previous horizon.
+    the controller through time (ticks, merges). ``final``: end of input, at ``horizon_ms`` =
+    the log's last message + 1 for every topic (``None``: this topic's last message + 1), so a
+    topic's end does not depend on how the input was cut into windows. ``ValueError`` (from
+    the core) when messages are older than the previous horizon.
     """
     ctl = new_controller(topic, blob, settings)
     pdf = _sorted(pdf)
@@ -270,7 +272,7 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
                          layout_epoch=pd.Series(dtype="int64"))
     _count_keys(ctl, pdf, settings)
     if final:
-        ctl.finish()
+        ctl.finish(horizon_ms)
         if ctl.key_stats is not None:
             ctl.key_stats.close()
     return pdf, ctl
@@ -604,6 +606,8 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     ``_kind`` (:data:`DISPATCH_TABLES`) with the columns of the tables ``dispatch``,
     ``consumer_load``, ``bucket_handoffs``, ``subscription_stats`` and ``segment_drains`` (times
     as UTC timestamps and durations as ms, both in log time), and the new state blob.
+    ``final``: end of input at ``horizon_ms`` (the log's last message + 1, the same for every
+    topic: the last consumer window ends there; ``None``: at the topic's own last instant).
     """
     disp, seen = (pickle.loads(blob) if blob is not None else (new_dispatchers(settings), -1))
     g = entries.take(stable_order(entries, ["emu_publish_ms", "producer_name", "entry_id"]))
@@ -622,7 +626,7 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
             start = stop
         _feed(d, g.iloc[start:])
         if final:
-            d.finish()
+            d.finish(horizon_ms)
         else:
             d.advance_to(hi - 1)
         out = d.take_outputs()
@@ -723,7 +727,7 @@ def topic_group(topic: str, pdf: pd.DataFrame, controller: bytes | None,
 class StageWindow:
     """One window of a finalization (:mod:`pipelines.spark.emulation`): staged messages with
     ``lo_ms <= event_ms < hi_ms`` (emulated ms; ``None`` = unbounded), ``final`` = end of
-    input."""
+    input (its ``hi_ms``: the log's last message + 1, where every topic ends)."""
 
     lo_ms: int | None
     hi_ms: int | None
