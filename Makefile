@@ -168,11 +168,12 @@ $(BENCH_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,bench]'
 	touch $(BENCH_STAMP)
 
-bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: hashing, replay vs floor (BENCH_SIZES), scale-out targets (BENCH_TARGETS_SCALE=1), a 3x3 sweep vs one replay
+bench: $(STAMP) $(BENCH_STAMP) ## Benchmarks: hashing, replay vs floor (BENCH_SIZES), scale-out targets (BENCH_TARGETS_SCALE=1), the online-retail trace with default settings, a 3x3 sweep vs one replay
 	$(PY) bench/bench_hashing.py
 	BENCH_SIZES=$(BENCH_SIZES) $(PY) bench/bench_replay.py
 	@if [ "$(BENCH_TARGETS_SCALE)" != "0" ]; then \
 	  $(PY) bench/bench_targets.py --targets-scale $(BENCH_TARGETS_SCALE); fi
+	$(PY) bench/bench_trace.py
 	$(PY) bench/bench_sweep.py
 
 clean: ## Remove outputs, checkpoints and caches (keeps .venv)
