@@ -593,3 +593,30 @@ def test_cli_generate_workload_spec_prints_counts(
     assert rc == 0
     assert printed["messages"] == printed["messages_per_topic"]["t"] > 0
     assert "omb" not in printed
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "table_keys"),
+    [
+        (["k-"] * 500, 1_000),             # one key space shared by 500 topics
+        (["a-", "b-"] * 250, 2_000),        # two spaces
+    ],
+    ids=["shared", "two-spaces"],
+)
+def test_the_key_table_follows_distinct_key_spaces_not_topics(prefixes, table_keys) -> None:
+    from pipelines.workload.generator import _Tables  # noqa: PLC0415 - the internal table
+
+    keys = {"distribution": "zipf", "n_keys": 1_000}
+    spec = make_spec([topic(name=f"t{i}", keys={**keys, "prefix": p})
+                      for i, p in enumerate(prefixes)], duration_s=1)
+    assert len(_Tables(spec).keys) == table_keys
+
+
+def test_topics_sharing_a_key_space_still_draw_their_own_keys(tmp_path: Path) -> None:
+    keys = {"distribution": "zipf", "n_keys": 50, "prefix": "k-"}
+    spec = make_spec([topic(name=f"t{i}", keys=keys) for i in range(3)])
+    generate(spec, tmp_path)
+    df = pd.concat(pd.read_json(f, lines=True) for f in sorted(tmp_path.glob("part-*")))
+    per_topic = df.groupby("topic")["key"].apply(lambda s: tuple(s.head(20)))
+    assert per_topic.nunique() == 3  # independent draws per topic (own random stream)
+    assert set(df["key"]) <= {f"k-{i}" for i in range(50)}

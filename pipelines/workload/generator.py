@@ -665,16 +665,23 @@ class _Rows:
 class _TopicState:
     """Per-topic tables and running counters (round-robin positions, sequence ids)."""
 
-    def __init__(self, index: int, spec: TopicSpec, key_offset: int, producer_offset: int) -> None:
+    def __init__(self, index: int, spec: TopicSpec, key_offset: int, producer_offset: int,
+                 key_cdfs: dict[tuple[int, float | None], FloatArray] | None = None) -> None:
         self.index = index
         self.spec = spec
         self.stream_id = zlib.crc32(spec.name.encode("utf-8"))
         self.key_offset = key_offset
         self.producer_offset = producer_offset
         self.n_producers = len(spec.producer_names)
-        self.key_cdf = (
-            np.cumsum(spec.keys.probabilities()) if spec.keys.distribution == "zipf" else None
-        )
+        self.key_cdf: FloatArray | None = None
+        if spec.keys.distribution == "zipf":
+            # one CDF per (n_keys, exponent), shared by the topics that have it: thousands of
+            # topics of one key spec cost one array, not one each
+            cdfs = {} if key_cdfs is None else key_cdfs
+            shape = (spec.keys.n_keys, spec.keys.exponent)
+            if shape not in cdfs:
+                cdfs[shape] = np.cumsum(spec.keys.probabilities())
+            self.key_cdf = cdfs[shape]
         self.sizes = (
             _load_sizes(spec.payload.file) if isinstance(spec.payload, EmpiricalPayload) else None
         )
@@ -809,9 +816,16 @@ class _Tables:
         self.producers: list[str] = []
         self.key_offsets: list[int] = []
         self.producer_offsets: list[int] = []
+        spaces: dict[tuple[str, int], int] = {}
         for t in spec.topics:
-            self.key_offsets.append(len(self.keys))
-            self.keys.extend(f"{t.keys.prefix}{i}" for i in range(t.keys.n_keys))
+            # key names are "<prefix><index>": topics with the same prefix and key count name
+            # the same keys, so they share one range of the table (its size follows the distinct
+            # key spaces, not the topics)
+            space = (t.keys.prefix, t.keys.n_keys)
+            if space not in spaces:
+                spaces[space] = len(self.keys)
+                self.keys.extend(f"{t.keys.prefix}{i}" for i in range(t.keys.n_keys))
+            self.key_offsets.append(spaces[space])
             self.producer_offsets.append(len(self.producers))
             self.producers.extend(t.producer_names)
 
@@ -1009,8 +1023,9 @@ def generate(spec: WorkloadSpec, output_path: str | Path) -> GenerateResult:
         if old.is_file() and _PART_RE.match(old.name):
             old.unlink()
     tables = _Tables(spec)
+    key_cdfs: dict[tuple[int, float | None], FloatArray] = {}
     states = [
-        _TopicState(i, t, tables.key_offsets[i], tables.producer_offsets[i])
+        _TopicState(i, t, tables.key_offsets[i], tables.producer_offsets[i], key_cdfs)
         for i, t in enumerate(spec.topics)
     ]
     files = _FileSet(spec, out, tables)
