@@ -678,13 +678,13 @@ def _sql(args: argparse.Namespace) -> int:
     _require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    from pipelines.spark.delta_spark import open_store as DeltaStore  # noqa: PLC0415
     from pipelines.spark.sql import (  # noqa: PLC0415
         QueryError,
         format_rows,
         register_tables,
         run_query,
     )
-    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     store = DeltaStore(args.output, spark=_quiet_session(args.master, args.remote))
     if not register_tables(store):
@@ -705,8 +705,8 @@ def _maintain(args: argparse.Namespace) -> int:
     _require_tables(args.tables)
     if args.retain_hours is not None and args.retain_hours < 0:
         raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
+    from pipelines.spark.delta_spark import open_store as DeltaStore  # noqa: PLC0415
     from pipelines.spark.sql import format_rows, maintain_tables  # noqa: PLC0415
-    from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     spark = None if args.engine == "delta-rs" else _quiet_session(args.master)
     try:

@@ -88,20 +88,16 @@ def test_the_spark_blocker_makes_a_spark_module_fail_to_import(module: str) -> N
 
 
 @cache
-def _imports(module: str) -> tuple[tuple[str, bool], ...]:
-    """Every module ``module`` imports (``from pipelines import x`` as ``pipelines.x``), with
-    whether the import is lazy (inside a function); ``TYPE_CHECKING`` imports included."""
-    found: list[tuple[str, bool]] = []
-
-    def visit(node: ast.AST, lazy: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.Import):
-                found.extend((a.name, lazy) for a in child.names)
-            elif isinstance(child, ast.ImportFrom) and child.module:
-                found.extend((f"{child.module}.{a.name}", lazy) for a in child.names)
-            visit(child, lazy or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef))
-
-    visit(ast.parse(MODULES[module].read_text(encoding="utf-8")), False)
+def _imports(module: str) -> tuple[str, ...]:
+    """Every module ``module`` imports (``from pipelines import x`` as ``pipelines.x``), at the
+    top or inside a function; ``TYPE_CHECKING`` imports included."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.extend(f"{node.module}.{a.name}" for a in node.names)
     return tuple(found)
 
 
@@ -115,7 +111,7 @@ def _layer(name: str) -> str | None:
 
 def _uses_spark(module: str) -> bool:
     return any(name.split(".")[0] in ("pyspark", "py4j") or _layer(name) == "spark"
-               for name, _ in _imports(module))
+               for name in _imports(module))
 
 
 PURE_SPARK_SIDE = {"pipelines.spark.handover", "pipelines.spark.progress"}
@@ -131,7 +127,7 @@ def test_spark_module_imports_pyspark_or_another_spark_module(module: str) -> No
 
 def test_pure_spark_side_modules_are_exactly_those_and_only_spark_modules_import_them() -> None:
     assert {m for m in SPARK_MODULES if not _uses_spark(m)} == PURE_SPARK_SIDE
-    users = {m for m in MODULES for name, _ in _imports(m)
+    users = {m for m in MODULES for name in _imports(m)
              if any(name == p or name.startswith(f"{p}.") for p in PURE_SPARK_SIDE)}
     assert users and all(m.startswith("pipelines.spark.") for m in users), sorted(users)
 
@@ -147,12 +143,6 @@ ALLOWED = {
 FORBIDDEN = {"engine": {"spark", "analysis"}, "analysis": {"spark"}}
 """What the engine and analysis layers must not import."""
 
-SPARK_ONLY_PATHS = {("pipelines.storage.delta", "pipelines.spark.session.delta_spark_available"),
-                    ("pipelines.storage.delta", "pipelines.spark.schemas.spark_schema")}
-"""Imports against the order that are allowed inside a function only: the delta-spark writer
-of the shared Delta store, which runs only with a SparkSession."""
-
-
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) in ALLOWED | FORBIDDEN))
 def test_layer_imports_only_lower_layers(module: str) -> None:
     layer = _layer(module)
@@ -166,12 +156,10 @@ def test_layer_imports_only_lower_layers(module: str) -> None:
             return other not in ALLOWED[layer]
         return other in FORBIDDEN[layer]
 
-    wrong = [name for name, lazy in _imports(module)
-             if refused(name) and not (lazy and (module, name) in SPARK_ONLY_PATHS)]
+    wrong = [name for name in _imports(module) if refused(name)]
     assert wrong == []
 
 
-def test_the_spark_only_paths_of_the_delta_store_are_lazy_imports() -> None:
-    imports = dict(_imports("pipelines.storage.delta"))
-    assert {name for _, name in SPARK_ONLY_PATHS} <= imports.keys()
-    assert all(imports[name] for _, name in SPARK_ONLY_PATHS)
+@pytest.mark.parametrize("module", OTHER_MODULES)
+def test_module_outside_spark_imports_no_spark_even_inside_a_function(module: str) -> None:
+    assert [name for name in _imports(module) if name.split(".")[0] in BLOCKED] == []

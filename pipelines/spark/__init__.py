@@ -1,7 +1,9 @@
 """The Spark runtime: the only package that imports pyspark (``tests/test_layout.py``).
 
 - :mod:`pipelines.spark.session` / :mod:`pipelines.spark.worker_daemon` — the SparkSession and
-  its Python workers.
+  its Python workers; :mod:`pipelines.spark.delta_spark` — delta-spark's writer of the output
+  tables, the engine a session's store writes with (``open_store``), the tables as Spark
+  DataFrames.
 - :mod:`pipelines.spark.ingest` / :mod:`pipelines.spark.udfs` — reading, parsing and mapping
   the input in Spark SQL; :mod:`pipelines.spark.staging_pass` — the one Python pass that
   applies the input rules and stages the accepted messages.

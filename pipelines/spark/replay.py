@@ -51,6 +51,7 @@ from pipelines.engine.findings import write_answers
 from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer, pseudonymizer
 from pipelines.spark import handover
+from pipelines.spark.delta_spark import open_store
 from pipelines.spark.emulation import (
     FINAL_VERSION,
     Receipt,
@@ -321,7 +322,7 @@ class Replay:
             require_kafka(self.spark)  # StorageError: one sentence, before anything is written
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
         self.pseudonymize = pseudonymizer(self.config)
-        self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
+        self.store = open_store(self.output, engine=self.config.output.engine, spark=self.spark)
         manifest = storage.join(self.work_dir, MANIFEST)
         if not storage.is_file(manifest):
             # topic bins: a run constant (the emulation's state is keyed by them), kept here

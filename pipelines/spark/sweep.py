@@ -42,6 +42,7 @@ from pipelines.analysis.compare import (
 )
 from pipelines.contract.config import parse_config
 from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S, flaps
+from pipelines.spark.delta_spark import open_store
 from pipelines.spark.ingest import resolve_input_spec
 from pipelines.spark.replay import Replay, RunSpec
 from pipelines.storage.delta import DeltaStore, table_app_id
@@ -241,7 +242,7 @@ def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
         return pd.DataFrame()
     store = DeltaStore(output, engine="delta-rs")
     rows = sweep_rows(store, sweep_id, [p.scenario for p in prepared], flap_window_s)
-    write_sweep_rows(DeltaStore(output, engine=replay.store.engine, spark=spark), sweep_id, rows)
+    write_sweep_rows(open_store(output, engine=replay.store.engine, spark=spark), sweep_id, rows)
     return rows
 
 
