@@ -741,7 +741,7 @@ def _report(args: argparse.Namespace) -> int:
     if Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
     from pipelines.analysis.compare import format_comparison, metrics_frame  # noqa: PLC0415
-    from pipelines.analysis.report import write_report  # noqa: PLC0415
+    from pipelines.analysis.interactive import write_report  # noqa: PLC0415
 
     result = write_report(args.output, run_ids, args.html, png_dir=args.png_dir)
     print(format_comparison(metrics_frame(result["metrics"])))
@@ -802,7 +802,7 @@ def _compare(args: argparse.Namespace) -> int:
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))
     if args.html:
-        from pipelines.analysis.report import write_report  # noqa: PLC0415
+        from pipelines.analysis.interactive import write_report  # noqa: PLC0415
 
         result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
         print(f"report: {result['html']} ({result['figures']} figures)")
