@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from pipelines.analysis.compare import PreparedScenario, Scenario
+    from pipelines.analysis.whatif.scenarios import PreparedScenario, Scenario
     from pipelines.contract.config import ReplayConfig
     from pipelines.contract.kafka import KafkaInput
     from pipelines.contract.presets import InputSpec
@@ -740,8 +740,9 @@ def _report(args: argparse.Namespace) -> int:
     run_ids = _known_runs(args.output, args.run_ids)
     if Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
-    from pipelines.analysis.compare import format_comparison, metrics_frame  # noqa: PLC0415
     from pipelines.analysis.interactive import write_report  # noqa: PLC0415
+    from pipelines.analysis.run_tables import metrics_frame  # noqa: PLC0415
+    from pipelines.analysis.whatif.scenarios import format_comparison  # noqa: PLC0415
 
     result = write_report(args.output, run_ids, args.html, png_dir=args.png_dir)
     print(format_comparison(metrics_frame(result["metrics"])))
@@ -750,7 +751,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pipelines.analysis.compare import (  # noqa: PLC0415
+    from pipelines.analysis.whatif.scenarios import (  # noqa: PLC0415
         PreparedScenario,
         ScenarioError,
         check_reuse,
@@ -791,7 +792,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     from pipelines.spark.progress import ReplayProgress  # noqa: PLC0415
     from pipelines.spark.session import build_session  # noqa: PLC0415
-    from pipelines.spark.sweep import replay_scenarios  # noqa: PLC0415
+    from pipelines.spark.whatif import replay_scenarios  # noqa: PLC0415
 
     spark = build_session(master=args.master, shuffle_partitions=args.shuffle_partitions,
                           extra_conf={"spark.ui.showConsoleProgress": "false"},
@@ -812,18 +813,18 @@ def _compare(args: argparse.Namespace) -> int:
 def _sweep_scenarios(args: argparse.Namespace) -> tuple[int, list[Scenario]]:
     """The sweep's flap window (s) and scenarios (the grid's, then the named ones) from the
     arguments; ``UsageError`` on a bad sweep id, window, grid, scenario or ``--html``."""
-    from pipelines.analysis.compare import (  # noqa: PLC0415
+    from pipelines.analysis.whatif.scenarios import (  # noqa: PLC0415
         NAME_PATTERN,
         ScenarioError,
         parse_scenario,
     )
-    from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S  # noqa: PLC0415
-    from pipelines.spark.sweep import (  # noqa: PLC0415
+    from pipelines.analysis.whatif.sweep import (  # noqa: PLC0415
         SweepError,
         check_names,
         grid_scenarios,
         parse_grid,
     )
+    from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S  # noqa: PLC0415
 
     if not NAME_PATTERN.match(args.sweep_id):
         raise UsageError(f"--sweep-id {args.sweep_id!r} must be letters, digits, '_', '.' or "
@@ -864,13 +865,13 @@ def _check_sweep_output(args: argparse.Namespace, cfg: ReplayConfig, preset: str
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from pipelines.analysis.compare import (  # noqa: PLC0415
+    from pipelines.analysis.run_tables import metrics_frame  # noqa: PLC0415
+    from pipelines.analysis.whatif.scenarios import (  # noqa: PLC0415
         PreparedScenario,
         Scenario,
         format_comparison,
-        metrics_frame,
     )
-    from pipelines.spark.sweep import SweepError, check_shared_ingest  # noqa: PLC0415
+    from pipelines.analysis.whatif.sweep import SweepError, check_shared_ingest  # noqa: PLC0415
 
     _check_remote(args)
     window, scenarios = _sweep_scenarios(args)
@@ -888,7 +889,7 @@ def _sweep(args: argparse.Namespace) -> int:
     from pipelines.spark.ingest import resolve_input_spec  # noqa: PLC0415
     from pipelines.spark.progress import ReplayProgress  # noqa: PLC0415
     from pipelines.spark.session import build_session  # noqa: PLC0415
-    from pipelines.spark.sweep import run_sweep  # noqa: PLC0415
+    from pipelines.spark.whatif import run_sweep  # noqa: PLC0415
     from pipelines.storage.fs import join  # noqa: PLC0415
 
     print(f"sweep {args.sweep_id}: {len(prepared)} scenarios from one ingest: "
@@ -907,7 +908,10 @@ def _sweep(args: argparse.Namespace) -> int:
         return 0
     metrics = {r["run_id"]: dict(r) for _, r in rows.iterrows()}
     print(format_comparison(metrics_frame(metrics)))
-    from pipelines.analysis.recommend import format_recommendations, recommend  # noqa: PLC0415
+    from pipelines.analysis.whatif.recommend import (  # noqa: PLC0415
+        format_recommendations,
+        recommend,
+    )
     from pipelines.storage.delta import DeltaStore  # noqa: PLC0415
 
     for line in format_recommendations(recommend(DeltaStore(args.output, engine="delta-rs"),

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from pipelines.analysis.compare import RunTables
+from pipelines.analysis.run_tables import RunTables
 from pipelines.contract.config import parse_config
 
 MAX_TOPICS = 6

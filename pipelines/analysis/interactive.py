@@ -3,8 +3,8 @@
 Figure builders return ``list[(title, plotly.graph_objects.Figure)]``; zoom and pan are Plotly's
 defaults and every mark has a hover label.
 
-- :func:`run_figures` — one run (:class:`pipelines.analysis.compare.RunTables`): segments over time
-  (each segment's hash range ``[range_start, range_end]`` as a bar from ``created_at`` to
+- :func:`run_figures` — one run (:class:`pipelines.analysis.run_tables.RunTables`): segments
+  over time (each segment's hash range ``[range_start, range_end]`` as a bar from ``created_at`` to
   ``sealed_at``), the segment DAG (parents → children), auto-scale decisions over time (hover:
   Pulsar's reason, the thresholds of the topic's resolved policy and the rates of the segments
   at ``eval_time``), and per-segment ``msg_rate_in`` against the split / merge thresholds.
@@ -41,7 +41,6 @@ from deltalake import DeltaTable
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from pipelines.analysis.compare import METRICS, RunTables, metrics_frame, run_metrics
 from pipelines.analysis.figure_data import (
     CREATED_BY_COLOR,
     dag_edges,
@@ -50,7 +49,7 @@ from pipelines.analysis.figure_data import (
     topic_policy,
     topics_by_segments,
 )
-from pipelines.analysis.recommend import RUN_SCOPE, Recommendation, recommend
+from pipelines.analysis.run_tables import METRICS, RunTables, metrics_frame, run_metrics
 from pipelines.analysis.static_figures import (
     _CSS,
     ReportFigure,
@@ -63,6 +62,7 @@ from pipelines.analysis.static_figures import (
     table_html,
     topic_table,
 )
+from pipelines.analysis.whatif.recommend import RUN_SCOPE, Recommendation, recommend
 from pipelines.engine.findings import ordered_findings
 from pipelines.storage.delta import DeltaStore
 
@@ -871,8 +871,8 @@ def sweep_table(sweeps: pd.DataFrame) -> str:
 
 
 def recommendation_html(recs: Sequence[Recommendation]) -> str:
-    """The sweep's recommendations (:func:`pipelines.analysis.recommend.recommend`) as an HTML
-    list: per scope (a topic, or the whole run) the scenario, a link to its report, and why."""
+    """The sweep's recommendations (:func:`pipelines.analysis.whatif.recommend.recommend`) as an
+    HTML list: per scope (a topic, or the whole run) the scenario, a link to its report, and why."""
     if not recs:
         return "<p class='meta'>No recommendation: the sweep has no finished scenario.</p>"
     items = []

@@ -1,5 +1,5 @@
 """The static figure set of ``topic-replay report``: matplotlib figures (Agg backend) of one or
-more runs read back from their tables (:class:`pipelines.analysis.compare.RunTables`; no Spark),
+more runs read back from their tables (:class:`pipelines.analysis.run_tables.RunTables`; no Spark),
 and the report's HTML tables.
 
 The report page (:func:`pipelines.analysis.interactive.write_report`) shows the Plotly figures
@@ -19,7 +19,7 @@ a function returning a ``matplotlib.figure.Figure``):
 - :func:`fig_handoffs` — bucket withheld time during handoffs (draining, PIP-379);
 - :func:`fig_drain` — sealed-segment drain times (PIP-486 use case 1).
 
-The summary table is :func:`pipelines.analysis.compare.run_metrics` (the same numbers as
+The summary table is :func:`pipelines.analysis.run_tables.run_metrics` (the same numbers as
 ``topic-replay compare``), side by side when several runs are given.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import matplotlib
 
-from pipelines.analysis.compare import format_cell
+from pipelines.analysis.run_tables import format_cell
 
 matplotlib.use("Agg")
 
@@ -47,13 +47,6 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from pipelines.analysis.compare import (
-    RunTables,
-    consumer_shares,
-    drain_times,
-    layout_timeline,
-    withheld_intervals,
-)
 from pipelines.analysis.figure_data import (
     CREATED_BY_COLOR,
     busiest_topics,
@@ -62,6 +55,13 @@ from pipelines.analysis.figure_data import (
     rate_thresholds,
     rate_topics,
     topics_by_segments,
+)
+from pipelines.analysis.run_tables import (
+    RunTables,
+    consumer_shares,
+    drain_times,
+    layout_timeline,
+    withheld_intervals,
 )
 
 ACTION_STYLE = {"split": ("^", "tab:red"), "merge": ("v", "tab:blue"),

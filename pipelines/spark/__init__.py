@@ -16,7 +16,8 @@
   :mod:`pipelines.spark.emulation` (the streaming query chaining the three, with
   ``transformWithStateInPandas`` and the RocksDB state store, and its window feed and
   receipts).
-- :mod:`pipelines.spark.sweep` (sweeps from one ingest; ``compare``'s replays),
+- :mod:`pipelines.spark.whatif` (the what-if scenarios' replays: a sweep's from one ingest,
+  ``compare``'s one per scenario; the rest of what-if is :mod:`pipelines.analysis.whatif`),
   :mod:`pipelines.spark.sql` (``topic-replay sql`` / ``maintain``),
   :mod:`pipelines.spark.schemas` (the tables' Spark schemas), :mod:`pipelines.spark.progress`
   (the console progress).

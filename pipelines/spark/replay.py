@@ -197,7 +197,7 @@ class RunSpec:
     """One run a replay writes: its ``run_id`` and config. A replay writes one; a sweep
     (``topic-replay sweep``) one per scenario from a single ingest: the scenarios share the
     ingest settings (``input``, ``output``, ``replay`` speed, lateness and trigger sizes) and
-    differ in what the emulation does (``pipelines.spark.sweep.INGEST_KEYS``)."""
+    differ in what the emulation does (``pipelines.analysis.whatif.sweep.INGEST_KEYS``)."""
 
     run_id: str
     config: ReplayConfig
