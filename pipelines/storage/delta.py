@@ -177,8 +177,9 @@ class DeltaStore:
     every engine: table locations, the idempotency check, adoption of files as they are, the
     schema check, and the reads (delta-rs for both engines).
 
-    ``engine``: ``"delta-rs"`` (the only engine this layer builds; a session's delta-spark or
-    ``"auto"`` store comes from :func:`pipelines.spark.delta_spark.open_store`). ``spark``: the
+    ``engine``: ``"delta-rs"``, the only writer this layer builds (a session's delta-spark or
+    ``"auto"`` store comes from :func:`pipelines.spark.delta_spark.open_store`, which passes
+    ``writer``; ``engine`` is then not used: the writer's is :attr:`engine`). ``spark``: the
     session Spark reads of the tables use (:mod:`pipelines.spark.sql`), or None; the store
     itself never uses it. ``storage_options`` are passed to delta-rs (object-store credentials
     etc.; default: those of the ``AWS_*`` variables for an ``s3a://`` root,
