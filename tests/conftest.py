@@ -42,7 +42,7 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
     commits; the engine-parametrized end-to-end, crash, SQL and DeltaStore tests run both)."""
     try:
         # the Airflow venv (make test-dags) loads this conftest without the project's packages
-        import pipelines.storage.delta as delta_io  # noqa: PLC0415
+        import pipelines.spark.delta_spark as delta_io  # noqa: PLC0415
     except ImportError:  # the Airflow venv
         yield
         return

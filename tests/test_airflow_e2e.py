@@ -17,8 +17,9 @@ import pytest
 
 from jobs.replay import main
 from pipelines.contract.schemas import table_names
+from pipelines.spark.delta_spark import AUTO_ENGINE_ENV
 from pipelines.spark.session import delta_jars
-from pipelines.storage.delta import AUTO_ENGINE_ENV, DeltaStore
+from pipelines.storage.delta import DeltaStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

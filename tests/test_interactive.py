@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 from deltalake import write_deltalake
 
-from pipelines.analysis.compare import RunTables
 from pipelines.analysis.interactive import (
     SWEEP_METRICS,
     PageError,
@@ -31,6 +30,7 @@ from pipelines.analysis.interactive import (
     sweeps_location,
     write_sweep_page,
 )
+from pipelines.analysis.run_tables import RunTables
 from pipelines.contract.config import load_config
 from pipelines.storage.delta import DeltaStore
 

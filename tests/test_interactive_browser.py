@@ -19,13 +19,13 @@ import pandas as pd
 import pytest
 from playwright.sync_api import sync_playwright
 
-from pipelines.analysis.compare import Scenario
 from pipelines.analysis.interactive import write_run_page, write_sweep_page
+from pipelines.analysis.whatif.scenarios import Scenario
+from pipelines.analysis.whatif.sweep import sweep_rows, write_sweep_rows
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S
 from pipelines.engine.local import run_local
-from pipelines.spark.sweep import sweep_rows, write_sweep_rows
 from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 

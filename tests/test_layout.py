@@ -71,7 +71,7 @@ def imported_without_spark() -> dict[str, subprocess.CompletedProcess[str]]:
 def test_modules_checked_without_spark_are_every_layer_but_spark() -> None:
     assert {"pipelines.core.dispatch", "pipelines.contract.schemas", "pipelines.ingest.rules",
             "pipelines.storage.delta", "pipelines.storage.staging", "pipelines.engine.stages",
-            "pipelines.engine.local", "pipelines.analysis.compare",
+            "pipelines.engine.local", "pipelines.analysis.whatif.scenarios",
             "pipelines.workload.generator"} <= set(OTHER_MODULES)
     assert not [m for m in OTHER_MODULES if m.startswith("pipelines.spark")]
     assert {"pipelines.app.errors", "pipelines.app.inputs", "pipelines.app.outputs",
@@ -160,12 +160,6 @@ FORBIDDEN = {"engine": {"spark", "analysis", "app"}, "analysis": {"spark", "app"
 """What the upper layers must not import: ``app`` (the commands) is the top one, below only
 ``jobs/``, and may import every layer."""
 
-SPARK_ONLY_PATHS = {("pipelines.storage.delta", "pipelines.spark.session.delta_spark_available"),
-                    ("pipelines.storage.delta", "pipelines.spark.schemas.spark_schema")}
-"""Imports against the order that are allowed inside a function only: the delta-spark writer
-of the shared Delta store, which runs only with a SparkSession."""
-
-
 @pytest.mark.parametrize("module", sorted(m for m in MODULES if _layer(m) in ALLOWED | FORBIDDEN))
 def test_layer_imports_only_lower_layers(module: str) -> None:
     layer = _layer(module)
@@ -179,15 +173,13 @@ def test_layer_imports_only_lower_layers(module: str) -> None:
             return other not in ALLOWED[layer]
         return other in FORBIDDEN[layer]
 
-    wrong = [name for name, lazy in _imports(module)
-             if refused(name) and not (lazy and (module, name) in SPARK_ONLY_PATHS)]
+    wrong = [name for name, _ in _imports(module) if refused(name)]
     assert wrong == []
 
 
-def test_the_spark_only_paths_of_the_delta_store_are_lazy_imports() -> None:
-    imports = dict(_imports("pipelines.storage.delta"))
-    assert {name for _, name in SPARK_ONLY_PATHS} <= imports.keys()
-    assert all(imports[name] for _, name in SPARK_ONLY_PATHS)
+@pytest.mark.parametrize("module", OTHER_MODULES)
+def test_module_outside_spark_imports_no_spark_even_inside_a_function(module: str) -> None:
+    assert [name for name, _ in _imports(module) if name.split(".")[0] in BLOCKED] == []
 
 
 APP_MODULES = sorted(m for m in MODULES if m.startswith("pipelines.app."))

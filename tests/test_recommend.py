@@ -1,4 +1,4 @@
-"""Tests for the sweep's recommended policy (pipelines/analysis/recommend.py): the rule on
+"""Tests for the sweep's recommended policy (pipelines/analysis/whatif/recommend.py): the rule on
 hand-made candidates, then on three replays of a burst-then-quiet log, and on the sweep page."""
 
 from __future__ import annotations
@@ -8,14 +8,19 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipelines.analysis.compare import Scenario
 from pipelines.analysis.interactive import write_sweep_page
-from pipelines.analysis.recommend import RUN_SCOPE, _choose, format_recommendations, recommend
+from pipelines.analysis.whatif.recommend import (
+    RUN_SCOPE,
+    _choose,
+    format_recommendations,
+    recommend,
+)
+from pipelines.analysis.whatif.scenarios import Scenario
+from pipelines.analysis.whatif.sweep import sweep_rows, write_sweep_rows
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S
 from pipelines.engine.local import run_local
-from pipelines.spark.sweep import sweep_rows, write_sweep_rows
 from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 

@@ -12,14 +12,15 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
-from pipelines.analysis.compare import (
+from pipelines.analysis.interactive import write_report
+from pipelines.analysis.run_tables import (
     RunTables,
     consumer_shares,
     drain_times,
     layout_timeline,
     run_metrics,
 )
-from pipelines.analysis.report import build_figures, figure_has_data, topic_table, write_report
+from pipelines.analysis.static_figures import build_figures, figure_has_data, topic_table
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.spark.replay import Replay

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from jobs.replay import main
-from pipelines.spark.sweep import (
+from pipelines.analysis.whatif.sweep import (
     GridAxis,
     SweepError,
     check_shared_ingest,

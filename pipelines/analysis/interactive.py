@@ -3,8 +3,8 @@
 Figure builders return ``list[(title, plotly.graph_objects.Figure)]``; zoom and pan are Plotly's
 defaults and every mark has a hover label.
 
-- :func:`run_figures` — one run (:class:`pipelines.analysis.compare.RunTables`): segments over time
-  (each segment's hash range ``[range_start, range_end]`` as a bar from ``created_at`` to
+- :func:`run_figures` — one run (:class:`pipelines.analysis.run_tables.RunTables`): segments
+  over time (each segment's hash range ``[range_start, range_end]`` as a bar from ``created_at`` to
   ``sealed_at``), the segment DAG (parents → children), auto-scale decisions over time (hover:
   Pulsar's reason, the thresholds of the topic's resolved policy and the rates of the segments
   at ``eval_time``), and per-segment ``msg_rate_in`` against the split / merge thresholds.
@@ -18,7 +18,8 @@ defaults and every mark has a hover label.
   ``customdata`` holds the run_id) jumps there.
 
 The figures the Plotly views do not cover (consumers, handoffs, drain, batching) stay the
-matplotlib figures of :mod:`pipelines.analysis.report`, embedded as PNG.
+matplotlib figures of :mod:`pipelines.analysis.static_figures`, embedded as PNG.
+:func:`write_report` is ``topic-replay report``.
 """
 
 from __future__ import annotations
@@ -40,31 +41,32 @@ from deltalake import DeltaTable
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from pipelines.analysis.compare import METRICS, RunTables, metrics_frame, run_metrics
-from pipelines.analysis.recommend import RUN_SCOPE, Recommendation, recommend
-from pipelines.analysis.report import (
-    _CSS,
+from pipelines.analysis.figure_data import (
     CREATED_BY_COLOR,
+    dag_edges,
+    naive_utc,
+    rate_topics,
+    topic_policy,
+    topics_by_segments,
+)
+from pipelines.analysis.run_tables import METRICS, RunTables, metrics_frame, run_metrics
+from pipelines.analysis.static_figures import (
+    _CSS,
     ReportFigure,
     build_figures,
-    busiest_topics,
     fig_batching,
     fig_consumers,
     fig_drain,
     fig_handoffs,
-    naive_utc,
     png_bytes,
     table_html,
     topic_table,
 )
-from pipelines.contract.config import parse_config
+from pipelines.analysis.whatif.recommend import RUN_SCOPE, Recommendation, recommend
 from pipelines.engine.findings import ordered_findings
 from pipelines.storage.delta import DeltaStore
 
 Figures = list[tuple[str, go.Figure]]
-
-MAX_TOPICS = 6
-"""Most topics drawn in the per-topic run figures (those with the most segments / messages)."""
 
 SWEEP_METRICS: tuple[str, ...] = ("entries_per_message", "withheld_bucket_s", "drain_max_s",
                                   "flaps", "splits", "merges", "at_max_segments_s")
@@ -107,16 +109,6 @@ class PageError(ValueError):
 
 # ---- helpers ---------------------------------------------------------------------------------
 
-def _policy(config: dict[str, Any], topic: str) -> dict[str, Any]:
-    """The resolved auto-scale policy of ``topic`` as a dict (field → value); the broker-level
-    section as stored when the config cannot be parsed (another version's config)."""
-    try:
-        policy = parse_config(config).policy_for(topic)
-        return {f: getattr(policy, f) for f in type(policy).field_names()}
-    except Exception:
-        return {k: v for k, v in config.get("policy", {}).items() if not isinstance(v, dict)}
-
-
 def _iso(ts: Any) -> Any:
     """UTC timestamps (Series or scalar) as naive ISO strings Plotly reads as dates."""
     if isinstance(ts, pd.Series):
@@ -133,17 +125,6 @@ def _num(v: Any) -> str:
     if isinstance(v, int | np.integer):
         return f"{int(v):,}"
     return f"{float(v):,.4g}"
-
-
-def _topics_by_segments(tables: RunTables, n: int = MAX_TOPICS) -> list[str]:
-    """Topics with the most segments first (ties: busiest first), at most ``n``."""
-    seg = tables.segments
-    if seg.empty:
-        return []
-    counts = seg.groupby("topic").size()
-    busy = {t: i for i, t in enumerate(busiest_topics(tables, n=len(counts)))}
-    order = sorted(counts.index, key=lambda t: (-int(counts[t]), busy.get(str(t), 0), str(t)))
-    return [str(t) for t in order[:n]]
 
 
 def _of_topics(shown: int, total: int) -> str:
@@ -174,16 +155,17 @@ def _segment_hover(g: pd.DataFrame) -> list[str]:
 # ---- one run ---------------------------------------------------------------------------------
 
 def fig_segments(tables: RunTables) -> go.Figure:
-    """Segments over time, one panel per topic (the :data:`MAX_TOPICS` with most segments):
-    each segment a horizontal bar over its lifetime (``created_at`` → ``sealed_at``, or the
-    run's end while active) and its inclusive ``segment_hash`` range (y, 0..65535), coloured by
+    """Segments over time, one panel per topic (the
+    :data:`~pipelines.analysis.figure_data.MAX_TOPICS` with most segments): each segment a
+    horizontal bar over its lifetime (``created_at`` → ``sealed_at``, or the run's end while
+    active) and its inclusive ``segment_hash`` range (y, 0..65535), coloured by
     ``created_by``. Hover: segment id, range, bucket count, layout epochs, times. One bar trace
     per (topic, created_by); ``customdata`` = segment_id. Source: ``segments``."""
     title = f"{tables.run_id}: segments over time (hash range × lifetime)"
     seg = tables.segments
     if seg.empty:
         return _empty(title, "no segments")
-    topics = _topics_by_segments(tables)
+    topics = topics_by_segments(tables)
     end = tables.end_time
     fig = make_subplots(rows=len(topics), cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         subplot_titles=[f"topic {t}" for t in topics])
@@ -246,7 +228,7 @@ def fig_dag(tables: RunTables) -> go.Figure:
     seg = tables.segments
     if seg.empty:
         return _empty(title, "no segments")
-    topics = _topics_by_segments(tables)
+    topics = topics_by_segments(tables)
     why = _creating_decision(tables)
     fig = make_subplots(rows=len(topics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
                         subplot_titles=[f"topic {t}" for t in topics])
@@ -257,12 +239,10 @@ def fig_dag(tables: RunTables) -> go.Figure:
                for r in g.itertuples()}
         ex: list[Any] = []
         ey: list[Any] = []
-        for r in g.itertuples():
-            for parent in r.parent_ids:
-                if int(parent) in pos:
-                    (x0, y0), (x1, y1) = pos[int(parent)], pos[int(r.segment_id)]
-                    ex += [x0, x1, None]
-                    ey += [y0, y1, None]
+        for parent, child in dag_edges(g):
+            (x0, y0), (x1, y1) = pos[parent], pos[child]
+            ex += [x0, x1, None]
+            ey += [y0, y1, None]
         fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": "#555", "width": 1},
                                  hoverinfo="skip", showlegend=False), row=row, col=1)
         for created_by, h in g.groupby("created_by", sort=False):
@@ -312,7 +292,7 @@ def _decision_hover(tables: RunTables) -> list[str]:
     d = tables.decisions
     rates = decision_rates(tables)
     config = tables.config
-    policies = {str(t): _policy(config, str(t)) for t in d["topic"].unique()}
+    policies = {str(t): topic_policy(config, str(t)) for t in d["topic"].unique()}
     out = []
     for (_, r), rate in zip(d.iterrows(), rates.itertuples(index=False), strict=True):
         action = str(r["action"])
@@ -380,8 +360,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> go.Figure:
     ``segment_load``, ``runs.config``."""
     title = f"{tables.run_id}: per-segment msg_rate_in against the split / merge thresholds"
     load = tables.segment_load
-    present = set(map(str, load["topic"])) if len(load) else set()
-    topics = [t for t in busiest_topics(tables, n=10 ** 6) if t in present][:max_topics]
+    topics = rate_topics(tables, max_topics)
     if not topics:
         return _empty(title, "no load samples")
     config = tables.config
@@ -398,7 +377,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> go.Figure:
                                "<br>bytes_rate_in %{customdata[0]:,.4g}<br>msg_rate_out "
                                "%{customdata[1]:,.4g}<br>bytes_rate_out %{customdata[2]:,.4g}"
                                "<extra></extra>")), row=row, col=1)
-        policy = _policy(config, topic)
+        policy = topic_policy(config, topic)
         top = float(g["msg_rate_in"].max()) if len(g) else 1.0
         for field, color, dash in (("split_msg_rate_in", "#d62728", "dash"),
                                    ("merge_msg_rate_in", "#1f77b4", "dot")):
@@ -676,7 +655,8 @@ def _png(fig: ReportFigure) -> str:
 def static_figures(tables: RunTables) -> list[ReportFigure]:
     """The matplotlib figures of one run that have no Plotly counterpart: consumers, bucket
     handoffs, sealed-segment drain, batching (keys as in
-    :func:`pipelines.analysis.report.build_figures`, batching keyed ``batching-<run_id>``)."""
+    :func:`pipelines.analysis.static_figures.build_figures`, batching keyed
+    ``batching-<run_id>``)."""
     r = tables
     return [
         ReportFigure(f"consumers-{r.run_id}", "Consumers",
@@ -796,9 +776,10 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
     :func:`run_section` per run, then (several runs) the batching figure of all runs.
 
     ``png_dir``: also save every matplotlib figure of
-    :func:`pipelines.analysis.report.build_figures` there as ``<key>.png``. Returns ``{"html": path,
-    "figures": figures on the page, "interactive": Plotly figures, "images": PNG figures, "metrics":
-    {run_id: run_metrics}}``. Raises :class:`PageError` when ``run_ids`` is empty.
+    :func:`pipelines.analysis.static_figures.build_figures` there as ``<key>.png``. Returns
+    ``{"html": path, "figures": figures on the page, "interactive": Plotly figures, "images":
+    PNG figures, "metrics": {run_id: run_metrics}}``. Raises :class:`PageError` when
+    ``run_ids`` is empty.
     """
     if not run_ids:
         raise PageError("no run to report")
@@ -828,6 +809,22 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
 
 SWEEPS_TABLE = "sweeps"
 """The table of sweep scenarios (one row per scenario; written by ``topic-replay sweep``)."""
+
+
+def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
+                 png_dir: str | Path | None = None) -> dict[str, Any]:
+    """``topic-replay report``: render the report of ``run_ids`` (tables under ``output``, read
+    with delta-rs) to ``html_path`` with :func:`write_run_page` (Plotly figures of the layout,
+    DAG, decisions and rates; the other figures of :mod:`pipelines.analysis.static_figures` as
+    PNG).
+
+    ``png_dir``: also save every matplotlib figure of
+    :func:`pipelines.analysis.static_figures.build_figures` there as ``<key>.png``. Returns
+    ``{"html": path, "figures": n on the page, "interactive": n, "images": n, "metrics":
+    {run_id: run_metrics}}``; :class:`PageError` as :func:`write_run_page`.
+    """
+    return write_run_page(DeltaStore(output, engine="delta-rs"), run_ids, html_path,
+                          png_dir=png_dir)
 
 
 def sweeps_location(store: DeltaStore) -> str:
@@ -874,8 +871,8 @@ def sweep_table(sweeps: pd.DataFrame) -> str:
 
 
 def recommendation_html(recs: Sequence[Recommendation]) -> str:
-    """The sweep's recommendations (:func:`pipelines.analysis.recommend.recommend`) as an HTML
-    list: per scope (a topic, or the whole run) the scenario, a link to its report, and why."""
+    """The sweep's recommendations (:func:`pipelines.analysis.whatif.recommend.recommend`) as an
+    HTML list: per scope (a topic, or the whole run) the scenario, a link to its report, and why."""
     if not recs:
         return "<p class='meta'>No recommendation: the sweep has no finished scenario.</p>"
     items = []

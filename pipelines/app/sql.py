@@ -11,8 +11,8 @@ from pipelines.app.errors import UsageError
 from pipelines.app.outputs import require_output, require_tables
 from pipelines.app.spark_options import check_remote, spark_log
 from pipelines.spark.command_session import quiet_session
+from pipelines.spark.delta_spark import open_store
 from pipelines.spark.sql import QueryError, format_rows, maintain_tables, register_tables, run_query
-from pipelines.storage.delta import DeltaStore
 
 
 def sql(args: argparse.Namespace) -> int:
@@ -22,7 +22,7 @@ def sql(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
     spark = quiet_session(args.master, args.remote, spark_log(args, shown=False))
-    store = DeltaStore(args.output, spark=spark)
+    store = open_store(args.output, spark=spark)
     if not register_tables(store):
         raise UsageError(f"{args.output} holds no output table")
     try:
@@ -45,7 +45,7 @@ def maintain(args: argparse.Namespace) -> int:
     spark = (None if args.engine == "delta-rs"
              else quiet_session(args.master, spark_log=spark_log(args, shown=False)))
     try:
-        store = DeltaStore(args.output, engine=args.engine, spark=spark)
+        store = open_store(args.output, engine=args.engine, spark=spark)
     except ValueError as exc:
         raise UsageError(str(exc).split(". ")[0]) from None
     result = maintain_tables(store, args.tables, args.retain_hours)

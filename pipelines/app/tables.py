@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.analysis.compare import format_comparison, metrics_frame
 from pipelines.analysis.diff import diff_runs, format_diff, run_ids
-from pipelines.analysis.report import write_report
+from pipelines.analysis.interactive import write_report
+from pipelines.analysis.run_tables import metrics_frame
 from pipelines.analysis.validation import format_validation, validate_run
+from pipelines.analysis.whatif.scenarios import format_comparison
 from pipelines.app.errors import UsageError
 from pipelines.app.outputs import (
     check_html_target,

@@ -1,5 +1,5 @@
 """``compare`` and ``sweep``: one log replayed under several scenarios, their metrics side by
-side (``pipelines.analysis.compare``; a sweep from one ingest, ``pipelines.spark.sweep``).
+side (``pipelines.analysis.whatif``; the replays: ``pipelines.spark.whatif``).
 
 Every scenario's config and input spec, and the output, are checked before Spark starts."""
 
@@ -7,19 +7,25 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.analysis.compare import (
+from pipelines.analysis.interactive import PageError, write_report, write_sweep_page
+from pipelines.analysis.run_tables import metrics_frame
+from pipelines.analysis.whatif.recommend import format_recommendations, recommend
+from pipelines.analysis.whatif.scenarios import (
     NAME_PATTERN,
     PreparedScenario,
     Scenario,
     ScenarioError,
     check_reuse,
     format_comparison,
-    metrics_frame,
     parse_scenario,
 )
-from pipelines.analysis.interactive import PageError, write_sweep_page
-from pipelines.analysis.recommend import format_recommendations, recommend
-from pipelines.analysis.report import write_report
+from pipelines.analysis.whatif.sweep import (
+    SweepError,
+    check_names,
+    check_shared_ingest,
+    grid_scenarios,
+    parse_grid,
+)
 from pipelines.app.errors import UsageError
 from pipelines.app.inputs import config_and_spec
 from pipelines.app.outputs import (
@@ -32,15 +38,7 @@ from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S
 from pipelines.spark.command_session import replay_session
 from pipelines.spark.ingest import resolve_input_spec
 from pipelines.spark.progress import ReplayProgress
-from pipelines.spark.sweep import (
-    SweepError,
-    check_names,
-    check_shared_ingest,
-    grid_scenarios,
-    parse_grid,
-    replay_scenarios,
-    run_sweep,
-)
+from pipelines.spark.whatif import replay_scenarios, run_sweep
 from pipelines.storage.delta import DeltaStore
 from pipelines.storage.fs import is_dir, join
 

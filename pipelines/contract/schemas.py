@@ -332,10 +332,10 @@ SWEEPS = pa.schema([
 ])
 """sweeps — one scenario of a policy sweep (``topic-replay sweep``); ``run_id`` is the
 scenario's run. ``settings``: JSON object of the scenario's overrides (dotted key → value);
-the metrics are ``topic-replay compare``'s (``pipelines.analysis.compare.METRICS``); ``flaps``:
-splits undone by a merge of the same hash range, or merges undone by a split, within
-``flap_window_s`` seconds (``pipelines.spark.sweep.flaps``); ``at_max_segments_s``: the longest time
-any topic spent at ``policy.max_segments`` (seconds, log time), per topic in
+the metrics are ``topic-replay compare``'s (``pipelines.analysis.run_tables.METRICS``);
+``flaps``: splits undone by a merge of the same hash range, or merges undone by a split, within
+``flap_window_s`` seconds (``pipelines.engine.findings.flaps``); ``at_max_segments_s``: the
+longest time any topic spent at ``policy.max_segments`` (seconds, log time), per topic in
 ``at_max_segments`` (JSON object topic → seconds)."""
 
 IDLE_WINDOWS_DOC = """\

@@ -6,8 +6,11 @@ bucketed batching), :func:`dispatch_group` (a topic's subscriptions), composed p
 :func:`topic_group` on pandas groups, the Spark runtime (:mod:`pipelines.spark`: the group
 functions as grouped stateful operators) in its tasks. Every emulation rule lives in
 ``pipelines.core``; these only sort, slice and convert (emulated ms → UTC timestamps in log
-time). The staged messages they read and the output files the Spark runtime writes are
-:mod:`pipelines.storage.staging` and :mod:`pipelines.storage.frames`.
+time). Each is the middle of three modules of its concept: the rule in ``pipelines.core``
+(e.g. :mod:`pipelines.core.batching`), this pandas stage, the Spark operator in
+:mod:`pipelines.spark` (e.g. :mod:`pipelines.spark.batching`). The staged messages they read
+and the output files the Spark runtime writes are :mod:`pipelines.storage.staging` and
+:mod:`pipelines.storage.frames`.
 
 Window contract: a call finalizes the messages with ``event_ms < horizon_ms`` (``None`` = no
 horizon: everything given), in event-time order after earlier windows; ``final`` = end of input.

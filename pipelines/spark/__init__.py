@@ -1,7 +1,9 @@
 """The Spark runtime: the only package that imports pyspark (``tests/test_layout.py``).
 
 - :mod:`pipelines.spark.session` / :mod:`pipelines.spark.worker_daemon` — the SparkSession and
-  its Python workers.
+  its Python workers; :mod:`pipelines.spark.delta_spark` — delta-spark's writer of the output
+  tables, the engine a session's store writes with (``open_store``), the tables as Spark
+  DataFrames.
 - :mod:`pipelines.spark.ingest` / :mod:`pipelines.spark.udfs` — reading, parsing and mapping
   the input in Spark SQL; :mod:`pipelines.spark.staging_pass` — the one Python pass that
   applies the input rules and stages the accepted messages.
@@ -21,7 +23,8 @@
   :mod:`pipelines.spark.emulation` (the streaming query chaining the three, with
   ``transformWithStateInPandas`` and the RocksDB state store, and its window feed and
   receipts).
-- :mod:`pipelines.spark.sweep` (sweeps from one ingest; ``compare``'s replays),
+- :mod:`pipelines.spark.whatif` (the what-if scenarios' replays: a sweep's from one ingest,
+  ``compare``'s one per scenario; the rest of what-if is :mod:`pipelines.analysis.whatif`),
   :mod:`pipelines.spark.sql` (``topic-replay sql`` / ``maintain``),
   :mod:`pipelines.spark.schemas` (the tables' Spark schemas), :mod:`pipelines.spark.progress`
   (the console progress).

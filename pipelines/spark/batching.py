@@ -1,5 +1,9 @@
 """Bucketed batching as a grouped stateful operator, keyed by ``(run_id, bin, shard)``.
 
+The Spark layer of batching: the rule is :mod:`pipelines.core.batching`, a topic's producers
+through it (both engines) :func:`pipelines.engine.stages.batch_topic`; this module only keys,
+reads, keeps state and writes.
+
 A producer shard (:func:`pipelines.spark.handover.producer_shard`) holds some of a topic's
 producers; their (producer, segment) containers are independent of other producers' (reference
 §7: a container is one producer's), so a hot topic's batching spreads over as many tasks as it

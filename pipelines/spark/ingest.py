@@ -1,5 +1,10 @@
 """Ingest: read message logs, map them to the input contract, validate, quarantine, hash.
 
+The Spark half of ingest: reading and mapping in Spark SQL. The rules the mapped records then
+go through (validation, quarantine reasons, parsing, key hashes) are :mod:`pipelines.ingest`,
+no Spark, shared with the local engine; the Spark replay runs them in its staging pass
+(:mod:`pipelines.spark.staging_pass`).
+
 Two readers produce the same *raw* DataFrame (columns ``source_file`` and ``raw_record``; for
 Parquet ``source_file`` and ``record``, the row as a struct):
 

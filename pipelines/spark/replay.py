@@ -42,6 +42,7 @@ from pipelines.engine.findings import write_answers
 from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.privacy import Pseudonymizer, pseudonymizer
 from pipelines.spark import finalization
+from pipelines.spark.delta_spark import open_store
 from pipelines.spark.emulation import default_bins
 from pipelines.spark.finalization import Finalizer, key_profiles_dir, read_rows
 from pipelines.spark.ingest import read_raw_stream
@@ -74,7 +75,7 @@ class RunSpec:
     """One run a replay writes: its ``run_id`` and config. A replay writes one; a sweep
     (``topic-replay sweep``) one per scenario from a single ingest: the scenarios share the
     ingest settings (``input``, ``output``, ``replay`` speed, lateness and trigger sizes) and
-    differ in what the emulation does (``pipelines.spark.sweep.INGEST_KEYS``)."""
+    differ in what the emulation does (``pipelines.analysis.whatif.sweep.INGEST_KEYS``)."""
 
     run_id: str
     config: ReplayConfig
@@ -129,7 +130,7 @@ class Replay:
             require_kafka(self.spark)  # StorageError: one sentence, before anything is written
         # input.pseudonymize: its secret is read now (PrivacyError when it is missing)
         self.pseudonymize = pseudonymizer(self.config)
-        self.store = DeltaStore(self.output, engine=self.config.output.engine, spark=self.spark)
+        self.store = open_store(self.output, engine=self.config.output.engine, spark=self.spark)
         self.commits = TableCommits(self.store, self.config.output.tables, self.stopwatch.timed)
         manifest = manifest_path(self.output, self.run_id)
         if not storage.is_file(manifest):

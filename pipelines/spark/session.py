@@ -30,7 +30,8 @@ one that sees ``--jars`` / ``--packages``). If it is, and the caller did not set
 ``spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension`` and
 ``spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog``. If it is
 not (no Delta jars: no Maven access when ``make setup`` ran), the session is created without
-them and :mod:`pipelines.storage.delta` falls back to delta-rs (and says so once).
+them and :func:`pipelines.spark.delta_spark.open_store` falls back to delta-rs (and says so
+once).
 :func:`delta_spark_available` repeats the class check on a live session.
 
 Where the jars come from: ``make setup`` copies ``delta-spark_2.13`` and ``delta-storage`` of the

@@ -8,7 +8,7 @@ Each existing output table under the output directory is made queryable by its n
   LOCATION '<path>'``), so Delta's time travel works (``SELECT ... FROM segments VERSION AS OF
   3`` / ``TIMESTAMP AS OF '...'``) and so do ``DESCRIBE HISTORY segments`` and ``delta.`<path>```;
 - delta-rs (no Delta jars): a temporary view of the table's current files
-  (:meth:`pipelines.storage.delta.DeltaStore.read_spark`); no time travel.
+  (:func:`pipelines.spark.delta_spark.read_spark`); no time travel.
 
 Usage examples are in docs/delta.md.
 """
@@ -24,6 +24,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from pipelines.contract.schemas import table_names
+from pipelines.spark.delta_spark import read_spark
 from pipelines.storage.delta import DeltaStore
 from pipelines.storage.fs import absolute
 
@@ -54,7 +55,7 @@ def register_tables(store: DeltaStore) -> list[str]:
             spark.sql(f"DROP TABLE IF EXISTS {table}")
             spark.sql(f"CREATE TABLE {table} USING delta LOCATION '{location}'")
         else:
-            store.read_spark(table).createOrReplaceTempView(table)
+            read_spark(store, table).createOrReplaceTempView(table)
         names.append(table)
     return names
 

@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jobs.replay import main
-from pipelines.analysis.compare import (
-    METRICS,
+from pipelines.analysis.run_tables import METRICS
+from pipelines.analysis.whatif.scenarios import (
     ScenarioError,
     comparison_table,
     parse_scenario,

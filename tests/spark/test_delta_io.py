@@ -10,11 +10,20 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+import pipelines.spark.delta_spark as delta_spark
 import pipelines.spark.session as spark_session
 import pipelines.storage.delta as delta_io
 from pipelines.contract.schemas import TABLES, arrow_schema
+from pipelines.spark.delta_spark import (
+    FALLBACK_NOTE,
+    SparkDeltaWriter,
+    append_dataframe,
+    open_store,
+    read_spark,
+)
 from pipelines.spark.schemas import spark_schema
-from pipelines.storage.delta import FALLBACK_NOTE, TABLE_PROPERTIES, DeltaStore, conform_arrow
+from pipelines.storage.delta import TABLE_PROPERTIES, DeltaStore, conform_arrow
+from pipelines.storage.delta_rs import RsDeltaWriter
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
 UTC = dt.UTC
@@ -193,19 +202,19 @@ def test_spark_schema_matches_arrow_schema_names_and_nullability():
 def test_auto_engine_is_delta_spark_when_the_jars_are_installed(spark, tmp_path, monkeypatch):
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
-    monkeypatch.setattr(delta_io, "AUTO_PICKS_DELTA_SPARK", True)
-    monkeypatch.delenv(delta_io.AUTO_ENGINE_ENV, raising=False)
+    monkeypatch.setattr(delta_spark, "AUTO_PICKS_DELTA_SPARK", True)
+    monkeypatch.delenv(delta_spark.AUTO_ENGINE_ENV, raising=False)
     assert spark_session.delta_spark_available(spark) is True
-    assert DeltaStore(str(tmp_path), spark=spark).engine == "delta-spark"
+    assert open_store(str(tmp_path), spark=spark).engine == "delta-spark"
 
 
 @pytest.mark.spark
 def test_auto_engine_without_delta_classes_is_delta_rs_and_says_so_once(
         spark, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(spark_session, "delta_spark_available", lambda _spark: False)
-    monkeypatch.setattr(delta_io, "_fallback_noted", False)
+    monkeypatch.setattr(delta_spark, "_fallback_noted", False)
 
-    engines = [DeltaStore(str(tmp_path), spark=spark).engine for _ in range(2)]
+    engines = [open_store(str(tmp_path), spark=spark).engine for _ in range(2)]
 
     assert engines == ["delta-rs", "delta-rs"]
     assert capsys.readouterr().err.count(FALLBACK_NOTE) == 1
@@ -215,11 +224,17 @@ def test_auto_engine_without_delta_classes_is_delta_rs_and_says_so_once(
 def test_forcing_delta_spark_without_jars_raises_a_clear_error(spark, tmp_path, monkeypatch):
     monkeypatch.setattr(spark_session, "delta_spark_available", lambda _spark: False)
     with pytest.raises(ValueError, match="needs a SparkSession whose classpath holds"):
-        DeltaStore(str(tmp_path), engine="delta-spark", spark=spark)
+        open_store(str(tmp_path), engine="delta-spark", spark=spark)
+
+
+def test_the_storage_layer_builds_only_the_delta_rs_store(tmp_path):
+    assert isinstance(DeltaStore(str(tmp_path)).writer, RsDeltaWriter)
+    with pytest.raises(ValueError, match="needs a SparkSession: open the store with"):
+        DeltaStore(str(tmp_path), engine="delta-spark")
 
 
 def _engine_store(engine: str, spark, root) -> DeltaStore:
-    return DeltaStore(str(root), engine=engine, spark=spark if engine == "delta-spark" else None)
+    return open_store(str(root), engine=engine, spark=spark)
 
 
 @pytest.mark.spark
@@ -291,7 +306,7 @@ def test_maintain_compacts_a_runs_files_into_one_and_keeps_rows_and_transactions
 def test_table_written_by_delta_spark_takes_delta_rs_appends_and_back(spark, tmp_path):
     if not spark_session.delta_jars():
         pytest.skip(NO_DELTA_JARS)
-    by_spark = DeltaStore(str(tmp_path), engine="delta-spark", spark=spark)
+    by_spark = open_store(str(tmp_path), engine="delta-spark", spark=spark)
     by_rs = DeltaStore(str(tmp_path), engine="delta-rs")
 
     by_spark.append("quarantine", _quarantine_rows(batch_id=0), "a", 0)
@@ -304,15 +319,17 @@ def test_table_written_by_delta_spark_takes_delta_rs_appends_and_back(spark, tmp
 
 
 @pytest.mark.spark
-def test_append_spark_dataframe_with_delta_rs_engine(spark, tmp_path):
-    store = DeltaStore(str(tmp_path), engine="delta-rs", spark=spark)
+@pytest.mark.parametrize("engine", ENGINES)
+def test_append_spark_dataframe_is_idempotent_with_either_engine(spark, tmp_path, engine):
+    store = _engine_store(engine, spark, tmp_path)
     df = spark.createDataFrame(_quarantine_rows()).drop("batch_id").selectExpr(
         "*", "cast(7 as int) as batch_id"
     )
 
-    assert store.append("quarantine", df, app_id="a", version=0) is True
-    assert store.append("quarantine", df, app_id="a", version=0) is False
+    assert append_dataframe(store, "quarantine", df, app_id="a", version=0) is True
+    assert append_dataframe(store, "quarantine", df, app_id="a", version=0) is False
     assert store.read("quarantine")["batch_id"].tolist() == [7, 7]
+    assert list((tmp_path / "_tmp_writes").iterdir()) == []  # the staged files are gone
 
 
 @pytest.mark.spark
@@ -321,7 +338,7 @@ def test_read_spark_returns_rows_of_every_run_with_the_contract_schema(spark, tm
     store.append("quarantine", _quarantine_rows("run 1/a"), app_id="a", version=0)
     store.append("quarantine", _quarantine_rows("r2", n=1), app_id="b", version=0)
 
-    df = store.read_spark("quarantine")
+    df = read_spark(store, "quarantine")
 
     assert df.columns == arrow_schema("quarantine").names
     assert sorted(r.run_id for r in df.collect()) == ["r2", "run 1/a", "run 1/a"]
@@ -329,7 +346,7 @@ def test_read_spark_returns_rows_of_every_run_with_the_contract_schema(spark, tm
 
 @pytest.mark.spark
 def test_read_spark_of_missing_table_is_empty(spark, tmp_path):
-    df = DeltaStore(str(tmp_path), engine="delta-rs", spark=spark).read_spark("entries")
+    df = read_spark(DeltaStore(str(tmp_path), engine="delta-rs", spark=spark), "entries")
 
     assert df.count() == 0
     assert df.columns == arrow_schema("entries").names
@@ -412,10 +429,12 @@ def _writer_store(writer: str, spark, root, monkeypatch) -> DeltaStore:
         def unreachable(*args, **kwargs):
             raise OSError("delta-rs cannot reach the location")
 
-        monkeypatch.setattr(delta_io.DeltaStore, "_commit_adds_rs", unreachable)
-        monkeypatch.setattr(delta_io.DeltaStore, "_write_rows_rs", unreachable)
-        monkeypatch.setattr(delta_io.DeltaStore, "_append_rs_parquet", unreachable)
         writer = "delta-spark"
+        store = _engine_store(writer, spark, root)
+        assert isinstance(store.writer, SparkDeltaWriter)
+        for method in ("commit_adds", "write_rows", "write_files"):
+            monkeypatch.setattr(store.writer.rs, method, unreachable)
+        return store
     return _engine_store(writer, spark, root)
 
 

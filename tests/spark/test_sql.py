@@ -7,8 +7,8 @@ import json
 import pandas as pd
 import pytest
 
+import pipelines.spark.delta_spark as delta_io
 import pipelines.spark.session as spark_session
-import pipelines.storage.delta as delta_io
 from jobs.replay import main
 from pipelines.spark.sql import format_rows
 from pipelines.storage.delta import DeltaStore

@@ -10,11 +10,10 @@ so they spread over the cluster's cores. Each scenario's tables equal a ``topic-
 it alone.
 
 The ``sweeps`` table gets one row per scenario (:func:`sweep_rows`): its settings, the metrics
-``topic-replay compare`` prints (``pipelines.analysis.compare.run_metrics``), flapping
+``topic-replay compare`` prints (:func:`pipelines.analysis.run_tables.run_metrics`), flapping
 (:func:`pipelines.engine.findings.flaps`, the findings' flapping rule) and the time each topic
-spent at ``policy.max_segments`` (:func:`time_at_max_segments`). Spark runs only in
-:func:`run_sweep`, and in :func:`replay_scenarios`: ``topic-replay compare``'s replays, one
-per scenario (its comparison is :mod:`pipelines.analysis.compare`).
+spent at ``policy.max_segments`` (:func:`time_at_max_segments`). This module is the sweep's
+grid and rows, no Spark; the replay itself is :func:`pipelines.spark.whatif.run_sweep`.
 """
 
 from __future__ import annotations
@@ -28,22 +27,11 @@ from typing import Any
 
 import pandas as pd
 import yaml
-from pyspark.sql import SparkSession
 
-from pipelines.analysis.compare import (
-    NAME_PATTERN,
-    PreparedScenario,
-    RunTables,
-    Scenario,
-    check_reuse,
-    comparison_table,
-    layout_timeline,
-    run_metrics,
-)
+from pipelines.analysis.run_tables import RunTables, layout_timeline, run_metrics
+from pipelines.analysis.whatif.scenarios import NAME_PATTERN, Scenario
 from pipelines.contract.config import parse_config
-from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S, flaps
-from pipelines.spark.ingest import resolve_input_spec
-from pipelines.spark.replay import Replay, RunSpec
+from pipelines.engine.findings import flaps
 from pipelines.storage.delta import DeltaStore, table_app_id
 
 INGEST_KEYS: tuple[str, ...] = ("input", "output", "console", "replay.speed",
@@ -220,61 +208,3 @@ def write_sweep_rows(store: DeltaStore, sweep_id: str, rows: pd.DataFrame) -> No
     if len(rows):
         store.replace_run("sweeps", rows, list(rows["run_id"]),
                           app_id=table_app_id(f"sweep.{sweep_id}", "sweeps"), version=1)
-
-
-def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
-              prepared: Sequence[PreparedScenario], inputs: Sequence[str], output: str,
-              flap_window_s: int = DEFAULT_FLAP_WINDOW_S,
-              progress: Callable[[Any], None] = print) -> pd.DataFrame:
-    """Spark: replay ``inputs`` once for every scenario of ``prepared`` (one ingest under
-    ``base``'s config and input spec; one run per scenario, run_id = its name) into
-    ``output``, write the ``sweeps`` rows and return them.
-
-    The replay's work folder is ``_work/sweep.<sweep_id>`` (a restart of the same sweep
-    resumes there). Raises ``pipelines.storage.output_identity.OutputConflictError`` as
-    ``topic-replay run`` does, for the sweep or any of its runs."""
-    replay = Replay(spark, base.config, base.input_spec, list(inputs), output,
-                    f"sweep.{sweep_id}", progress=progress,
-                    runs=[RunSpec(p.scenario.name, p.config) for p in prepared])
-    replay.run()
-    if not replay.state.finalized:  # stopped (request_stop): a restart resumes the sweep
-        return pd.DataFrame()
-    store = DeltaStore(output, engine="delta-rs")
-    rows = sweep_rows(store, sweep_id, [p.scenario for p in prepared], flap_window_s)
-    write_sweep_rows(DeltaStore(output, engine=replay.store.engine, spark=spark), sweep_id, rows)
-    return rows
-
-
-# ---- compare: one replay per scenario ------------------------------------------------------
-
-def _prefixed(name: str) -> Callable[[object], None]:
-    return lambda event: print(f"[{name}] {event}", flush=True)
-
-
-def replay_scenarios(spark: SparkSession, prepared: Sequence[PreparedScenario],
-                     inputs: Sequence[str], output: str, say: Callable[[str], None] = print,
-                     progress_for: Callable[[str], Any] = _prefixed) -> pd.DataFrame:
-    """Replay ``inputs`` once per scenario (run_id = scenario name) into ``output`` and return
-    :func:`~pipelines.analysis.compare.comparison_table` over the scenarios, in the given order.
-
-    ``say`` gets one line per scenario; ``progress_for(name)`` gives the ``progress`` callable of
-    that scenario's :class:`pipelines.spark.replay.Replay` (closed after the run when it has
-    ``close()``). A scenario whose finished run already exists with the same config and inputs is
-    not replayed again (:func:`~pipelines.analysis.compare.check_reuse`). Everything is written
-    under ``output`` (tables and each run's ``_work`` folder); nothing else is touched.
-    """
-    store = DeltaStore(output, engine="delta-rs")
-    for p in prepared:
-        name = p.scenario.name
-        if check_reuse(store, p, inputs):
-            say(f"scenario {name}: already in {output} with the same config and inputs; reused")
-            continue
-        say(f"scenario {name}: replaying with {', '.join(p.scenario.sets) or 'the base config'}")
-        spec = resolve_input_spec(p.input_spec, spark, list(inputs))
-        progress = progress_for(name)
-        try:
-            Replay(spark, p.config, spec, list(inputs), output, name, progress=progress).run()
-        finally:
-            if hasattr(progress, "close"):
-                progress.close()
-    return comparison_table(store, [p.scenario.name for p in prepared])

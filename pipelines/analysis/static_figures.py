@@ -1,11 +1,12 @@
-"""``topic-replay report``: one self-contained HTML file of figures and tables for one or more runs.
+"""The static figure set of ``topic-replay report``: matplotlib figures (Agg backend) of one or
+more runs read back from their tables (:class:`pipelines.analysis.run_tables.RunTables`; no Spark),
+and the report's HTML tables.
 
-Reads the output tables with delta-rs (:class:`pipelines.analysis.compare.RunTables`; no Spark) and
-draws matplotlib figures (Agg backend). The HTML page is
-:func:`pipelines.analysis.interactive.write_run_page`: Plotly figures of the layout, DAG, decisions
-and rates, these figures (the others) as embedded PNG, everything inlined, so the file opens
-anywhere without network access; ``--png-dir`` saves every figure below as PNG. Figures (each a
-function returning a ``matplotlib.figure.Figure``):
+The report page (:func:`pipelines.analysis.interactive.write_report`) shows the Plotly figures
+of :mod:`pipelines.analysis.interactive` for the layout, DAG, decisions and rates, and those of
+these figures that have no Plotly view (consumers, handoffs, drain, batching) as embedded PNG;
+``--png-dir`` saves every figure below as PNG. This module imports no page code. Figures (each
+a function returning a ``matplotlib.figure.Figure``):
 
 - :func:`fig_layout` — active segments and entry buckets over time, with auto-scale decisions
   (split / merge / rebucket markers, suppressed evaluations, reasons);
@@ -18,7 +19,7 @@ function returning a ``matplotlib.figure.Figure``):
 - :func:`fig_handoffs` — bucket withheld time during handoffs (draining, PIP-379);
 - :func:`fig_drain` — sealed-segment drain times (PIP-486 use case 1).
 
-The summary table is :func:`pipelines.analysis.compare.run_metrics` (the same numbers as
+The summary table is :func:`pipelines.analysis.run_tables.run_metrics` (the same numbers as
 ``topic-replay compare``), side by side when several runs are given.
 """
 
@@ -28,13 +29,11 @@ import html
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import matplotlib
 
-from pipelines.analysis.compare import format_cell
-from pipelines.contract.config import parse_config
+from pipelines.analysis.run_tables import format_cell
 
 matplotlib.use("Agg")
 
@@ -48,22 +47,25 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from pipelines.analysis.compare import (
+from pipelines.analysis.figure_data import (
+    CREATED_BY_COLOR,
+    busiest_topics,
+    dag_edges,
+    naive_utc,
+    rate_thresholds,
+    rate_topics,
+    topics_by_segments,
+)
+from pipelines.analysis.run_tables import (
     RunTables,
     consumer_shares,
     drain_times,
     layout_timeline,
     withheld_intervals,
 )
-from pipelines.storage.delta import DeltaStore
-
-MAX_TOPICS = 6
-"""Most topics drawn individually in per-topic figures (the busiest; the rest are summed)."""
 
 ACTION_STYLE = {"split": ("^", "tab:red"), "merge": ("v", "tab:blue"),
                 "rebucket": ("s", "tab:green")}
-CREATED_BY_COLOR = {"initial": "#c7c7c7", "split": "#f4a582", "merge": "#92c5de",
-                    "rebucket": "#a6dba0"}
 
 
 @dataclass
@@ -82,14 +84,6 @@ def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[
     fig = Figure(figsize=figsize)
     FigureCanvasAgg(fig)
     return fig, fig.subplots(*args, **kwargs)
-
-
-def naive_utc(ts: Any) -> Any:
-    """UTC timestamps (Series or scalar) as naive UTC datetimes for matplotlib."""
-    if isinstance(ts, pd.Series):
-        return ts.dt.tz_convert("UTC").dt.tz_localize(None) if ts.dt.tz is not None else ts
-    t = pd.Timestamp(ts)
-    return t.tz_convert("UTC").tz_localize(None) if t.tzinfo is not None else t
 
 
 def _time_axis(ax: Any) -> None:
@@ -114,29 +108,10 @@ def _run_span(ax: Any, tables: RunTables) -> None:
         ax.set_xlim(naive_utc(start - pad), naive_utc(end + pad))
 
 
-def busiest_topics(tables: RunTables, n: int = MAX_TOPICS) -> list[str]:
-    """Topics by messages (from ``entries``), busiest first; then any with segments only."""
-    by_msgs = (tables.entries.groupby("topic")["num_messages"].sum()
-               .sort_values(ascending=False, kind="stable"))
-    topics = [str(t) for t in by_msgs.index]
-    topics += sorted(set(map(str, tables.segments["topic"])) - set(topics))
-    return topics[:n]
-
-
 def _empty_note(ax: Any, text: str) -> None:
     ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
     ax.set_xticks([])
     ax.set_yticks([])
-
-
-def _thresholds(config: dict[str, Any], topic: str) -> tuple[float | None, float | None]:
-    """(split_msg_rate_in, merge_msg_rate_in) in force for ``topic`` (overrides resolved)."""
-    try:
-        policy = parse_config(config).policy_for(topic)
-        return float(policy.split_msg_rate_in), float(policy.merge_msg_rate_in)
-    except Exception:  # a config written by another version: broker level as stored
-        p = config.get("policy", {})
-        return p.get("split_msg_rate_in"), p.get("merge_msg_rate_in")
 
 
 # ---- figures ---------------------------------------------------------------------------------
@@ -238,7 +213,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> Figure:
     topics, one panel per topic, with the topic's split threshold (red) and merge threshold
     (blue) of its resolved policy. Source: ``segment_load``, ``runs.config``."""
     load = tables.segment_load
-    topics = [t for t in busiest_topics(tables) if t in set(load["topic"])][:max_topics]
+    topics = rate_topics(tables, max_topics)
     n = max(1, len(topics))
     fig, axes = _subplots(n, 1, figsize=(11, 2.6 * n + 0.6), sharex=True, squeeze=False)
     if not topics:
@@ -251,7 +226,7 @@ def fig_rates(tables: RunTables, max_topics: int = 4) -> Figure:
         for sid in segs:
             s = g[g["segment_id"] == sid]
             ax.plot(naive_utc(s["sample_time"]), s["msg_rate_in"], lw=1.1, label=f"segment {sid}")
-        split, merge = _thresholds(config, topic)
+        split, merge = rate_thresholds(config, topic)
         if split is not None:
             ax.axhline(split, color="tab:red", ls="--", lw=1.2, label=f"split > {split:g}")
         if merge is not None:
@@ -278,8 +253,7 @@ def fig_dag(tables: RunTables, max_topics: int = 3) -> Figure:
     join parents to children (split: one to two, merge: two to one, rebucket: one to one).
     Source: ``segments``."""
     segments = tables.segments
-    counts = segments.groupby("topic").size().sort_values(ascending=False, kind="stable")
-    topics = [str(t) for t in counts.index[:max_topics]]
+    topics = topics_by_segments(tables, max_topics)
     n = max(1, len(topics))
     fig, axes = _subplots(1, n, figsize=(4.2 * n + 1.5, 4.4), squeeze=False)
     if not topics:
@@ -303,13 +277,10 @@ def fig_dag(tables: RunTables, max_topics: int = 3) -> Figure:
                         fontsize=7)
         mid = {sid: (row["range_start"] + row["range_end"]) / 2 for sid, row in g.iterrows()}
         start = dict(zip(g.index, x0, strict=True))
-        for sid, row in g.iterrows():
-            for parent in row["parent_ids"]:
-                if parent in mid:
-                    t = start[sid]
-                    ax.annotate("", xy=(t + span * 0.01, mid[sid]),
-                                xytext=(t - span * 0.01, mid[parent]),
-                                arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 0.9})
+        for parent, sid in dag_edges(g.reset_index()):
+            t = start[sid]
+            ax.annotate("", xy=(t + span * 0.01, mid[sid]), xytext=(t - span * 0.01, mid[parent]),
+                        arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 0.9})
         ax.set_xlim(np.nanmin(x0) - span * 0.02, np.nanmax(x1) + span * 0.02)
         ax.set_ylim(0, 65536)
         ax.set_yticks([0, 16384, 32768, 49152, 65536])
@@ -625,20 +596,3 @@ def table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "")
                     + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
-
-
-def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
-                 png_dir: str | Path | None = None) -> dict[str, Any]:
-    """Render the report of ``run_ids`` (tables under ``output``) to ``html_path``: the
-    interactive page of :func:`pipelines.analysis.interactive.write_run_page` (Plotly figures of the
-    layout, DAG, decisions and rates; the other figures of this module as PNG).
-
-    ``png_dir``: also save every matplotlib figure of :func:`build_figures` there as
-    ``<key>.png``. Returns ``{"html": path, "figures": n on the page, "interactive": n,
-    "images": n, "metrics": {run_id: run_metrics}}``.
-    """
-    # pipelines.analysis.interactive imports this module (its static figures): import it on use
-    from pipelines.analysis.interactive import write_run_page  # noqa: PLC0415
-
-    store = DeltaStore(output, engine="delta-rs")
-    return write_run_page(store, run_ids, html_path, png_dir=png_dir)
