@@ -107,31 +107,20 @@ class BatchingProcessor(StatefulProcessor):
         hi = _bound(w.hi_ms)
         folder = handover.window_dir(self.emulation, version, "routed", run_id, b, window)
         routed = _read_routed(handover.shard_file(folder, shard))
-        groups = handover.by_topic(routed)
-        topics = sorted(set(groups) | (set(states.all_topics()) if final else set()))
+        active = set(pd.unique(routed["topic"].to_numpy(object))) if len(routed) else set()
+        topics = sorted(active | (set(states.all_topics()) if final else set()))
         if not topics:
             return False
         layouts = handover.read_layouts(folder)
-        bcfg = settings.batching()
-        messages, entries = [], []
-        for topic in topics:
-            part = groups.get(topic, routed.iloc[:0])
-            msg, ent, blob = stages.batch_topic(part, states.get(topic), bcfg,
-                                                layouts.get(topic), hi, final)
+        msg, entries, blobs = stages.batch_topics(
+            routed, {t: states.get(t) for t in topics}, settings.batching(),
+            {t: layouts.get(t) for t in topics}, hi, final)
+        for topic, blob in blobs.items():
             states.put(topic, blob)
-            if msg.num_rows:
-                messages.append(msg)
-            if len(ent):
-                entries.append(ent.assign(_topic=topic))
-        frame = pd.DataFrame(columns=stages.ENTRY_COLUMNS)
-        if entries:  # one conversion for all the window's topics (a pandas pass per topic costs)
-            raw = pd.concat(entries, ignore_index=True)
-            frame = stages.entry_frame("", raw.drop(columns="_topic"), settings.speed)
-            frame["topic"] = raw["_topic"].to_numpy(object)
+        frame = stages.entry_frame(None, entries, settings.speed)
         writer.write(f"bin-{b}\x00{shard}",
-                     {"msg": pa.concat_tables(messages) if messages else pa.table({}),
-                      "entry": frame})
-        if not entries:
+                     {"msg": msg, "entry": frame})
+        if not len(frame):
             return False
         handover.write_frame(
             handover.shard_file(handover.window_dir(self.emulation, version, "handover", run_id,

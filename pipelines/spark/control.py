@@ -23,7 +23,6 @@ import pandas as pd
 import pyarrow as pa
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from pipelines.core.controller import TopicController
 from pipelines.engine import stages
 from pipelines.ingest.privacy import withheld_columns
 from pipelines.spark import handover
@@ -97,26 +96,19 @@ class ControlProcessor(StatefulProcessor):
         handed over, their rows written. Returns the shards that got routed messages."""
         settings = self.settings[run_id]
         final, hi = bool(w.final), _bound(w.hi_ms)
-        groups = handover.by_topic(pdf)
-        topics = sorted(set(groups) | (set(states.all_topics()) if final or bool(w.snapshot)
-                                       else set()))
+        active = set(pd.unique(pdf["topic"].to_numpy(object))) if len(pdf) else set()
+        topics = sorted(active | (set(states.all_topics()) if final or bool(w.snapshot)
+                                  else set()))
         if not topics:
             return set()
-        controllers: dict[str, TopicController] = {}
-        routed = []
-        for topic in topics:
-            part = groups.get(topic, pdf.iloc[:0])
-            r, controllers[topic] = stages.control_group(topic, part, states.get(topic),
-                                                         settings, hi, final)
-            if len(r):
-                routed.append(r)
+        routed, controllers = stages.control_topics(pdf, {t: states.get(t) for t in topics},
+                                                    settings, hi, final)
         result = stages.control_outputs(controllers, settings.speed)
         for topic, blob in result.states.items():
             states.put(topic, blob)
         folder = handover.window_dir(self.emulation, int(w.version), "routed", run_id, b,
                                      window)
-        shards = (self._hand_over(pd.concat(routed, ignore_index=True), folder) if routed
-                  else set())
+        shards = self._hand_over(routed, folder) if len(routed) else set()
         handover.write_layouts(folder, result.layouts)
         frames = {"sample": result.samples, "decision": result.decisions}
         if final or bool(w.snapshot):

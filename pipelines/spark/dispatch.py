@@ -84,30 +84,28 @@ class DispatchProcessor(StatefulProcessor):
         settings = self.settings[run_id]
         version, final = int(w["version"]), bool(w["final"])
         hi = None if pd.isna(w["hi_ms"]) else int(w["hi_ms"])
-        groups = handover.by_topic(_read_entries(handover.window_dir(
-            self.emulation, version, "handover", run_id, b, window)))
-        if not groups and not final:
+        entries = _read_entries(handover.window_dir(self.emulation, version, "handover",
+                                                    run_id, b, window))
+        if not len(entries) and not final:
             return
         layouts = handover.read_layouts(handover.window_dir(
             self.emulation, version, "routed", run_id, b, window))
-        topics = sorted(set(groups) | (set(layouts) if final else set()))
-        tables: dict[str, list[pd.DataFrame]] = {}
-        empty = handover.ENTRY_HANDOVER.empty_table().to_pandas(types_mapper=arrow_strings)
+        active = set(pd.unique(entries["topic"].to_numpy(object))) if len(entries) else set()
+        topics = [t for t in sorted(active | (set(layouts) if final else set()))
+                  if t in layouts]
+        blobs = {}
         for topic in topics:
-            layout = layouts.get(topic)
-            if layout is None:
-                continue
             blob = states.get(topic)
             if blob is None:  # this dispatcher alone, as dispatch_group carries a topic's
                 blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
-            frames, blob = stages.dispatch_group(topic, groups.get(topic, empty), blob,
-                                                 settings, layout, hi, final)
+            blobs[topic] = blob
+        frames, blobs = stages.dispatch_topics(entries[entries["topic"].isin(topics)]
+                                               if len(topics) < len(active) else entries,
+                                               blobs, settings,
+                                               {t: layouts[t] for t in topics}, hi, final)
+        for topic, blob in blobs.items():
             states.put(topic, blob)
-            for kind, frame in frames.items():
-                if len(frame):
-                    tables.setdefault(kind, []).append(frame)
-        writer.write(f"bin-{b}\x00{d}",
-                     {k: pd.concat(v, ignore_index=True) for k, v in tables.items()})
+        writer.write(f"bin-{b}\x00{d}", frames)
 
     def close(self) -> None:
         pass
