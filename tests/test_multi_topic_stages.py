@@ -162,3 +162,12 @@ def test_the_workload_has_seals_resends_and_dispatch_in_several_topics() -> None
     assert messages.column("layout_epoch").to_pandas().max() > 0  # a layout changed
     dispatched = pd.concat([g["dispatch"] for g in got if "dispatch" in g])  # type: ignore
     assert dispatched["topic"].nunique() == len(TOPICS)
+
+
+def test_no_topics_dispatch_nothing() -> None:
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    entries = pd.DataFrame({c: pd.Series(dtype=t) for c, t in [
+        ("topic", object), ("producer_name", object), ("segment_id", "int64"),
+        ("entry_id", "int64"), ("entry_hash_min", "int64"), ("num_messages", "int64"),
+        ("payload_bytes", "int64"), ("emu_publish_ms", "int64")]})
+    assert stages.dispatch_topics(entries, {}, settings, {}, None, True) == ({}, {})

@@ -781,12 +781,15 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
     ``entries``: :func:`dispatch_group`'s columns plus ``topic``, of topics in ``blobs``;
     ``blobs``: topic → its dispatchers' blob (what :func:`dispatch_group` returns) for every
     topic to run; ``layouts``: topic → its layout (every topic of ``blobs``). Returns the
-    frames of every topic by ``_kind`` (:func:`dispatch_group`'s) and topic → new blob.
+    frames of every topic by ``_kind`` (:func:`dispatch_group`'s; none for no topics) and
+    topic → new blob.
     ``ValueError`` for entries of a topic not in ``blobs``."""
     topics = sorted(blobs)
     code = pd.Index(topics).get_indexer(entries["topic"].to_numpy(object))
     if (code < 0).any():
         raise ValueError("entries of a topic not given a dispatcher state")
+    if not topics:
+        return {}, {}
     keyed = entries.assign(_topic=code)
     cols = _entry_arrays(keyed.take(stable_order(keyed, ["_topic", *_DISPATCH_ORDER])))
     bounds = np.searchsorted(np.sort(code), np.arange(len(topics) + 1))
