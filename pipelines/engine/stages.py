@@ -20,6 +20,7 @@ import pickle
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -804,8 +805,8 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
         for o in outs:
             for t in _DISPATCH_OUTPUTS:
                 for part in o.column_parts(t):
-                    n = len(next(iter(part.values()))) if part else 0
-                    parts[t].append({**part, "topic": np.full(n, topic, dtype=object)})
+                    parts[t].append({**part, "topic": np.full(_rows(part), topic,
+                                                              dtype=object)})
         out[topic] = pickle.dumps((disp, new_seen))
     frames = {t: _joined(v) for t, v in parts.items()}
     return _dispatch_tables(frames, settings.speed), out
@@ -857,14 +858,38 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
 
 
 def _joined(parts: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Column parts (lists or arrays, every part with the same columns) as one frame: arrays
-    concatenated, lists chained, each column's type inferred once."""
-    columns: dict[str, Any] = {}
-    for name in parts[0]:
-        values = [p[name] for p in parts]
-        columns[name] = (np.concatenate(values) if all(isinstance(v, np.ndarray) for v in values)
-                         else [x for v in values for x in v])
-    return pd.DataFrame(columns)
+    """Column parts (lists or arrays, every part with the same columns, at least one) as one
+    frame, rows in part order: the parts of arrays concatenated as arrays, the parts of lists
+    chained as one list per column (each column's type inferred once: a frame per part costs
+    more than a quiet topic's dispatch, and an array in a list makes pandas infer it value by
+    value)."""
+    parts = [p for p in parts if _rows(p)] or list(parts[:1])
+    columns = list(parts[0])
+    arrays = [all(isinstance(v, np.ndarray) for v in p.values()) for p in parts]
+    listed = [p for p, a in zip(parts, arrays, strict=True) if not a]
+    inferred = pd.DataFrame({c: list(chain.from_iterable(_values(p[c]) for p in listed))
+                             for c in columns})
+    if all(arrays) or not any(arrays):
+        return (inferred if listed else
+                pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in columns}))
+    # both kinds: the array parts' rows, then the list parts', put back in part order
+    position = np.concatenate([np.repeat([i for i, a in enumerate(arrays) if a is kind],
+                                         [_rows(p) for p, a in zip(parts, arrays, strict=True)
+                                          if a is kind]) for kind in (True, False)])
+    order = np.argsort(position, kind="stable")
+    return pd.DataFrame({c: np.concatenate([*(p[c] for p, a in zip(parts, arrays, strict=True)
+                                              if a), inferred[c].to_numpy()])[order]
+                         for c in columns})
+
+
+def _rows(part: Mapping[str, Any]) -> int:
+    return len(next(iter(part.values()))) if part else 0
+
+
+def _values(column: Any) -> Any:
+    """A column part's values as Python objects (an array's NumPy scalars would make pandas'
+    type inference slow)."""
+    return column.tolist() if isinstance(column, np.ndarray) else column
 
 
 def _dispatch_tables(frames: Mapping[str, pd.DataFrame],
