@@ -67,7 +67,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
@@ -135,7 +135,13 @@ class BatchingConfig:
 class Reroute:
     """A layout change as producers see it (§7.2): at ``time_ms`` the segments ``sealed`` close,
     and ``range_start`` / ``segment_ids`` (int64, by range start), ``splits`` (bucket splits per
-    active segment) and ``epoch`` describe the layout in force right after."""
+    active segment) and ``epoch`` describe the layout in force right after.
+
+    ``producers``: the producer codes (int64) whose containers the change closes, ``None`` =
+    every producer. Segment ids are a topic's own, so when one :func:`batch` call runs several
+    topics (producer codes made unique per topic), each topic's changes name its producers
+    (:meth:`for_producers`) and leave the other topics' containers of the same segment ids
+    alone."""
 
     time_ms: int
     sealed: frozenset[int]
@@ -143,6 +149,7 @@ class Reroute:
     segment_ids: I64
     splits: Mapping[int, Sequence[int]]
     epoch: int
+    producers: I64 | None = None
 
     @classmethod
     def of(cls, layout: SegmentLayout, time_ms: int) -> Reroute:
@@ -153,6 +160,16 @@ class Reroute:
         starts, ids = now.routing_table()
         return cls(time_ms, sealed, starts, ids,
                    {int(i): list(now.segments[int(i)].bucket_splits) for i in ids}, now.epoch)
+
+    def for_producers(self, producers: I64) -> Reroute:
+        """This change, closing only the containers of ``producers`` (codes, int64)."""
+        return replace(self, producers=np.asarray(producers, dtype=np.int64))
+
+    def applies(self, producer: I64) -> npt.NDArray[np.bool_]:
+        """Whether the change concerns each row's ``producer`` code."""
+        if self.producers is None:
+            return np.ones(len(producer), dtype=bool)
+        return np.isin(producer, self.producers)
 
     def route(self, segment_hash: I64) -> I64:
         """Successor segment of each parked message, in send order (``segment_hash`` ``-1`` =
@@ -562,10 +579,11 @@ class _Run:
     def seal(self, change: Reroute) -> None:
         """Park the open batches of the sealed segments and re-send them at the seal time."""
         m = self.m
-        sealed = np.isin(self.state.segment_id, np.fromiter(change.sealed, dtype=np.int64))
+        ids = np.fromiter(change.sealed, dtype=np.int64)
+        sealed = np.isin(self.state.segment_id, ids) & change.applies(self.state.producer)
         self.state = self.state.take(np.flatnonzero(~sealed))
-        parked = self.open_idx[np.isin(m.segment_id[self.open_idx],
-                                       np.fromiter(change.sealed, dtype=np.int64))]
+        opened = self.open_idx
+        parked = opened[np.isin(m.segment_id[opened], ids) & change.applies(m.producer[opened])]
         if not len(parked):
             return
         parked = parked[np.lexsort((m.ordinal[parked], m.producer[parked]))]

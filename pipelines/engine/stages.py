@@ -23,6 +23,7 @@ import pickle
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -281,6 +282,61 @@ def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: S
     return pdf, ctl
 
 
+def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
+                   settings: StageSettings, horizon_ms: int | None,
+                   final: bool) -> tuple[pd.DataFrame, dict[str, TopicController]]:
+    """:func:`control_group` of several topics at once: the window's messages sorted once (by
+    topic, then in replay order), each topic's controller advanced on its slice as arrays, the
+    routed columns added to the whole window in one pass (a pandas pass per topic costs more
+    than routing a quiet topic's messages).
+
+    ``pdf``: :func:`control_group`'s messages, of topics in ``blobs`` (any order); ``blobs``:
+    topic → its controller blob (``None`` = new) for every topic to advance (one without
+    messages just moves through time). Returns the routed messages of every topic, topic by
+    topic (name order), each in replay order, and topic → advanced controller.
+    ``ValueError`` for messages of a topic not in ``blobs`` (or from the core, as
+    :func:`control_group`)."""
+    topics = sorted(blobs)
+    code = pd.Index(topics).get_indexer(pdf["topic"].to_numpy(object))
+    if (code < 0).any():
+        raise ValueError("messages of a topic not given a controller state")
+    keyed = pdf.assign(_topic=code, _seq_sort=pdf["sequence_id"].fillna(-1))
+    order = stable_order(keyed, ["_topic", *SORT_KEYS], TIE_KEYS)
+    pdf = pdf.take(order).reset_index(drop=True)
+    bounds = np.searchsorted(code[order], np.arange(len(topics) + 1))
+    event = pdf["event_ms"].to_numpy(np.int64)
+    segment_hash = pdf["segment_hash"].fillna(-1).to_numpy(np.int64)
+    hash_b = pdf["hash_b"].fillna(-1).to_numpy(np.int64)
+    size = pdf["payload_size"].to_numpy(np.int64)
+    producer = pdf["producer_name"].to_numpy(object)
+    counted = _key_columns(pdf, settings)
+    n = len(pdf)
+    segment_id = np.zeros(n, dtype=np.int64)
+    bucket_index = np.zeros(n, dtype=np.int32)
+    layout_epoch = np.zeros(n, dtype=np.int64)
+    controllers = {}
+    for i, topic in enumerate(topics):
+        ctl = new_controller(topic, blobs[topic], settings)
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        if hi > lo or horizon_ms is not None:
+            until = horizon_ms if horizon_ms is not None else int(event[lo:hi].max()) + 1
+            routed = ctl.advance(event[lo:hi], segment_hash[lo:hi], hash_b[lo:hi], size[lo:hi],
+                                 producer[lo:hi], until)
+            segment_id[lo:hi] = routed.segment_id
+            bucket_index[lo:hi] = routed.bucket_index
+            layout_epoch[lo:hi] = routed.layout_epoch
+        if counted is not None:
+            _count_key_arrays(ctl, settings, *(c[lo:hi] for c in counted))
+        if final:
+            ctl.finish(horizon_ms)
+            if ctl.key_stats is not None:
+                ctl.key_stats.close()
+        controllers[topic] = ctl
+    routed_pdf = pdf.assign(segment_id=segment_id, bucket_index=bucket_index,
+                            layout_epoch=layout_epoch)
+    return routed_pdf, controllers
+
+
 TOP_KEYS = 10
 """Keys listed per topic in ``topic_profile`` (the hottest by peak period rate)."""
 
@@ -290,20 +346,33 @@ def _count_keys(ctl: TopicController, pdf: pd.DataFrame, settings: StageSettings
     (:class:`~pipelines.core.heavy_hitters.KeyStats`, carried in the controller; one per
     ``replay.stats_update_frequency_s`` stats period on the emulated clock, as the load
     samples). Nothing is counted when the run writes neither answer table."""
+    columns = _key_columns(pdf, settings)
+    if columns is not None:
+        _count_key_arrays(ctl, settings, *columns)
+
+
+def _key_columns(pdf: pd.DataFrame, settings: StageSettings) -> tuple[npt.NDArray[Any], ...] | None:
+    """The columns the key statistics take (event ms, hash32, payload size, key names), as
+    arrays; ``None`` when the run writes neither answer table."""
     if not settings.answers:
-        return
-    mode = settings.config.output.keys
+        return None
+    # output.keys hashed / none: the key names are never kept (nor written, even
+    # transiently); the hashes identify the keys
+    names = (pdf["key"].to_numpy(object) if settings.config.output.keys == "raw"
+             else np.full(len(pdf), None, dtype=object))
+    return (pdf["event_ms"].to_numpy(np.int64), pdf["hash32"].fillna(-1).to_numpy(np.int64),
+            pdf["payload_size"].to_numpy(np.int64), names)
+
+
+def _count_key_arrays(ctl: TopicController, settings: StageSettings, event: npt.NDArray[Any],
+                      hash32: npt.NDArray[Any], size: npt.NDArray[Any],
+                      names: npt.NDArray[Any]) -> None:
+    """:func:`_count_keys` on arrays (:func:`_key_columns`' slice of the topic)."""
     if ctl.key_stats is None:
         ctl.key_stats = KeyStats(settings.config.replay.stats_update_frequency_s * 1000,
-                                 report_hashes=mode != "none")
-    if len(pdf):
-        # output.keys hashed / none: the key names are never kept (nor written, even
-        # transiently); the hashes identify the keys
-        names = (pdf["key"].to_numpy(object) if mode == "raw"
-                 else np.full(len(pdf), None, dtype=object))
-        ctl.key_stats.update(pdf["event_ms"].to_numpy(np.int64),
-                             pdf["hash32"].fillna(-1).to_numpy(np.int64),
-                             pdf["payload_size"].to_numpy(np.int64), names)
+                                 report_hashes=settings.config.output.keys != "none")
+    if len(event):
+        ctl.key_stats.update(event, hash32, size, names)
 
 
 def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
@@ -396,7 +465,7 @@ def batch_topic(routed: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
                 layout: SegmentLayout | None, horizon_ms: int | None,
                 final: bool) -> tuple[Any, pd.DataFrame, bytes]:
     """One topic's window through its producers' batch containers (``pipelines.core.batching``:
-    all producers and segments at once, as columns).
+    all producers and segments at once, as columns): :func:`batch_topics` of the one topic.
 
     ``routed``: :func:`control_group`'s output (replay order); ``blob``: the carried
     :class:`BatchingState` (``None`` = new). Default sequence ids (null) are the order within
@@ -407,40 +476,126 @@ def batch_topic(routed: pd.DataFrame, blob: bytes | None, bcfg: BatchingConfig,
     types (by producer and send order; a re-sent message carries its successor's segment,
     bucket, layout epoch and ``segment_sequence_id``), ``entries`` = the sent entries (the
     core's columns, ``producer_name`` for the producer code, ``entry_seq``)."""
-    st: BatchingState = pickle.loads(blob) if blob is not None else BatchingState()
+    topic = str(routed["topic"].iloc[0]) if len(routed) else ""
+    messages, entries, blobs = batch_topics(routed, {topic: blob}, bcfg, {topic: layout},
+                                            horizon_ms, final)
+    return messages, entries.drop(columns="topic"), blobs[topic]
+
+
+def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: BatchingConfig,
+                 layouts: Mapping[str, SegmentLayout | None], horizon_ms: int | None,
+                 final: bool) -> tuple[Any, pd.DataFrame, dict[str, bytes]]:
+    """Several topics' window through their producers' batch containers in ONE core call
+    (:func:`pipelines.core.batching.batch`; a pandas pass per topic costs more than the
+    batching of a quiet topic): producer codes run over the (topic, producer) pairs, topic by
+    topic in name order, so no container mixes topics, and each topic's seals close only its
+    own producers' containers (:meth:`~pipelines.core.batching.Reroute.for_producers`).
+    Equal, topic by topic, to :func:`batch_topic` of each (the core is per container).
+
+    ``routed``: :func:`control_group`'s output of some of ``blobs``' topics (its ``topic``
+    column; replay order within each topic); ``blobs``: topic → carried :class:`BatchingState`
+    (``None`` = new) of every topic to run (one without rows lets its flush tasks fire, re-sends
+    at its seals); ``layouts``: topic → its layout (missing = none). Returns ``(messages,
+    entries, new_blobs)``: :func:`batch_topic`'s messages and entries of every topic, by topic
+    (name order), ``entries`` with a ``topic`` column first; ``new_blobs``: topic → new blob for
+    every topic of ``blobs``. ``ValueError`` for rows of a topic not in ``blobs``."""
+    topics = sorted(blobs)
     cast = {c: t for c, t in _MESSAGE_DTYPES.items() if routed[c].dtype != t}
     routed = routed.astype(cast) if cast else routed
-    names, codes = _producer_codes(st, routed["producer_name"])
-    new = _new_rows(st, routed, codes, names)
-    if st.pending is None or not len(st.pending):
-        rows, codes_all = new, codes
-    else:
-        rows = pd.concat([st.pending, new], ignore_index=True)
-        codes_all = np.concatenate([_codes_of(names, st.pending["producer_name"]), codes])
+    states = [pickle.loads(b) if (b := blobs[t]) is not None else BatchingState()
+              for t in topics]
+    merged, offsets, codes, pending = _merge_states(states, topics, routed)
+    names = merged.producers
+    new = _new_rows(merged, routed, codes, names)
+    rows = pd.concat([*(f for f, _ in pending), new], ignore_index=True) if pending else new
+    codes_all = np.concatenate([*(c for _, c in pending), codes]) if pending else codes
+    to = None if final else horizon_ms
+    changes = []
+    for i, (t, st) in enumerate(zip(topics, states, strict=True)):
+        mine = np.arange(offsets[i], offsets[i + 1], dtype=np.int64)
+        changes += [c if len(topics) == 1 else c.for_producers(mine)
+                    for c in reroutes(layouts.get(t), st.done_ms, to)]
+    changes.sort(key=lambda c: c.time_ms)  # stable: a topic's own changes keep their order
     r = batch(_core_messages(rows, codes_all, bcfg.mode is BatchingMode.KEY_BASED),
-              st.containers, reroutes(layout, st.done_ms, None if final else horizon_ms), bcfg,
-              len(names), st.next_entry, None if final else horizon_ms)
+              merged.containers, changes, bcfg, len(names), merged.next_entry, to)
     rows = rows.assign(segment_id=r.segment_id, bucket_index=r.bucket_index.astype(np.int32),
                        layout_epoch=r.epoch, _time_ms=r.time_ms, _resent=r.resent)
     sent = np.flatnonzero(r.entry_seq >= 0)
     sent = sent[np.lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
     messages = _message_table(rows, sent, segment_sequence_id=r.segment_sequence_id[sent],
                               entry_id=r.entry_seq[sent])
+    topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))
     entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"})
     entries.insert(0, "producer_name", names[r.entries["producer"]])
-    open_rows = rows.iloc[np.flatnonzero(r.entry_seq < 0)].reset_index(drop=True)
-    st.next_entry = st.next_entry + r.entries_per_producer
-    st.containers, st.pending = r.state, open_rows if len(open_rows) else None
-    if horizon_ms is not None and not final:
-        st.done_ms = max(st.done_ms, horizon_ms + 1)
-    return (conform_messages(messages), entries, pickle.dumps(st))
+    entries.insert(0, "topic", np.asarray(topics, dtype=object)[topic_of[r.entries["producer"]]])
+    merged.next_entry = merged.next_entry + r.entries_per_producer
+    still = np.flatnonzero(r.entry_seq < 0)
+    open_rows = rows.iloc[still].reset_index(drop=True)
+    open_topic = topic_of[codes_all[still]]
+    out = {}
+    for i, (t, st) in enumerate(zip(topics, states, strict=True)):
+        lo, hi = int(offsets[i]), int(offsets[i + 1])
+        st.producers = names[lo:hi]
+        st.next_ordinal = merged.next_ordinal[lo:hi]
+        st.next_entry = merged.next_entry[lo:hi]
+        st.next_sequence_id = merged.next_sequence_id[lo:hi]
+        a, b = np.searchsorted(r.state.producer, [lo, hi])
+        st.containers = r.state.take(np.arange(a, b))
+        st.containers.producer = (st.containers.producer - lo).astype(np.int64)
+        still_open = np.flatnonzero(open_topic == i)
+        st.pending = (open_rows.iloc[still_open].reset_index(drop=True) if len(still_open)
+                      else None)
+        if horizon_ms is not None and not final:
+            st.done_ms = max(st.done_ms, horizon_ms + 1)
+        out[t] = pickle.dumps(st)
+    return conform_messages(messages), entries, out
 
 
-def _producer_codes(st: BatchingState,
-                    producer_name: pd.Series) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    """Extend ``st``'s producers with the window's (names stay sorted, codes are re-mapped in
-    its containers and counters); returns the names and the window rows' codes."""
-    seen = pd.unique(producer_name.to_numpy(object))
+def _merge_states(states: Sequence[BatchingState], topics: Sequence[str], routed: pd.DataFrame
+                  ) -> tuple[BatchingState, npt.NDArray[np.int64], npt.NDArray[np.int64],
+                             list[tuple[pd.DataFrame, npt.NDArray[np.int64]]]]:
+    """The topics' batching states as one over (topic, producer) codes: each topic's producers
+    grown by its window's (:func:`_grow_producers`), then numbered after the previous topics'
+    (``offsets[i]``: topic ``i``'s first code; ``offsets[-1]``: all of them). Returns the
+    merged state (no pending rows), the offsets, the window rows' codes (int64) and each
+    pending frame with its rows' codes."""
+    t_code = pd.Index(list(topics)).get_indexer(routed["topic"].to_numpy(object))
+    if (t_code < 0).any():
+        raise ValueError("routed messages of a topic not given a state")
+    p_code, p_names = pd.factorize(routed["producer_name"].to_numpy(object))
+    width = max(len(p_names), 1)
+    pairs, inverse = np.unique(t_code.astype(np.int64) * width + p_code, return_inverse=True)
+    pair_topic, pair_name = pairs // width, np.asarray(p_names, dtype=object)[pairs % width]
+    bounds = np.searchsorted(pair_topic, np.arange(len(topics) + 1))
+    pair_code = np.zeros(len(pairs), dtype=np.int64)
+    offsets = np.zeros(len(topics) + 1, dtype=np.int64)
+    pending: list[tuple[pd.DataFrame, npt.NDArray[np.int64]]] = []
+    containers = []
+    for i, st in enumerate(states):
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        names = _grow_producers(st, pair_name[lo:hi])
+        pair_code[lo:hi] = offsets[i] + np.searchsorted(names, pair_name[lo:hi])
+        c = st.containers
+        containers.append(ContainerState(c.producer + offsets[i], c.segment_id, c.last_send_ms,
+                                         c.task_ms, c.next_sequence_id))
+        if st.pending is not None and len(st.pending):
+            pending.append((st.pending, offsets[i] + _codes_of(names, st.pending["producer_name"])))
+        offsets[i + 1] = offsets[i] + len(names)
+
+    def joined(attr: str) -> npt.NDArray[Any]:
+        return (np.concatenate([getattr(st, attr) for st in states]) if states
+                else np.zeros(0, dtype=np.int64))
+
+    merged = BatchingState(joined("producers").astype(object), joined("next_ordinal"),
+                           joined("next_entry"), joined("next_sequence_id"),
+                           ContainerState.concat(containers) if containers else ContainerState())
+    codes = pair_code[inverse.reshape(-1)] if len(routed) else np.zeros(0, dtype=np.int64)
+    return merged, offsets, codes.astype(np.int64), pending
+
+
+def _grow_producers(st: BatchingState, seen: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """Extend ``st``'s producers with ``seen`` names (names stay sorted, codes are re-mapped in
+    its containers and counters); returns the names."""
     names = np.union1d(st.producers, np.asarray(seen, dtype=object)).astype(object)
     if len(names) != len(st.producers):
         old = np.searchsorted(names, st.producers)
@@ -450,7 +605,7 @@ def _producer_codes(st: BatchingState,
             setattr(st, attr, grown)
         st.containers.producer = old[st.containers.producer].astype(np.int64)
         st.producers = names
-    return names, _codes_of(names, producer_name)
+    return names
 
 
 def _codes_of(names: npt.NDArray[Any], producer_name: pd.Series) -> npt.NDArray[np.int64]:
@@ -556,12 +711,14 @@ def _message_table(routed: pd.DataFrame, pos: npt.NDArray[Any], **extra: npt.NDA
                      for c, v in _message_columns(routed, pos, extra).items()})
 
 
-def entry_frame(topic: str, entries: pd.DataFrame, speed: float) -> pd.DataFrame:
-    """:func:`batch_topic` entries (of any producers of ``topic``) → ``entries`` table rows
+def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.DataFrame:
+    """:func:`batch_topic` entries (of any producers of ``topic``; ``None``: of the topics in
+    their ``topic`` column, :func:`batch_topics`') → ``entries`` table rows
     (:data:`ENTRY_COLUMNS`: times as UTC timestamps in log time, ``emu_publish_ms`` kept for
     dispatch)."""
     entries = entries.rename(columns={"entry_seq": "entry_id"})
-    entries = entries.assign(topic=topic, close_reason=entries["close_reason"].astype(object),
+    entries = entries.assign(topic=entries["topic"].astype(object) if topic is None else topic,
+                             close_reason=entries["close_reason"].astype(object),
                              emu_publish_ms=entries["publish_time_ms"])
     entries = _times(entries, speed, {"open_time_ms": "open_time",
                                       "publish_time_ms": "publish_time"})
@@ -613,31 +770,140 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     topic: the last consumer window ends there; ``None``: at the topic's own last instant).
     """
     disp, seen = (pickle.loads(blob) if blob is not None else (new_dispatchers(settings), -1))
-    g = entries.take(stable_order(entries, ["emu_publish_ms", "producer_name", "entry_id"]))
-    times = g["emu_publish_ms"].to_numpy(np.int64)
+    cols = _entry_arrays(entries.take(stable_order(entries, _DISPATCH_ORDER)))
+    outs, new_seen = _run_dispatchers(disp, seen, layout, cols, horizon_ms, final)
+    frames = {t: pd.concat([pd.DataFrame(part) for o in outs for part in o.column_parts(t)],
+                           ignore_index=True).assign(topic=topic) for t in _DISPATCH_OUTPUTS}
+    return _dispatch_tables(frames, settings.speed), pickle.dumps((disp, new_seen))
+
+
+def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
+                    settings: StageSettings, layouts: Mapping[str, SegmentLayout],
+                    horizon_ms: int | None,
+                    final: bool) -> tuple[dict[str, pd.DataFrame], dict[str, bytes]]:
+    """:func:`dispatch_group` of several topics at once: the window's entries sorted once (by
+    topic, then as :func:`dispatch_group` sorts them), each topic's dispatchers fed its slice
+    as arrays, and every topic's output rows converted to tables in one pass (a pandas pass
+    per topic and table costs more than dispatching a quiet topic's entries).
+
+    ``entries``: :func:`dispatch_group`'s columns plus ``topic``, of topics in ``blobs``;
+    ``blobs``: topic → its dispatchers' blob (what :func:`dispatch_group` returns) for every
+    topic to run; ``layouts``: topic → its layout (every topic of ``blobs``). Returns the
+    frames of every topic by ``_kind`` (:func:`dispatch_group`'s; none for no topics) and
+    topic → new blob.
+    ``ValueError`` for entries of a topic not in ``blobs``."""
+    topics = sorted(blobs)
+    code = pd.Index(topics).get_indexer(entries["topic"].to_numpy(object))
+    if (code < 0).any():
+        raise ValueError("entries of a topic not given a dispatcher state")
+    if not topics:
+        return {}, {}
+    keyed = entries.assign(_topic=code)
+    cols = _entry_arrays(keyed.take(stable_order(keyed, ["_topic", *_DISPATCH_ORDER])))
+    bounds = np.searchsorted(np.sort(code), np.arange(len(topics) + 1))
+    parts: dict[str, list[Mapping[str, Any]]] = {t: [] for t in _DISPATCH_OUTPUTS}
+    out = {}
+    for i, topic in enumerate(topics):
+        disp, seen = pickle.loads(blobs[topic])
+        lo, hi = int(bounds[i]), int(bounds[i + 1])
+        outs, new_seen = _run_dispatchers(disp, seen, layouts[topic],
+                                          {c: v[lo:hi] for c, v in cols.items()},
+                                          horizon_ms, final)
+        for o in outs:
+            for t in _DISPATCH_OUTPUTS:
+                for part in o.column_parts(t):
+                    parts[t].append({**part, "topic": np.full(_rows(part), topic,
+                                                              dtype=object)})
+        out[topic] = pickle.dumps((disp, new_seen))
+    frames = {t: _joined(v) for t, v in parts.items()}
+    return _dispatch_tables(frames, settings.speed), out
+
+
+_DISPATCH_ORDER = ["emu_publish_ms", "producer_name", "entry_id"]
+"""Order in which a topic's entries reach its dispatchers."""
+
+_DISPATCH_OUTPUTS = ("dispatch", "consumer_load", "handoffs", "window_stats", "segment_drains")
+"""The dispatchers' outputs (``pipelines.core.dispatch.DispatchOutputs``' tables)."""
+
+_ENTRY_ARRAYS = {"emu_publish_ms": np.int64, "segment_id": np.int64, "entry_hash_min": np.int64,
+                 "num_messages": np.int64, "payload_bytes": np.int64, "producer_name": object,
+                 "entry_id": np.int64}
+"""Entry columns the dispatchers take, with their NumPy types."""
+
+
+def _entry_arrays(g: pd.DataFrame) -> dict[str, npt.NDArray[Any]]:
+    """Entries (in feeding order) as the dispatchers' arrays (:data:`_ENTRY_ARRAYS`; strings as
+    an object array: tolist() of Arrow strings costs ten times as much)."""
+    return {c: g[c].to_numpy(dtype=t) for c, t in _ENTRY_ARRAYS.items()}
+
+
+def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
+                     cols: Mapping[str, npt.NDArray[Any]], horizon_ms: int | None,
+                     final: bool) -> tuple[list[Any], int]:
+    """Feed a topic's window (``cols``: :func:`_entry_arrays`, in feeding order) and its layout
+    changes after ``seen`` to each of its dispatchers, then move them to the horizon (or
+    finish them). Returns their outputs and the new ``seen``."""
+    times = cols["emu_publish_ms"]
     changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
                            *change_times(layout)] if t > seen]
     hi = horizon_ms if horizon_ms is not None else max([seen, *changes, *times.tolist()]) + 1
-    rows: dict[str, list[pd.DataFrame]] = {"dispatch": [], "consumer_load": [], "handoffs": [],
-                                           "window_stats": [], "segment_drains": []}
+    outs = []
     for d in disp:
         start = 0
         for t in [c for c in changes if c < hi]:
             stop = int(np.searchsorted(times, t, side="left"))
-            _feed(d, g.iloc[start:stop])
+            _feed(d, cols, start, stop)
             d.on_layout(t, layout_as_of(layout, t))
             start = stop
-        _feed(d, g.iloc[start:])
+        _feed(d, cols, start, len(times))
         if final:
             d.finish(horizon_ms)
         else:
             d.advance_to(hi - 1)
-        out = d.take_outputs()
-        for table in rows:
-            rows[table].extend(pd.DataFrame(part) for part in out.column_parts(table))
-    new_seen = max([seen, *[c for c in changes if c < hi]])
-    frames = {t: pd.concat(v, ignore_index=True).assign(topic=topic) for t, v in rows.items()}
-    speed = settings.speed
+        outs.append(d.take_outputs())
+    return outs, max([seen, *[c for c in changes if c < hi]])
+
+
+def _joined(parts: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Column parts (lists or arrays, every part with the same columns, at least one) as one
+    frame, rows in part order: the parts of arrays concatenated as arrays, the parts of lists
+    chained as one list per column (each column's type inferred once: a frame per part costs
+    more than a quiet topic's dispatch, and an array in a list makes pandas infer it value by
+    value)."""
+    parts = [p for p in parts if _rows(p)] or list(parts[:1])
+    columns = list(parts[0])
+    arrays = [all(isinstance(v, np.ndarray) for v in p.values()) for p in parts]
+    listed = [p for p, a in zip(parts, arrays, strict=True) if not a]
+    inferred = pd.DataFrame({c: list(chain.from_iterable(_values(p[c]) for p in listed))
+                             for c in columns})
+    if all(arrays) or not any(arrays):
+        return (inferred if listed else
+                pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in columns}))
+    # both kinds: the array parts' rows, then the list parts', put back in part order
+    position = np.concatenate([np.repeat([i for i, a in enumerate(arrays) if a is kind],
+                                         [_rows(p) for p, a in zip(parts, arrays, strict=True)
+                                          if a is kind]) for kind in (True, False)])
+    order = np.argsort(position, kind="stable")
+    return pd.DataFrame({c: np.concatenate([*(p[c] for p, a in zip(parts, arrays, strict=True)
+                                              if a), inferred[c].to_numpy()])[order]
+                         for c in columns})
+
+
+def _rows(part: Mapping[str, Any]) -> int:
+    return len(next(iter(part.values()))) if part else 0
+
+
+def _values(column: Any) -> Any:
+    """A column part's values as Python objects (an array's NumPy scalars would make pandas'
+    type inference slow)."""
+    return column.tolist() if isinstance(column, np.ndarray) else column
+
+
+def _dispatch_tables(frames: Mapping[str, pd.DataFrame],
+                     speed: float) -> dict[str, pd.DataFrame]:
+    """The dispatchers' outputs (:data:`_DISPATCH_OUTPUTS`, with ``topic``) as the tables'
+    frames by ``_kind`` (:data:`DISPATCH_TABLES`): times as UTC timestamps and durations as ms,
+    both in log time."""
     window = {"window_start_ms": "window_start", "window_end_ms": "window_end"}
     drains = frames["segment_drains"]
     drains["drain_ms"] = (drains["drain_ms"].astype("float64") * speed).round()
@@ -652,19 +918,16 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
         "segment_drain": _times(drains, speed, {"sealed_at_ms": "sealed_at",
                                                 "drained_at_ms": "drained_at"}),
     }
-    result = {k: df.reindex(columns=table_columns(DISPATCH_TABLES[k]))
-              for k, df in result.items()}
-    return result, pickle.dumps((disp, new_seen))
+    return {k: df.reindex(columns=table_columns(DISPATCH_TABLES[k])) for k, df in result.items()}
 
 
-def _feed(d: Any, g: pd.DataFrame) -> None:
-    if len(g):
-        d.on_entries(g["emu_publish_ms"].to_numpy(np.int64), g["segment_id"].to_numpy(np.int64),
-                     g["entry_hash_min"].to_numpy(np.int64), g["num_messages"].to_numpy(np.int64),
-                     g["payload_bytes"].to_numpy(np.int64),
-                     # an object array: tolist() of Arrow strings costs ten times as much
-                     g["producer_name"].to_numpy(dtype=object),
-                     g["entry_id"].to_numpy(np.int64))
+def _feed(d: Any, cols: Mapping[str, npt.NDArray[Any]], start: int, stop: int) -> None:
+    """Entries ``[start, stop)`` of ``cols`` to dispatcher ``d`` (nothing for none)."""
+    if stop > start:
+        d.on_entries(*(cols[c][start:stop] for c in ("emu_publish_ms", "segment_id",
+                                                     "entry_hash_min", "num_messages",
+                                                     "payload_bytes", "producer_name",
+                                                     "entry_id")))
 
 
 # ---- one topic's window: control plane → batching → dispatch -------------------------------

@@ -15,20 +15,14 @@ tables (``segment_load``, ``autoscale_decisions``, ``segments``) go to one file 
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-import pyarrow as pa
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor
+from pipelines.spark.window_loop import WindowLoop, bound
 
-from pipelines.core.controller import TopicController
-from pipelines.engine import stages
-from pipelines.ingest.privacy import withheld_columns
-from pipelines.spark import handover
-from pipelines.storage.frames import FrameWriter
-from pipelines.storage.staging import STAGE_INPUT_COLUMNS, read_bin, staged_dataset
+if TYPE_CHECKING:
+    from pipelines.engine.stages import StageSettings
+    from pipelines.spark.handover import Outputs, TopicStates
 
 FEED_DDL = ("run_id string, bin int, window int, lo_ms long, hi_ms long, final boolean, "
             "snapshot boolean, version long")
@@ -42,105 +36,70 @@ CONTROL_OUT_DDL = ("run_id string, bin int, shard int, window int, hi_ms long, "
 shard in the final window; shard 0 always): the shard's routed messages are ready.
 ``control_s``: the control plane's seconds for the window (on shard 0's row only)."""
 
-ROUTED_COLUMNS = [*STAGE_INPUT_COLUMNS, "segment_id", "bucket_index", "layout_epoch"]
-"""Columns of the routed messages handed to batching (replay order within each topic)."""
 
-
-class ControlProcessor(StatefulProcessor):
-    """``transformWithStateInPandas`` processor of the control plane (see the module).
+class ControlProcessor(WindowLoop):
+    """``transformWithStateInPandas`` processor of the control plane (see the module), over
+    :class:`~pipelines.spark.window_loop.WindowLoop`.
 
     ``settings``: run_id → :class:`~pipelines.engine.stages.StageSettings`; ``staging``: the
     replay's staging folder; ``emulation``: the emulation folder (:mod:`pipelines.spark.handover`);
     ``shards``: producer shards per topic (``replay.producer_shards``)."""
 
-    def __init__(self, settings: Mapping[str, stages.StageSettings], staging: str,
+    STATE = "controllers"
+    OUT_COLUMNS = ("run_id", "bin", "shard", "window", "hi_ms", "final", "version", "control_s")
+
+    def __init__(self, settings: Mapping[str, StageSettings], staging: str,
                  emulation: str, shards: int) -> None:
-        self.settings = dict(settings)
+        super().__init__(settings, emulation)
         self.staging = staging
-        self.emulation = emulation
         self.shards = shards
+        self.dataset: Any = None
 
-    def init(self, handle: Any) -> None:
-        self.controllers = handle.getMapState("controllers", handover.STATE_KEY_DDL,
-                                              handover.STATE_DDL)
-
-    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
-                        timerValues: Any) -> Iterator[pd.DataFrame]:
-        run_id, b = str(key[0]), int(key[1])
-        feed = pd.concat(list(rows), ignore_index=True).sort_values("window", kind="stable")
-        states = handover.TopicStates(self.controllers)
-        dataset = staged_dataset(self.staging)
-        out: list[tuple[Any, ...]] = []
-        writers: dict[int, FrameWriter] = {}
-        for w in feed.itertuples(index=False):
-            t0 = time.perf_counter()
-            version, window, final = int(w.version), int(w.window), bool(w.final)
-            hi = _bound(w.hi_ms)
-            if version not in writers:
-                writers[version] = FrameWriter(
-                    handover.out_dir(self.emulation, version, run_id),
-                    withheld_columns(self.settings[run_id].config))
-            pdf = read_bin(dataset, b, _bound(w.lo_ms), hi)
-            shards = self._window(run_id, b, window, states, pdf, w, writers[version])
-            seconds = time.perf_counter() - t0
-            out += [(run_id, b, s, window, hi, final, version, seconds if s == 0 else 0.0)
-                    for s in (range(self.shards) if final else sorted({0, *shards}))]
-        for writer in writers.values():
-            writer.close()
-        states.save()
-        yield pd.DataFrame(out, columns=["run_id", "bin", "shard", "window", "hi_ms", "final",
-                                         "version", "control_s"]).astype({"hi_ms": "Int64"})
-
-    def _window(self, run_id: str, b: int, window: int, states: handover.TopicStates,
-                pdf: pd.DataFrame, w: Any, writer: FrameWriter) -> set[int]:
-        """One window of the bin: its active topics advanced, their routed messages and layouts
+    def window(self, key: tuple[Any, ...], w: Any, states: TopicStates,
+               outputs: Outputs) -> set[int]:
+        """One window of the bin: its staged messages read, its active topics advanced
+        (:func:`pipelines.engine.stages.control_topics`), their routed messages and layouts
         handed over, their rows written. Returns the shards that got routed messages."""
+        import pandas as pd  # noqa: PLC0415
+
+        from pipelines.engine import stages  # noqa: PLC0415
+        from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
+        from pipelines.storage.staging import read_bin, staged_dataset  # noqa: PLC0415
+
+        run_id, b = str(key[0]), int(key[1])
         settings = self.settings[run_id]
-        final, hi = bool(w.final), _bound(w.hi_ms)
-        groups = handover.by_topic(pdf)
-        topics = sorted(set(groups) | (set(states.all_topics()) if final or bool(w.snapshot)
-                                       else set()))
+        final, snapshot, hi = bool(w.final), bool(w.snapshot), bound(w.hi_ms)
+        if self.dataset is None:  # the staging folder listed once per key and micro-batch
+            self.dataset = staged_dataset(self.staging)
+        pdf = read_bin(self.dataset, b, bound(w.lo_ms), hi)
+        active = set(pd.unique(pdf["topic"].to_numpy(object))) if len(pdf) else set()
+        topics = sorted(active | (set(states.all_topics()) if final or snapshot else set()))
         if not topics:
             return set()
-        controllers: dict[str, TopicController] = {}
-        routed = []
-        for topic in topics:
-            part = groups.get(topic, pdf.iloc[:0])
-            r, controllers[topic] = stages.control_group(topic, part, states.get(topic),
-                                                         settings, hi, final)
-            if len(r):
-                routed.append(r)
+        routed, controllers = stages.control_topics(pdf, {t: states.get(t) for t in topics},
+                                                    settings, hi, final)
         result = stages.control_outputs(controllers, settings.speed)
         for topic, blob in result.states.items():
             states.put(topic, blob)
-        folder = handover.window_dir(self.emulation, int(w.version), "routed", run_id, b,
-                                     window)
-        shards = (self._hand_over(pd.concat(routed, ignore_index=True), folder) if routed
-                  else set())
-        handover.write_layouts(folder, result.layouts)
+        files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window))
+        shards = files.write_routed(routed, self.shards) if len(routed) else set()
+        files.write_layouts(result.layouts)
         frames = {"sample": result.samples, "decision": result.decisions}
-        if final or bool(w.snapshot):
+        if final or snapshot:
             frames["segment"] = result.segments
         frames["key_profile"] = result.key_profiles  # at end of input only
-        writer.write(f"bin-{b}", frames)
+        outputs.writer(int(w.version)).write(f"bin-{b}", frames)
         return shards
 
-    def _hand_over(self, routed: pd.DataFrame, folder: str) -> set[int]:
-        """Write each producer shard's routed messages of the window (a file per shard with
-        messages); returns those shards."""
-        table = pa.Table.from_pandas(routed[ROUTED_COLUMNS], preserve_index=False)
-        shard = handover.producer_shard(routed["producer_name"], self.shards)
-        written = set()
-        for s, part in enumerate(handover.split_by_shard(table, shard, self.shards)):
-            if part.num_rows:
-                handover.write_frame(handover.shard_file(folder, s), part)
-                written.add(s)
-        return written
+    def out_rows(self, key: tuple[Any, ...], w: Any, result: set[int],
+                 seconds: float) -> list[tuple[Any, ...]]:
+        """A row per shard with routed messages (every shard in the final window; shard 0
+        always, with the seconds)."""
+        final = bool(w.final)
+        return [(str(key[0]), int(key[1]), s, int(w.window), bound(w.hi_ms), final,
+                 int(w.version), seconds if s == 0 else 0.0)
+                for s in (range(self.shards) if final else sorted({0, *result}))]
 
-    def close(self) -> None:
-        pass
-
-
-def _bound(value: Any) -> int | None:
-    """A nullable ms bound of a feed row as an int (``None`` = unbounded)."""
-    return None if value is None or pd.isna(value) else int(value)
+    def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+        self.dataset = None  # staged files of this micro-batch: listed anew
+        return super().handleInputRows(key, rows, timerValues)

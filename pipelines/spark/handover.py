@@ -35,7 +35,9 @@ import pyarrow as pa
 
 from pipelines.core.layout import SegmentLayout
 from pipelines.storage import fs as storage
+from pipelines.storage.frames import FrameWriter
 from pipelines.storage.fs import arrow_filesystem
+from pipelines.storage.staging import arrow_strings
 
 STATE_FORMAT = 3
 """Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.engine.stages``
@@ -222,3 +224,98 @@ def read_layouts(folder: str) -> dict[str, SegmentLayout]:
         return {}
     layouts: dict[str, SegmentLayout] = pickle.loads(storage.read_bytes(path))
     return layouts
+
+
+ROUTED_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("key", pa.string()), ("producer_name", pa.string()),
+    ("sequence_id", pa.int64()), ("publish_time", pa.timestamp("us", tz="UTC")),
+    ("payload_size", pa.int64()), ("event_ms", pa.int64()), ("hash32", pa.int64()),
+    ("segment_hash", pa.int32()), ("hash_b", pa.int32()), ("segment_id", pa.int64()),
+    ("bucket_index", pa.int32()), ("layout_epoch", pa.int64())])
+"""The routed messages the control plane hands to batching: the staged columns
+(``pipelines.storage.staging.STAGE_INPUT_COLUMNS``) with ``segment_id``, ``bucket_index`` and
+``layout_epoch`` (replay order within each topic)."""
+
+ROUTED_COLUMNS = ROUTED_SCHEMA.names
+"""Columns of :data:`ROUTED_SCHEMA`, in order."""
+
+
+class WindowFiles:
+    """The hand-over files of one window of a topic bin (``version``'s finalization, run
+    ``run_id``): what the control plane hands batching (each producer shard's routed messages,
+    the window's layouts) and what batching hands dispatch (each shard's entries). Paths as the
+    module says; each file is written whole (a re-run replaces it) and read by the next
+    operator of the same micro-batch."""
+
+    def __init__(self, emulation: str, version: int, run_id: str, b: int, window: int) -> None:
+        self.routed_dir = window_dir(emulation, version, "routed", run_id, b, window)
+        self.entries_dir = window_dir(emulation, version, "handover", run_id, b, window)
+
+    def write_routed(self, routed: pd.DataFrame, shards: int) -> set[int]:
+        """Write each producer shard's rows of ``routed`` (:data:`ROUTED_COLUMNS`; shard by
+        :func:`producer_shard`, ``shards`` per topic), a file per shard with rows; returns
+        those shards."""
+        table = pa.Table.from_pandas(routed[ROUTED_COLUMNS], preserve_index=False)
+        shard = producer_shard(routed["producer_name"], shards)
+        written = set()
+        for s, part in enumerate(split_by_shard(table, shard, shards)):
+            if part.num_rows:
+                write_frame(shard_file(self.routed_dir, s), part)
+                written.add(s)
+        return written
+
+    def read_routed(self, shard: int) -> pd.DataFrame:
+        """Producer shard ``shard``'s routed messages (strings as ``pd.ArrowDtype``, as the
+        staged messages the stages take); no rows (of :data:`ROUTED_SCHEMA`) when it got
+        none."""
+        table = read_frame(shard_file(self.routed_dir, shard))
+        if table is None:
+            table = ROUTED_SCHEMA.empty_table()
+        return table.select(ROUTED_COLUMNS).to_pandas(types_mapper=arrow_strings)
+
+    def write_layouts(self, layouts: dict[str, SegmentLayout]) -> None:
+        """:func:`write_layouts` of the window."""
+        write_layouts(self.routed_dir, layouts)
+
+    def read_layouts(self) -> dict[str, SegmentLayout]:
+        """:func:`read_layouts` of the window."""
+        return read_layouts(self.routed_dir)
+
+    def write_entries(self, shard: int, entries: pd.DataFrame) -> None:
+        """Producer shard ``shard``'s entries of the window (:data:`ENTRY_HANDOVER`'s columns
+        of ``entries``)."""
+        write_frame(shard_file(self.entries_dir, shard),
+                    pa.Table.from_pandas(entries[ENTRY_HANDOVER.names], preserve_index=False,
+                                         schema=ENTRY_HANDOVER))
+
+    def read_entries(self) -> pd.DataFrame:
+        """Every shard's entries of the window (:data:`ENTRY_HANDOVER`), in shard order; no
+        rows when no shard sent any."""
+        tables = [t for n in storage.list_files(self.entries_dir, HANDOVER_SUFFIX)
+                  if not n.startswith((".", "_"))
+                  and (t := read_frame(storage.join(self.entries_dir, n))) is not None]
+        table = pa.concat_tables(tables) if tables else ENTRY_HANDOVER.empty_table()
+        return table.to_pandas(types_mapper=arrow_strings)
+
+
+class Outputs:
+    """An operator key's table rows of a micro-batch: a
+    :class:`~pipelines.storage.frames.FrameWriter` per finalization ``version`` (made when
+    first written to, in :func:`out_dir`), ``withheld``: the run's withheld columns
+    (``output.keys``)."""
+
+    def __init__(self, emulation: str, run_id: str, withheld: Any) -> None:
+        self.emulation, self.run_id, self.withheld = emulation, run_id, withheld
+        self.writers: dict[int, FrameWriter] = {}
+
+    def writer(self, version: int) -> FrameWriter:
+        """The :class:`~pipelines.storage.frames.FrameWriter` of ``version``."""
+        if version not in self.writers:
+            self.writers[version] = FrameWriter(out_dir(self.emulation, version, self.run_id),
+                                                self.withheld)
+        return self.writers[version]
+
+    def close(self) -> None:
+        """Finish every file written."""
+        for writer in self.writers.values():
+            writer.close()

@@ -513,3 +513,50 @@ def test_no_entry_straddles_buckets_in_bucketed_mode(sc: tuple) -> None:
                             e["bucket_index"], strict=True):
         splits = layout.segments[s].bucket_splits
         assert bucket_of(splits, lo) == bucket_of(splits, hi) == b
+
+
+# ------------------------------------------------------ several topics in one call (§7.2)
+def two_topics(a: tuple, b: tuple) -> tuple[dict[str, list], dict[str, list], dict[str, list]]:
+    """Scenarios ``a`` and ``b`` as two topics (their own layouts, ``b``'s producers coded
+    after ``a``'s) through ONE :func:`batch` call with ``a``'s config, each topic's seals
+    naming its producers; and each alone. Returns the entries of the call and of each alone."""
+    config, msgs_a, layout_a, _ = a
+    _, msgs_b, layout_b, _ = b
+    shift = 3  # scenarios draw producers 0..2
+    m_a, m_b = routed(msgs_a, layout_a), routed(msgs_b, layout_b)
+    m_b.producer = m_b.producer + shift
+    both = Messages(**{f: np.concatenate([getattr(m_a, f), getattr(m_b, f)])
+                       for f in Messages.__dataclass_fields__})
+    changes = sorted([*(c.for_producers(np.arange(shift)) for c in reroutes(layout_a, 0, None)),
+                      *(c.for_producers(np.arange(shift, 2 * shift))
+                        for c in reroutes(layout_b, 0, None))], key=lambda c: c.time_ms)
+    r = batch(both, ContainerState(), changes, config, 2 * shift)
+    alone = [batch(m, ContainerState(), reroutes(layout, 0, None), config, shift)
+             for m, layout in ((m_a, layout_a), (routed(msgs_b, layout_b), layout_b))]
+    return r.entries, alone[0].entries, alone[1].entries
+
+
+def _entry_rows(entries: dict[str, np.ndarray], producers: range, shift: int = 0) -> list[tuple]:
+    mine = np.isin(entries["producer"], list(producers))
+    return [(int(row[0]) - shift, *row[1:]) for row in zip(*[
+        entries[c][mine].tolist() for c in _ROW], strict=True)]
+
+
+@PROPERTY_SETTINGS
+@given(scenarios(), scenarios())
+def test_topics_batched_in_one_call_equal_each_topic_alone(a: tuple, b: tuple) -> None:
+    both, alone_a, alone_b = two_topics(a, b)
+    assert _entry_rows(both, range(3)) == _entry_rows(alone_a, range(3))
+    assert _entry_rows(both, range(3, 6), shift=3) == _entry_rows(alone_b, range(3))
+
+
+def test_a_seal_naming_producers_leaves_other_producers_containers_open() -> None:
+    layout = one_segment().split(0, now_ms=6)
+    # producer 0 (this topic) and producer 1 (another topic, its own segment 0 not sealed)
+    msgs = [M(0, sh=0x1000, h=B0, p=0), M(1, sh=0x1000, h=B0, p=1)]
+    m = routed(msgs, one_segment())
+    seal = reroutes(layout, 0, None)[0].for_producers(np.array([0]))
+    r = batch(m, ContainerState(), [seal], cfg(delay=10), 2)
+    # producer 0's open batch is re-sent to child 1 at the seal; producer 1's stays in 0
+    assert rows(r.entries, "producer", "segment_id", "open_time_ms", "publish_time_ms") == [
+        (0, 1, 0, 16), (1, 0, 1, 11)]

@@ -1,0 +1,90 @@
+"""The control-plane operator (``pipelines.spark.control.ControlProcessor``) alone, in a small
+streaming query with a temporary checkpoint: per window it reads its bin's staged messages,
+hands each producer shard its routed messages and the advanced topics' layouts over, writes its
+tables, and carries each topic's controller in its ``MapState`` from one micro-batch to the
+next."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from pipelines.contract.config import load_config
+from pipelines.engine.stages import StageSettings
+from pipelines.spark.control import CONTROL_OUT_DDL, FEED_DDL, ControlProcessor
+from pipelines.spark.emulation import FEED_SCHEMA
+from pipelines.spark.handover import WindowFiles, out_dir
+from pipelines.storage.staging import StagingWriter
+from tests.spark.operator_query import OperatorQuery, keyless, read_kind
+
+pytestmark = pytest.mark.spark
+
+RUN = "r"
+SHARDS = 2
+MESSAGES = [*(("a", f"p{i % 2}", 1000 + i) for i in range(10)), ("b", "q", 1000),
+            ("b", "q", 5000)]
+"""Topic ``a``: 10 messages in window 0 only; ``b``: one in each window."""
+
+
+def _feed(window: int, lo: int | None, hi: int | None, final: bool, version: int) -> pa.Table:
+    return pa.Table.from_pylist([{"run_id": RUN, "bin": 0, "window": window, "lo_ms": lo,
+                                  "hi_ms": hi, "final": final, "snapshot": False,
+                                  "version": version}], schema=FEED_SCHEMA)
+
+
+@pytest.fixture(scope="module")
+def control(spark, tmp_path_factory):
+    """The operator's two micro-batches: window 0 (``event_ms < 3000``), then the final
+    window 1; returns (the folder, each micro-batch's output rows)."""
+    folder = tmp_path_factory.mktemp("control")
+    staging = folder / "staging"
+    writer = StagingWriter(str(staging / "batch_id=0"), 0, bins=1)
+    writer.add(keyless(MESSAGES).to_batches()[0])
+    writer.close()
+    settings = StageSettings.from_config(load_config(None, []), 1000)
+    query = OperatorQuery(spark, folder, ControlProcessor({RUN: settings}, str(staging),
+                                                          str(folder / "emulation"), SHARDS),
+                          FEED_DDL, ["run_id", "bin"], CONTROL_OUT_DDL)
+    first = query.run(_feed(0, None, 3000, False, 1))
+    second = query.run(_feed(1, 3000, None, True, 2))
+    return folder / "emulation", first, second
+
+
+def _routed(emulation, version: int, window: int):
+    files = WindowFiles(str(emulation), version, RUN, 0, window)
+    return [files.read_routed(s) for s in range(SHARDS)], files.read_layouts()
+
+
+def test_a_window_hands_each_shard_its_routed_messages_in_replay_order(control):
+    emulation, first, _ = control
+    shards, _ = _routed(emulation, 1, 0)
+    got = sorted((r.topic, r.producer_name, r.event_ms) for s in shards
+                 for r in s.itertuples())
+    assert got == sorted(m for m in MESSAGES if m[2] < 3000)
+    for s in shards:  # each topic's messages in event order, routed to segment 0
+        for _, part in s.groupby("topic"):
+            assert part["event_ms"].is_monotonic_increasing
+        assert set(s["segment_id"]) <= {0}
+    # a row per shard with routed messages, shard 0 always; the seconds on shard 0's only
+    with_rows = {i for i, s in enumerate(shards) if len(s)}
+    assert sorted(first["shard"]) == sorted({0} | with_rows)
+    assert (first.loc[first["shard"] != 0, "control_s"] == 0).all()
+    assert first["hi_ms"].tolist() == [3000] * len(first)
+
+
+def test_the_final_window_advances_every_topic_from_the_carried_state(control):
+    emulation, _, second = control
+    shards, layouts = _routed(emulation, 2, 1)
+    # only b has messages in window 1, yet a's controller (from the MapState of the previous
+    # micro-batch) is advanced too: both layouts are handed over
+    assert [(r.topic, r.event_ms) for s in shards for r in s.itertuples()] == [("b", 5000)]
+    assert sorted(layouts) == ["a", "b"]
+    assert sorted(second["shard"]) == list(range(SHARDS))  # every shard in the final window
+    assert second["final"].all()
+
+
+def test_the_final_window_writes_the_segments_of_every_topic(control):
+    emulation, _, _ = control
+    segments = read_kind(out_dir(str(emulation), 2, RUN), "segment")
+    assert sorted(segments["topic"].unique()) == ["a", "b"]
+    assert read_kind(out_dir(str(emulation), 1, RUN), "segment").empty  # not a snapshot

@@ -1,0 +1,173 @@
+"""The multi-topic stages (``control_topics``, ``batch_topics``, ``dispatch_topics``: one pass over
+a topic bin's window, as the Spark operators call them) give, topic by topic, exactly what the
+per-topic stages give (``control_group``, ``batch_topic``, ``dispatch_group``: the local engine's),
+window after window with the state carried, seals and re-sends included."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from pipelines.contract.config import load_config
+from pipelines.engine import stages
+from pipelines.storage.staging import arrow_strings
+
+TOPICS = {"a-hot": 40, "b-quiet": 1, "c-mid": 8, "d-keyless": 5}
+"""Topic → messages per second (emulated clock, speed 1)."""
+SETS = ["policy.split_msg_rate_in=10", "policy.merge_msg_rate_in=2",
+        "policy.merge_window_s=20", "policy.merge_cooldown_s=20",
+        "batching.max_publish_delay_ms=300", "batching.max_messages=7"]
+START_MS = 1_700_000_000_000
+SPAN_MS = 180_000
+
+
+def _messages(seed: int = 5) -> pd.DataFrame:
+    """Accepted messages of :data:`TOPICS` (2-3 producers each, Zipf-ish keys, some keyless;
+    ``d-keyless`` all keyless, without sequence ids), as the staged input reads them."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for i, (topic, rate) in enumerate(TOPICS.items()):
+        n = rate * SPAN_MS // 1000
+        event = np.sort(START_MS + rng.integers(0, SPAN_MS, n))
+        keyed = rng.random(n) > (1.0 if topic == "d-keyless" else 0.1)
+        key_no = rng.zipf(1.3, n) % 50
+        producer = rng.integers(0, 2 + i % 2, n)
+        seg = rng.integers(0, 1 << 16, 50)[key_no]
+        parts.append(pa.table({
+            "topic": [topic] * n,
+            "key": pa.array([f"k{k}" if kd else None
+                             for k, kd in zip(key_no, keyed, strict=True)], pa.string()),
+            "producer_name": [f"p{p}" for p in producer],
+            "sequence_id": (pa.nulls(n, pa.int64()) if topic == "d-keyless"
+                            else pa.array(np.arange(n), pa.int64())),
+            "publish_time": pa.array(event * 1000, pa.timestamp("us", tz="UTC")),
+            "payload_size": rng.integers(10, 3000, n),
+            "event_ms": event,
+            "hash32": pa.array(np.where(keyed, seg * 7, 0), pa.int64()).to_pylist(),
+            "segment_hash": pa.array(np.where(keyed, seg, -1)).cast(pa.int32()),
+            "hash_b": pa.array(np.where(keyed, (seg * 31) % (1 << 16), -1)).cast(pa.int32()),
+        }))
+    table = pa.concat_tables(parts)
+    df = table.to_pandas(types_mapper=arrow_strings)
+    for c in ("segment_hash", "hash_b", "hash32"):  # null for keyless, as staged
+        df[c] = df[c].astype("Int64").mask(df["key"].isna())
+    return df.sample(frac=1.0, random_state=seed).reset_index(drop=True)  # any order
+
+
+def _windows(cuts: list[int]) -> list[tuple[int | None, int | None, bool]]:
+    bounds = [None, *(START_MS + c for c in cuts), None]
+    return [(bounds[i], bounds[i + 1], i == len(bounds) - 2) for i in range(len(bounds) - 1)]
+
+
+def _window_rows(msgs: pd.DataFrame, lo: int | None, hi: int | None) -> pd.DataFrame:
+    keep = np.ones(len(msgs), dtype=bool)
+    if lo is not None:
+        keep &= msgs["event_ms"].to_numpy() >= lo
+    if hi is not None:
+        keep &= msgs["event_ms"].to_numpy() < hi
+    return msgs[keep].reset_index(drop=True)
+
+
+def _per_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
+               windows: list[tuple[int | None, int | None, bool]]) -> list[dict[str, object]]:
+    """Each window through the per-topic stages, topic by topic (name order): the topics with
+    messages in it, every topic in the final one."""
+    ctl_s: dict[str, bytes | None] = {}
+    bat_s: dict[str, bytes | None] = {}
+    dis_s: dict[str, bytes | None] = {}
+    out = []
+    for lo, hi, final in windows:
+        rows = _window_rows(msgs, lo, hi)
+        active = set(rows["topic"].astype(object))
+        topics = sorted(active | (set(ctl_s) if final else set()))
+        routed, msg, ent, disp = [], [], [], {}
+        for t in topics:
+            part = rows[rows["topic"] == t]
+            r, ctl = stages.control_group(t, part, ctl_s.get(t), settings, hi, final)
+            ctl_s[t] = pickle.dumps(ctl)
+            routed.append(r)
+            m, e, bat_s[t] = stages.batch_topic(r, bat_s.get(t), settings.batching(),
+                                                ctl.layout, hi, final)
+            msg.append(m)
+            e = stages.entry_frame(t, e, settings.speed)
+            ent.append(e)
+            if ctl.layout is not None and (len(e) or final):
+                frames, dis_s[t] = stages.dispatch_group(t, e, dis_s.get(t), settings,
+                                                         ctl.layout, hi, final)
+                for k, f in frames.items():
+                    disp.setdefault(k, []).append(f)
+        out.append({"routed": pd.concat(routed, ignore_index=True),
+                    "messages": pa.concat_tables(msg), "entries": pd.concat(ent, ignore_index=True),
+                    **{k: pd.concat(v, ignore_index=True) for k, v in disp.items()}})
+    return out
+
+
+def _multi_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
+                 windows: list[tuple[int | None, int | None, bool]]) -> list[dict[str, object]]:
+    """Each window through the multi-topic stages, all its topics in one call each."""
+    ctl_s: dict[str, bytes | None] = {}
+    bat_s: dict[str, bytes | None] = {}
+    dis_s: dict[str, bytes] = {}
+    out = []
+    for lo, hi, final in windows:
+        rows = _window_rows(msgs, lo, hi)
+        active = set(rows["topic"].astype(object))
+        topics = sorted(active | (set(ctl_s) if final else set()))
+        routed, controllers = stages.control_topics(rows, {t: ctl_s.get(t) for t in topics},
+                                                    settings, hi, final)
+        ctl_s.update({t: pickle.dumps(c) for t, c in controllers.items()})
+        layouts = {t: c.layout for t, c in controllers.items()}
+        msg, ent, blobs = stages.batch_topics(routed, {t: bat_s.get(t) for t in topics},
+                                              settings.batching(), layouts, hi, final)
+        bat_s.update(blobs)
+        ent = stages.entry_frame(None, ent, settings.speed)
+        fed = [t for t in topics if layouts[t] is not None
+               and (final or (ent["topic"] == t).any())]
+        frames, blobs = stages.dispatch_topics(
+            ent, {t: dis_s.get(t, pickle.dumps((stages.new_dispatchers(settings), -1)))
+                  for t in fed}, settings, {t: layouts[t] for t in fed}, hi, final)
+        dis_s.update(blobs)
+        out.append({"routed": routed, "messages": msg, "entries": ent, **frames})
+    return out
+
+
+@pytest.mark.parametrize("cuts", [[], [60_000, 61_000, 150_000], list(range(10_000, 180_000,
+                                                                          25_000))],
+                         ids=["one-window", "uneven-windows", "many-windows"])
+def test_multi_topic_stages_equal_the_per_topic_stages(cuts: list[int]) -> None:
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    msgs = _messages()
+    windows = _windows(cuts)
+    want, got = _per_topic(msgs, settings, windows), _multi_topic(msgs, settings, windows)
+    for w, g in zip(want, got, strict=True):
+        assert set(w) <= set(g)
+        pd.testing.assert_frame_equal(g["routed"], w["routed"])  # type: ignore[arg-type]
+        assert g["messages"].equals(w["messages"])  # type: ignore[union-attr]
+        pd.testing.assert_frame_equal(g["entries"], w["entries"])  # type: ignore[arg-type]
+        for kind in set(w) - {"routed", "messages", "entries"}:
+            pd.testing.assert_frame_equal(g[kind], w[kind], check_dtype=False)  # type: ignore
+
+
+def test_the_workload_has_seals_resends_and_dispatch_in_several_topics() -> None:
+    """The equality above covers layout changes and dispatch (not only quiet topics)."""
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    got = _multi_topic(_messages(), settings, _windows([60_000, 61_000, 150_000]))
+    entries = pd.concat([g["entries"] for g in got])  # type: ignore[misc]
+    messages = pa.concat_tables([g["messages"] for g in got])  # type: ignore[misc]
+    assert entries["topic"].nunique() == len(TOPICS)
+    assert messages.column("layout_epoch").to_pandas().max() > 0  # a layout changed
+    dispatched = pd.concat([g["dispatch"] for g in got if "dispatch" in g])  # type: ignore
+    assert dispatched["topic"].nunique() == len(TOPICS)
+
+
+def test_no_topics_dispatch_nothing() -> None:
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    entries = pd.DataFrame({c: pd.Series(dtype=t) for c, t in [
+        ("topic", object), ("producer_name", object), ("segment_id", "int64"),
+        ("entry_id", "int64"), ("entry_hash_min", "int64"), ("num_messages", "int64"),
+        ("payload_bytes", "int64"), ("emu_publish_ms", "int64")]})
+    assert stages.dispatch_topics(entries, {}, settings, {}, None, True) == ({}, {})
