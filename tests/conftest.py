@@ -6,6 +6,11 @@ jars of ``make setup`` when present (all via ``pipelines.spark.session.build_ses
 that use it should be marked ``spark``.
 
 ``s3_endpoint``: an S3-compatible server (moto's server mode) on 127.0.0.1, per module.
+
+Marks by place (:func:`pytest_collection_modifyitems`): every test under ``tests/replays/`` is
+marked ``replay`` and every test under ``tests/guarantees/`` ``guarantee`` (``make
+test-replays``); every test that uses the ``spark`` fixture is marked ``spark`` (``make
+test-unit`` leaves those out).
 """
 
 from __future__ import annotations
@@ -22,10 +27,26 @@ import pytest
 
 try:
     from pipelines.spark.session import delta_jars
-except ImportError:  # the Airflow venv (tests/test_dags.py) has no pyspark of ours
+except ImportError:  # the Airflow venv (tests/dags/test_dags.py) has no pyspark of ours
 
     def delta_jars() -> list[str]:
         return []
+
+FOLDER_MARKS = {"replays": "replay", "guarantees": "guarantee"}
+"""Folder under ``tests/`` -> the mark every test in it gets."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its folder (:data:`FOLDER_MARKS`) and by its use of ``spark``."""
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        if folder in FOLDER_MARKS:
+            item.add_marker(FOLDER_MARKS[folder])
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker("spark")
+
 
 NO_DELTA_JARS = "no Delta jars in .jars/ (make setup fetches them from Maven Central)"
 ENGINES = [

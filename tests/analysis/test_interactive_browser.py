@@ -30,7 +30,7 @@ from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 
 _spec = importlib.util.spec_from_file_location(
-    "screenshot_page", Path(__file__).resolve().parents[1] / "tools" / "screenshot_page.py")
+    "screenshot_page", Path(__file__).resolve().parents[2] / "tools" / "screenshot_page.py")
 assert _spec is not None and _spec.loader is not None
 screenshot_page = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(screenshot_page)

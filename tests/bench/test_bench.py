@@ -16,7 +16,7 @@ from deltalake import write_deltalake
 from hypothesis import given
 from hypothesis import strategies as st
 
-_PATH = Path(__file__).resolve().parents[1] / "bench" / "bench_replay.py"
+_PATH = Path(__file__).resolve().parents[2] / "bench" / "bench_replay.py"
 _spec = importlib.util.spec_from_file_location("bench_replay", _PATH)
 assert _spec is not None and _spec.loader is not None
 bench: Any = importlib.util.module_from_spec(_spec)

@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.workload.generator import load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("bench_targets", ROOT / "bench" / "bench_targets.py")
 assert _spec is not None and _spec.loader is not None
 targets: Any = importlib.util.module_from_spec(_spec)

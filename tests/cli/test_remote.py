@@ -1,7 +1,7 @@
 """Spark Connect's command-line checks (issue #21): ``--master`` combined with ``--remote`` /
 ``SPARK_REMOTE``, and ``--remote`` with ``run --engine local``, are refused with one sentence and
 exit 2 before Spark starts. The replay through a Spark Connect server is tested in
-``tests/spark/test_spark_connect.py``."""
+``tests/guarantees/test_spark_connect.py``."""
 
 from __future__ import annotations
 

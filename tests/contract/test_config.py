@@ -579,7 +579,7 @@ def test_duplicate_yaml_key_is_error(tmp_path: Path) -> None:
 def test_defaults_file_can_be_replaced_by_environment_variable(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bundled = Path(__file__).resolve().parent.parent / "conf" / "default.yaml"
+    bundled = Path(__file__).resolve().parents[2] / "conf" / "default.yaml"
     text = bundled.read_text(encoding="utf-8").replace("  speed: 1.0\n", "  speed: 7.0\n")
     monkeypatch.setenv(DEFAULT_CONF_ENV, _conf(tmp_path, text, "defaults.yaml"))
     assert load_config(None, []).replay.speed == 7.0

@@ -14,7 +14,7 @@ from jobs.replay import main
 from pipelines.contract.config import ConfigError, load_config
 from pipelines.contract.kafka import KafkaInputError, kafka_input, kafka_spec, parse_kafka_url
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KAFKA_JARS_ENV = "TOPIC_REPLAY_KAFKA_JARS"  # pipelines.spark.session.KAFKA_JARS_ENV
 
 

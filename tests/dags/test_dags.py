@@ -1,7 +1,7 @@
 """DAG integrity of dags/topic_replay_daily.py (runs where Airflow is installed, else skips).
 
 Airflow is not in the project's venv (its pins conflict); run with an Airflow environment that
-has the ``airflow`` extra, e.g. ``/tmp/airflow-venv/bin/python -m pytest tests/test_dags.py``.
+has the ``airflow`` extra, e.g. ``/tmp/airflow-venv/bin/python -m pytest tests/dags/test_dags.py``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ airflow = pytest.importorskip("airflow", reason="Airflow is not installed in thi
 pytest.importorskip("airflow.providers.apache.spark",
                     reason="apache-airflow-providers-apache-spark is not installed")
 
-DAGS = Path(__file__).resolve().parents[1] / "dags"
+DAGS = Path(__file__).resolve().parents[2] / "dags"
 DAG_ID = "topic_replay_daily"
 
 

@@ -18,7 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LOOPBACK = "127.0.0.1"
 KAFKA_VERSION = "4.1.1"
 PULSAR_VERSION = "4.0.7"

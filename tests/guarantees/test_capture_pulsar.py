@@ -1,4 +1,4 @@
-"""``topic-replay capture`` against a real Pulsar 4.0.7 standalone (tests/brokers.py; ``make
+"""``topic-replay capture`` against a real Pulsar 4.0.7 standalone (``brokers.py``; ``make
 pulsar-standalone`` fetches it; ``make test-slow``): known traffic — keys, ordering keys, event
 times, properties, several producers with batching on, a partitioned topic — captured, then
 replayed; every message arrives once with the fields it was sent with, also across a capture
@@ -21,7 +21,7 @@ import pytest
 from jobs.replay import main
 from pipelines.ingest.capture import STATE_FILE
 from pipelines.storage.delta import DeltaStore
-from tests.brokers import PULSAR_JARS, REPO, PulsarStandalone, skip_reason
+from tests.guarantees.brokers import PULSAR_JARS, REPO, PulsarStandalone, skip_reason
 
 pulsar = pytest.importorskip("pulsar", reason="pulsar-client not installed ([pulsar] extra)")
 

@@ -20,7 +20,7 @@ from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
-from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
+from tests.guarantees.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
 

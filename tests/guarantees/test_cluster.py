@@ -25,7 +25,7 @@ from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.spark.replay import OutputConflictError, Replay, check_output_path
 from pipelines.storage.delta import DeltaStore
-from tests.spark.conftest import assert_replays_equal
+from tests.guarantees.conftest import assert_replays_equal
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "sample"

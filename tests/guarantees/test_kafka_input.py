@@ -1,5 +1,5 @@
 """Kafka topics as input (``--input kafka://HOST:PORT/TOPIC_OR_PATTERN``) on a real Apache Kafka
-broker (KRaft, tests/brokers.py; ``make kafka-broker`` fetches it): ``run`` replays what the
+broker (KRaft, ``brokers.py``; ``make kafka-broker`` fetches it): ``run`` replays what the
 topics hold, every record once with its fields; ``stream`` follows them and a restart resumes
 from the offsets in its checkpoint. The records are written with Spark's own Kafka sink."""
 
@@ -16,7 +16,7 @@ from pipelines.contract.kafka import KafkaInput, kafka_spec
 from pipelines.spark.replay import Replay
 from pipelines.spark.session import kafka_jars
 from pipelines.storage.delta import DeltaStore
-from tests.brokers import KAFKA_JARS, KafkaBroker, skip_reason
+from tests.guarantees.brokers import KAFKA_JARS, KafkaBroker, skip_reason
 
 pytestmark = [
     pytest.mark.spark,

@@ -23,8 +23,8 @@ import pytest
 from pyspark.find_spark_home import _find_spark_home
 
 from pipelines.storage.delta import DeltaStore
-from tests.spark.conftest import LOOPBACK, StandaloneCluster, assert_replays_equal, free_port
-from tests.spark.test_cluster import REPO, SAMPLE, SAMPLE_MESSAGES, topic_replay
+from tests.guarantees.conftest import LOOPBACK, StandaloneCluster, assert_replays_equal, free_port
+from tests.guarantees.test_cluster import REPO, SAMPLE, SAMPLE_MESSAGES, topic_replay
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 SAMPLE_ENTRIES = 185_575  # `make run`'s summary (README)

@@ -1,6 +1,6 @@
 """``topic-replay capture``'s logic (pipelines/ingest/capture.py) against a fake Reader: the rows
 it writes, when files roll, when it stops, how it resumes. The real Pulsar standalone is in
-tests/test_capture_pulsar.py (make test-slow)."""
+tests/guarantees/test_capture_pulsar.py (make test-slow)."""
 
 from __future__ import annotations
 

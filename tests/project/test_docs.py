@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.contract.schemas import TABLES
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_tables_doc_is_generated_from_the_schemas():

@@ -22,7 +22,7 @@ from pipelines.storage.delta import AUTO_ENGINE_ENV, DeltaStore
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 AIRFLOW = REPO / ".venv-airflow" / "bin" / "airflow"
 DAY = "2025-01-15"
 

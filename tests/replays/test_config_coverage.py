@@ -120,7 +120,7 @@ def test_every_documented_key_is_read_by_a_replay(spark, tmp_path, reads):
                              "--engine", engine, *sets])
             assert code == 0
     # a Kafka input's keys: the same resolution `run --input kafka://` makes before it
-    # starts Spark's Kafka source (a broker-backed replay is tests/spark/test_kafka_input.py)
+    # starts Spark's Kafka source (a broker-backed replay is tests/guarantees/test_kafka_input.py)
     kafka = config_module.load_config(None, ["input.kafka.bootstrap_servers=127.0.0.1:9",
                                              "input.kafka.subscribe=orders"])
     assert kafka_input(kafka, ["kafka://"]) is not None

@@ -16,7 +16,7 @@ from jobs.replay import main
 from pipelines.analysis.diff import diff_runs
 from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES
-from tests.spark.conftest import ORDERS_LOG_SETS, write_orders_log
+from tests.guarantees.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
 

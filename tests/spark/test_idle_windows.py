@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.spark.sql import register_tables
 from pipelines.storage.delta import DeltaStore
-from tests.test_windows import doc_example, replay_pair
+from tests.analysis.test_windows import doc_example, replay_pair
 
 pytestmark = pytest.mark.spark
 

@@ -79,7 +79,7 @@ def test_s3a_and_s3_map_to_one_s3_filesystem_at_the_endpoint(location, monkeypat
 
 
 def test_s3a_jars_pom_matches_the_hadoop_pyspark_bundles():
-    pom = (Path(__file__).parents[1] / "tools" / "s3a-jars" / "pom.xml").read_text()
+    pom = (Path(__file__).parents[2] / "tools" / "s3a-jars" / "pom.xml").read_text()
     match = re.search(r"<hadoop\.version>([0-9.]+)<", pom)
     assert match is not None
     assert match.group(1) == pyspark_hadoop_version()

@@ -27,7 +27,7 @@ from pipelines.workload.generator import (
     load_spec,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 START = pd.Timestamp("2024-01-01T00:00:00Z")
 COLUMNS = ("topic", "key", "publish_time", "payload_size", "producer_name", "sequence_id")
 
