@@ -1,5 +1,7 @@
 """``topic-replay report``: the HTML embeds every figure, every figure is drawn from data, and the
-summary numbers are the tables' numbers. One tiny replay (module fixture) feeds the report."""
+summary numbers are the tables' numbers. One tiny replay by the local engine (module fixture; the
+differential test in tests/replays/test_local_engine.py holds its tables equal to Spark's) feeds
+the report."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pipelines.analysis.compare import (
 from pipelines.analysis.report import build_figures, figure_has_data, topic_table, write_report
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.spark.replay import Replay
+from pipelines.engine.local import run_local
 from pipelines.storage.delta import DeltaStore
 from pipelines.workload.generator import WorkloadSpec, generate
 
@@ -48,13 +50,13 @@ IMG = '<img src="data:image/png;base64,'
 
 
 @pytest.fixture(scope="module")
-def output(spark, tmp_path_factory) -> Path:
+def output(tmp_path_factory) -> Path:
     log = tmp_path_factory.mktemp("log")
     generate(WorkloadSpec.model_validate(SPEC), log)
     out = tmp_path_factory.mktemp("out")
     cfg = load_config(None, SETS)
     spec = get_preset("contract").replace(format="json", speed=1.0)
-    Replay(spark, cfg, spec, [str(log)], str(out), RUN, progress=lambda _: None).run()
+    run_local(cfg, spec, [str(log)], str(out), RUN, progress=lambda _: None)
     return out
 
 
@@ -70,7 +72,6 @@ def report(output, tmp_path_factory) -> tuple[str, dict]:
     return path.read_text(encoding="utf-8"), result
 
 
-@pytest.mark.spark
 def test_report_embeds_the_figures_without_a_plotly_view_as_base64_png(report):
     page, result = report
     images = re.findall(re.escape(IMG) + r'([A-Za-z0-9+/=]+)"', page)
@@ -79,14 +80,12 @@ def test_report_embeds_the_figures_without_a_plotly_view_as_base64_png(report):
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
 
 
-@pytest.mark.spark
 def test_report_draws_four_plotly_figures_with_plotly_js_inlined_once(report):
     page, _ = report
     assert page.count(get_plotlyjs()) == 1
     assert page.replace(get_plotlyjs(), "").count("Plotly.newPlot(") == 4
 
 
-@pytest.mark.spark
 def test_report_needs_no_network(report):
     page, _ = report
     ours = page.replace(get_plotlyjs(), "")  # the bundle's own strings name links, not requests
@@ -94,7 +93,6 @@ def test_report_needs_no_network(report):
     assert "cdn." not in ours.lower()  # (base64 has no ".")
 
 
-@pytest.mark.spark
 def test_report_png_dir_holds_every_matplotlib_figure(output, tmp_path):
     write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == sorted(
@@ -102,7 +100,6 @@ def test_report_png_dir_holds_every_matplotlib_figure(output, tmp_path):
                                                        "handoffs", "drain")] + ["batching"])
 
 
-@pytest.mark.spark
 def test_every_figure_is_drawn_from_data(tables):
     figures = build_figures([tables])
     empty = [f.key for f in figures if not figure_has_data(f.figure)]
@@ -111,7 +108,6 @@ def test_every_figure_is_drawn_from_data(tables):
     assert empty == []
 
 
-@pytest.mark.spark
 def test_layout_figure_marks_each_split_decision(tables):
     fig = build_figures([tables])[0].figure
     splits = (tables.decisions["action"] == "split").sum()
@@ -120,7 +116,6 @@ def test_layout_figure_marks_each_split_decision(tables):
     assert splits > 0 and marked == splits
 
 
-@pytest.mark.spark
 def test_summary_metrics_equal_the_tables(tables):
     m = run_metrics(tables)
     d, e, s = tables.decisions, tables.entries, tables.segments
@@ -141,7 +136,6 @@ def test_summary_metrics_equal_the_tables(tables):
     assert m["sealed_segments"] == s["sealed_at"].notna().sum() > 0
 
 
-@pytest.mark.spark
 def test_summary_table_shows_the_metric_values(report, tables):
     page, result = report
     m = result["metrics"][RUN]
@@ -150,14 +144,12 @@ def test_summary_table_shows_the_metric_values(report, tables):
         assert f"<td>{label}</td><td>{value}</td>" in page
 
 
-@pytest.mark.spark
 def test_topic_table_counts_messages_and_segments_per_topic(tables):
     t = topic_table(tables)
     assert t.loc["orders", "messages"] == tables.entries["num_messages"].sum()
     assert t.loc["orders", "segments_created"] == len(tables.segments)
 
 
-@pytest.mark.spark
 def test_report_cli_writes_html_and_prints_the_summary(output, tmp_path, capsys):
     html = tmp_path / "r.html"
     assert main(["report", "--output", str(output), "--html", str(html)]) == 0
@@ -165,7 +157,6 @@ def test_report_cli_writes_html_and_prints_the_summary(output, tmp_path, capsys)
     assert "entries per message" in capsys.readouterr().out
 
 
-@pytest.mark.spark
 def test_report_cli_rejects_an_unknown_run_with_exit_2(output, tmp_path, capsys):
     argv = ["report", "--output", str(output), "--run-id", "nope", "--html",
             str(tmp_path / "r.html")]
