@@ -94,6 +94,17 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def window_replays(tmp_path_factory) -> object:
+    """The sparse and the dense local replay of ``tests/analysis/test_windows.py``'s log
+    (``replay_pair``), once for the session: the pandas and the Spark SQL examples of
+    docs/tables.md are checked on the same pair."""
+    # the Airflow venv loads this conftest without the project's packages
+    from tests.analysis.test_windows import replay_pair  # noqa: PLC0415
+
+    return replay_pair(tmp_path_factory.mktemp("windows"))
+
+
 MOTO_HOST = "127.0.0.1"
 
 

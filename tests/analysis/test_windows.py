@@ -166,10 +166,10 @@ def replay_pair(folder: Path) -> tuple[DeltaStore, DeltaStore]:
     return stores[0], stores[1]
 
 
-@pytest.fixture(scope="module")
-def replays(tmp_path_factory: pytest.TempPathFactory) -> tuple[DeltaStore, DeltaStore]:
-    """:func:`replay_pair` once for the module."""
-    return replay_pair(tmp_path_factory.mktemp("windows"))
+@pytest.fixture
+def replays(window_replays: tuple[DeltaStore, DeltaStore]) -> tuple[DeltaStore, DeltaStore]:
+    """:func:`replay_pair`, once for the session (``window_replays``, tests/conftest.py)."""
+    return window_replays
 
 
 def _sorted(df: pd.DataFrame) -> pd.DataFrame:
