@@ -122,8 +122,9 @@ run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print th
 	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
 # The test pyramid (docs/development.md, "Tests"): the marks come from tests/conftest.py (the
-# folder for replay / guarantee, the spark fixture for spark); slow is marked in the tests.
-UNIT := not spark and not replay and not guarantee and not slow
+# folder for replay / guarantee, the spark fixture for spark, a list for component); slow is
+# marked in the tests.
+UNIT := not spark and not component and not replay and not guarantee and not slow
 COMPONENT := not replay and not guarantee and not slow
 
 test-unit: setup ## Pure tests, no Spark (the inner loop, under a minute)

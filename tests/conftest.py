@@ -9,8 +9,8 @@ that use it should be marked ``spark``.
 
 Marks by place (:func:`pytest_collection_modifyitems`): every test under ``tests/replays/`` is
 marked ``replay`` and every test under ``tests/guarantees/`` ``guarantee`` (``make
-test-replays``); every test that uses the ``spark`` fixture is marked ``spark`` (``make
-test-unit`` leaves those out).
+test-replays``); every test that uses the ``spark`` fixture is marked ``spark``, and the tests of
+:data:`COMPONENT_MODULES` ``component`` (``make test-unit`` leaves both out).
 """
 
 from __future__ import annotations
@@ -35,6 +35,18 @@ except ImportError:  # the Airflow venv (tests/dags/test_dags.py) has no pyspark
 FOLDER_MARKS = {"replays": "replay", "guarantees": "guarantee"}
 """Folder under ``tests/`` -> the mark every test in it gets."""
 
+COMPONENT_MODULES = {
+    "project/test_layout.py": "an interpreter per module",
+    "analysis/test_interactive_browser.py": "a headless chromium and local replays",
+    "analysis/test_validation.py": "Great Expectations",
+    "analysis/test_report.py": "a local replay and every figure drawn",
+    "analysis/test_recommend.py": "three local replays",
+    "analysis/test_windows.py": "two local replays",
+    "engine/test_findings.py": "a local replay per finding",
+}
+"""Modules without Spark that still cost seconds a test (what they start or replay): marked
+``component``, run by ``make test`` but not by ``make test-unit``."""
+
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -44,6 +56,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
         if folder in FOLDER_MARKS:
             item.add_marker(FOLDER_MARKS[folder])
+        if item.path.relative_to(tests).as_posix() in COMPONENT_MODULES:
+            item.add_marker("component")
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker("spark")
 
