@@ -62,6 +62,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker("spark")
 
 
+QUICK_PROPERTIES_ENV = "TOPIC_REPLAY_QUICK_PROPERTIES"
+
+
+def examples(n: int) -> int:
+    """How many examples the costliest hypothesis properties draw: ``n``, or a quarter of it (at
+    least 25) when ``TOPIC_REPLAY_QUICK_PROPERTIES`` is set, as ``make test-unit`` (the inner loop)
+    sets it; ``make test`` and CI draw all ``n``."""
+    return max(25, n // 4) if os.environ.get(QUICK_PROPERTIES_ENV) else n
+
+
 NO_DELTA_JARS = "no Delta jars in .jars/ (make setup fetches them from Maven Central)"
 ENGINES = [
     "delta-rs",

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipelines.engine.stages import _sorted, stable_order
+from tests.conftest import examples
 
 rows = st.lists(
     st.tuples(st.integers(0, 3),                                  # event_ms: many ties
@@ -26,7 +27,7 @@ def _frame(data: list[tuple]) -> pd.DataFrame:
                                                   utc=True)).drop(columns="us")
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(rows)
 def test_stable_order_matches_pandas_stable_sort_values(data: list[tuple]) -> None:
     pdf = _frame(data)
@@ -35,7 +36,7 @@ def test_stable_order_matches_pandas_stable_sort_values(data: list[tuple]) -> No
     assert stable_order(pdf, keys).tolist() == expected.tolist()
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(rows)
 def test_stable_order_with_tie_keys_matches_pandas_stable_sort_values(data: list[tuple]) -> None:
     pdf = _frame(data)
@@ -44,7 +45,7 @@ def test_stable_order_with_tie_keys_matches_pandas_stable_sort_values(data: list
     assert stable_order(pdf, keys, then).tolist() == expected.tolist()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(rows)
 def test_stable_order_keeps_input_order_of_full_ties(data: list[tuple]) -> None:
     pdf = _frame(data)
@@ -78,7 +79,7 @@ def test_replay_order_breaks_ties_by_publish_time_then_key_then_size() -> None:
         ("z", 9), ("a", 1), ("a", 2), ("z", 1), ("b", 1)]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.sampled_from(["p", "q"]),
                           st.one_of(st.none(), st.integers(0, 2)),
                           st.one_of(st.none(), st.sampled_from(["a", "b"])),
