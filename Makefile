@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 OUT ?= out/sample
 
 .DEFAULT_GOAL := help
-.PHONY: help setup delta-jars s3a-jars kafka-jars kafka-broker pulsar-standalone run test test-slow test-dags airflow-demo lint docs bench clean
+.PHONY: help setup delta-jars s3a-jars kafka-jars kafka-broker pulsar-standalone run test-unit test test-replays test-slow test-dags airflow-demo lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -78,8 +78,8 @@ $(KAFKA_JARS)/.fetched: pyproject.toml
 	    rm -rf $(KAFKA_JARS); exit 0; }; \
 	done && touch $@
 
-# Real brokers for the tests (tests/brokers.py), never for the product: a Kafka broker (KRaft,
-# tools/kafka-broker/pom.xml, about 45 MB) for `make test`, a Pulsar standalone
+# Real brokers for the tests (tests/guarantees/brokers.py), never for the product: a Kafka broker
+# (KRaft, tools/kafka-broker/pom.xml, about 45 MB) for `make test-replays`, a Pulsar standalone
 # (tools/pulsar-standalone/, about 235 MB; its poms resolve only with the settings file that
 # mirrors every repository to Maven Central) for `make test-slow`. Without mvn or Maven access
 # the tests that need them skip with the reason.
@@ -121,8 +121,20 @@ $(STAMP): pyproject.toml
 run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print the summary
 	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
-test: setup kafka-broker ## Run the test suite (fast tests; no slow marker)
-	$(PY) -m pytest -m "not slow" -q --durations=15
+# The test pyramid (docs/development.md, "Tests"): the marks come from tests/conftest.py (the
+# folder for replay / guarantee, the spark fixture for spark, a list for component); slow is
+# marked in the tests.
+UNIT := not spark and not component and not replay and not guarantee and not slow
+COMPONENT := not replay and not guarantee and not slow
+
+test-unit: setup ## Pure tests, no Spark (the inner loop, about a minute; the costliest properties draw a quarter of their examples)
+	TOPIC_REPLAY_QUICK_PROPERTIES=1 $(PY) -m pytest -m "$(UNIT)" -q --durations=5
+
+test: setup ## The test suite: unit tests and component tests with small Spark work; prints the slowest
+	$(PY) -m pytest -m "$(COMPONENT)" -q --durations=15
+
+test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantees (tests/guarantees/), no slow ones
+	$(PY) -m pytest -m "(replay or guarantee) and not slow" -q --durations=15
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
 # `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 8 minutes).
@@ -145,7 +157,7 @@ $(AIRFLOW_STAMP): pyproject.toml
 	touch $(AIRFLOW_STAMP)
 
 test-dags: $(AIRFLOW_STAMP) ## DAG-integrity test in its own Airflow venv (.venv-airflow; Airflow's pins clash with ours)
-	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/test_dags.py
+	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dags/test_dags.py
 
 AIRFLOW_DAY ?= 2025-01-15
 

@@ -1,6 +1,6 @@
 """Write docs/tables.md from pipelines/contract/schemas.py: each output table's grain (the docstring
-after its schema) and columns (name, Arrow type, nullable). ``tests/test_docs.py`` checks the
-file is current, so it cannot drift from the schemas.
+after its schema) and columns (name, Arrow type, nullable). ``tests/project/test_docs.py`` checks
+the file is current, so it cannot drift from the schemas.
 
     python docs/gen_tables.py          # rewrite docs/tables.md
     python docs/gen_tables.py --check  # exit 1 when docs/tables.md is out of date
@@ -21,7 +21,7 @@ TARGET = ROOT / "docs" / "tables.md"
 HEADER = """# Output tables
 
 Generated from `pipelines/contract/schemas.py` by `python docs/gen_tables.py` (do not edit by hand;
-`tests/test_docs.py` fails when this file is out of date).
+`tests/project/test_docs.py` fails when this file is out of date).
 
 Every table is a Delta table in its own folder under `--output DIR`. Conventions: `run_id` is
 the first column of every table; times are `timestamp[us, tz=UTC]`; rates are msg/s or

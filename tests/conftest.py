@@ -6,6 +6,11 @@ jars of ``make setup`` when present (all via ``pipelines.spark.session.build_ses
 that use it should be marked ``spark``.
 
 ``s3_endpoint``: an S3-compatible server (moto's server mode) on 127.0.0.1, per module.
+
+Marks by place (:func:`pytest_collection_modifyitems`): every test under ``tests/replays/`` is
+marked ``replay`` and every test under ``tests/guarantees/`` ``guarantee`` (``make
+test-replays``); every test that uses the ``spark`` fixture is marked ``spark``, and the tests of
+:data:`COMPONENT_MODULES` ``component`` (``make test-unit`` leaves both out).
 """
 
 from __future__ import annotations
@@ -22,10 +27,50 @@ import pytest
 
 try:
     from pipelines.spark.session import delta_jars
-except ImportError:  # the Airflow venv (tests/test_dags.py) has no pyspark of ours
+except ImportError:  # the Airflow venv (tests/dags/test_dags.py) has no pyspark of ours
 
     def delta_jars() -> list[str]:
         return []
+
+FOLDER_MARKS = {"replays": "replay", "guarantees": "guarantee"}
+"""Folder under ``tests/`` -> the mark every test in it gets."""
+
+COMPONENT_MODULES = {
+    "project/test_layout.py": "an interpreter per module",
+    "analysis/test_interactive_browser.py": "a headless chromium and local replays",
+    "analysis/test_validation.py": "Great Expectations",
+    "analysis/test_report.py": "a local replay and every figure drawn",
+    "analysis/test_recommend.py": "three local replays",
+    "analysis/test_windows.py": "two local replays",
+    "engine/test_findings.py": "a local replay per finding",
+}
+"""Modules without Spark that still cost seconds a test (what they start or replay): marked
+``component``, run by ``make test`` but not by ``make test-unit``."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test by its folder (:data:`FOLDER_MARKS`) and by its use of ``spark``."""
+    tests = Path(__file__).parent
+    for item in items:
+        folder = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
+        if folder in FOLDER_MARKS:
+            item.add_marker(FOLDER_MARKS[folder])
+        if item.path.relative_to(tests).as_posix() in COMPONENT_MODULES:
+            item.add_marker("component")
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker("spark")
+
+
+QUICK_PROPERTIES_ENV = "TOPIC_REPLAY_QUICK_PROPERTIES"
+
+
+def examples(n: int) -> int:
+    """How many examples the costliest hypothesis properties draw: ``n``, or a quarter of it (at
+    least 25) when ``TOPIC_REPLAY_QUICK_PROPERTIES`` is set, as ``make test-unit`` (the inner loop)
+    sets it; ``make test`` and CI draw all ``n``."""
+    return max(25, n // 4) if os.environ.get(QUICK_PROPERTIES_ENV) else n
+
 
 NO_DELTA_JARS = "no Delta jars in .jars/ (make setup fetches them from Maven Central)"
 ENGINES = [
@@ -71,6 +116,17 @@ def spark() -> Iterator[object]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def window_replays(tmp_path_factory) -> object:
+    """The sparse and the dense local replay of ``tests/analysis/test_windows.py``'s log
+    (``replay_pair``), once for the session: the pandas and the Spark SQL examples of
+    docs/tables.md are checked on the same pair."""
+    # the Airflow venv loads this conftest without the project's packages
+    from tests.analysis.test_windows import replay_pair  # noqa: PLC0415
+
+    return replay_pair(tmp_path_factory.mktemp("windows"))
 
 
 MOTO_HOST = "127.0.0.1"

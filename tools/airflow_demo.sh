@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the topic_replay_daily DAG end to end with `airflow dags test` (make airflow-demo; the slow
-# test tests/test_airflow_e2e.py): one day partition made from data/sample, Airflow in its own
+# test tests/replays/test_airflow_e2e.py): one day partition made from data/sample, Airflow in its own
 # venv (.venv-airflow) with a SQLite metadata DB under DEMO_DIR, the spark_default connection on
 # a local master, spark-submit and Python from the project's .venv, Delta from the jars
 # `make setup` fetched (or --packages from Maven Central when there are none).

@@ -28,6 +28,7 @@ from pipelines.core.batching import (
 )
 from pipelines.core.buckets import bucket_of
 from pipelines.core.layout import SegmentLayout, layout_as_of
+from tests.conftest import examples
 
 B0, B1, B2, B3 = 0x0100, 0x4100, 0x8100, 0xC100  # one hash_b in each of 4 equal buckets
 
@@ -466,7 +467,7 @@ def scenarios(draw: st.DrawFn) -> tuple:
     return config, msgs, layout, cuts
 
 
-PROPERTY_SETTINGS = settings(max_examples=300, deadline=None,
+PROPERTY_SETTINGS = settings(max_examples=examples(300), deadline=None,
                              suppress_health_check=[HealthCheck.too_slow])
 _ROW = ("producer", "entry_seq", "segment_id", "bucket_index", "entry_hash_min",
         "entry_hash_max", "num_messages", "payload_bytes", "open_time_ms", "publish_time_ms",

@@ -24,6 +24,7 @@ from pipelines.core.dispatch import (
     fill_idle_rows,
 )
 from pipelines.core.layout import SegmentLayout
+from tests.conftest import examples
 
 SUB = "sub"
 
@@ -628,7 +629,7 @@ def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Even
     return total
 
 
-_PROPS = settings(max_examples=150, deadline=None,
+_PROPS = settings(max_examples=examples(150), deadline=None,
                   suppress_health_check=[HealthCheck.too_slow])
 
 

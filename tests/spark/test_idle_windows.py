@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.spark.sql import register_tables
 from pipelines.storage.delta import DeltaStore
-from tests.test_windows import doc_example, replay_pair
+from tests.analysis.test_windows import doc_example
 
 pytestmark = pytest.mark.spark
 
@@ -17,8 +17,8 @@ def _sorted(df: pd.DataFrame) -> pd.DataFrame:
     return df.sort_values(list(df.columns)).reset_index(drop=True)
 
 
-def test_spark_sql_example_of_the_docs_fills_the_gaps(spark, tmp_path) -> None:
-    sparse, dense = replay_pair(tmp_path)
+def test_spark_sql_example_of_the_docs_fills_the_gaps(spark, window_replays) -> None:
+    sparse, dense = window_replays
     register_tables(DeltaStore(sparse.root, engine="delta-rs", spark=spark))
     got = spark.sql(doc_example("sql")).toPandas()
     want = dense.read("consumer_load", "w")

@@ -1,0 +1,246 @@
+"""``topic-replay report``: the HTML embeds every figure, every figure is drawn from data, and the
+summary numbers are the tables' numbers. One tiny replay by the local engine (module fixture; the
+differential test in tests/replays/test_local_engine.py holds its tables equal to Spark's) feeds
+the report."""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from plotly.offline import get_plotlyjs
+
+from jobs.replay import main
+from pipelines.analysis.interactive import write_report
+from pipelines.analysis.run_tables import (
+    RunTables,
+    consumer_shares,
+    drain_times,
+    layout_timeline,
+    run_metrics,
+)
+from pipelines.analysis.static_figures import build_figures, figure_has_data, topic_table
+from pipelines.contract.config import load_config
+from pipelines.contract.presets import get_preset
+from pipelines.engine.local import run_local
+from pipelines.storage.delta import DeltaStore
+from pipelines.workload.generator import WorkloadSpec, generate
+
+SPEC = {
+    "seed": 3, "start_time": "2025-01-15T09:00:00Z", "duration_s": 300, "format": "json",
+    "gzip": False, "file_span_s": 300,
+    "topics": [
+        {"name": "orders", "producers": 2, "rate": {"kind": "steps", "steps": [
+            {"at_s": 0, "msg_rate": 4}, {"at_s": 90, "msg_rate": 40}, {"at_s": 300,
+                                                                        "msg_rate": 1}]},
+         "keys": {"distribution": "zipf", "n_keys": 200, "exponent": 1.1},
+         "payload": {"kind": "fixed", "size": 200}},
+    ],
+}
+SETS = ["policy.split_msg_rate_in=15", "policy.merge_msg_rate_in=3",
+        "policy.split_msg_rate_out=1000", "policy.merge_msg_rate_out=100",
+        "policy.merge_window_s=60", "policy.merge_cooldown_s=60",
+        "batching.max_publish_delay_ms=200",
+        "subscriptions.0.consumers.0.ack_delay_ms=1500",  # slow acks: handoffs and drains take time
+        "subscriptions.0.consumers.1.join=150"]           # joins late: bucket handoffs
+RUN = "tiny"
+IMG = '<img src="data:image/png;base64,'
+
+
+@pytest.fixture(scope="module")
+def output(tmp_path_factory) -> Path:
+    log = tmp_path_factory.mktemp("log")
+    generate(WorkloadSpec.model_validate(SPEC), log)
+    out = tmp_path_factory.mktemp("out")
+    cfg = load_config(None, SETS)
+    spec = get_preset("contract").replace(format="json", speed=1.0)
+    run_local(cfg, spec, [str(log)], str(out), RUN, progress=lambda _: None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tables(output) -> RunTables:
+    return RunTables.load(DeltaStore(str(output), engine="delta-rs"), RUN)
+
+
+@pytest.fixture(scope="module")
+def report(output, tmp_path_factory) -> tuple[str, dict]:
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    result = write_report(str(output), [RUN], path)
+    return path.read_text(encoding="utf-8"), result
+
+
+def test_report_embeds_the_figures_without_a_plotly_view_as_base64_png(report):
+    page, result = report
+    images = re.findall(re.escape(IMG) + r'([A-Za-z0-9+/=]+)"', page)
+    assert (result["figures"], result["interactive"], result["images"]) == (8, 4, 4)
+    assert len(images) == 4
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+
+
+def test_report_draws_four_plotly_figures_with_plotly_js_inlined_once(report):
+    page, _ = report
+    assert page.count(get_plotlyjs()) == 1
+    assert page.replace(get_plotlyjs(), "").count("Plotly.newPlot(") == 4
+
+
+def test_report_needs_no_network(report):
+    page, _ = report
+    ours = page.replace(get_plotlyjs(), "")  # the bundle's own strings name links, not requests
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", ours)
+    assert "cdn." not in ours.lower()  # (base64 has no ".")
+
+
+def test_report_png_dir_holds_every_matplotlib_figure(output, tmp_path):
+    write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
+    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == sorted(
+        f"{k}.png" for k in [f"{f}-{RUN}" for f in ("layout", "rates", "dag", "consumers",
+                                                       "handoffs", "drain")] + ["batching"])
+
+
+def test_every_figure_is_drawn_from_data(tables):
+    figures = build_figures([tables])
+    empty = [f.key for f in figures if not figure_has_data(f.figure)]
+    assert [f.key for f in figures] == [f"{k}-{RUN}" for k in (
+        "layout", "rates", "dag", "consumers", "handoffs", "drain")] + ["batching"]
+    assert empty == []
+
+
+def test_layout_figure_marks_each_split_decision(tables):
+    fig = build_figures([tables])[0].figure
+    splits = (tables.decisions["action"] == "split").sum()
+    marked = sum(len(c.get_offsets()) for c in fig.axes[0].collections
+                 if str(c.get_label()).startswith("split"))
+    assert splits > 0 and marked == splits
+
+
+def test_summary_metrics_equal_the_tables(tables):
+    m = run_metrics(tables)
+    d, e, s = tables.decisions, tables.entries, tables.segments
+    h = tables.handoffs
+    active = s[s["state"] == "ACTIVE"]
+    until = h["withheld_until"].fillna(tables.end_time)
+    assert m["splits"] == (d["action"] == "split").sum()
+    assert m["merges"] == (d["action"] == "merge").sum()
+    assert m["entries"] == len(e)
+    assert m["entries_per_message"] == round(len(e) / e["num_messages"].sum(), 4)
+    assert m["mean_batch_size"] == round(e["num_messages"].sum() / len(e), 4)
+    assert m["segments_created"] == len(s)
+    assert m["segments_final"] == len(active)
+    assert m["buckets_final"] == active["bucket_count"].sum()
+    assert m["handoffs"] == len(h) > 0
+    assert m["withheld_bucket_s"] == round((until - h["withheld_from"]).dt.total_seconds().sum(),
+                                           3)
+    assert m["sealed_segments"] == s["sealed_at"].notna().sum() > 0
+
+
+def test_summary_table_shows_the_metric_values(report, tables):
+    page, result = report
+    m = result["metrics"][RUN]
+    for label, value in (("splits", m["splits"]), ("entries", f"{m['entries']:,}"),
+                         ("segments created", m["segments_created"])):
+        assert f"<td>{label}</td><td>{value}</td>" in page
+
+
+def test_topic_table_counts_messages_and_segments_per_topic(tables):
+    t = topic_table(tables)
+    assert t.loc["orders", "messages"] == tables.entries["num_messages"].sum()
+    assert t.loc["orders", "segments_created"] == len(tables.segments)
+
+
+def test_report_cli_writes_html_and_prints_the_summary(output, tmp_path, capsys):
+    html = tmp_path / "r.html"
+    assert main(["report", "--output", str(output), "--html", str(html)]) == 0
+    assert html.read_text(encoding="utf-8").count(IMG) == 4
+    assert "entries per message" in capsys.readouterr().out
+
+
+def test_report_cli_rejects_an_unknown_run_with_exit_2(output, tmp_path, capsys):
+    argv = ["report", "--output", str(output), "--run-id", "nope", "--html",
+            str(tmp_path / "r.html")]
+    assert main(argv) == 2
+    assert f"run nope is not in {output}; runs: {RUN}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("folder, message", [
+    ("missing", "does not exist"),
+    ("empty", "holds no finished run"),
+])
+def test_report_cli_rejects_an_output_without_runs_with_exit_2(tmp_path, capsys, folder,
+                                                                message):
+    (tmp_path / "empty").mkdir()
+    argv = ["report", "--output", str(tmp_path / folder), "--html", str(tmp_path / "r.html")]
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
+
+
+# ---- pure helpers on inline tables -------------------------------------------------------------
+
+def _ts(s: str) -> pd.Timestamp:
+    return pd.Timestamp(f"2025-01-15T09:{s}Z")
+
+
+def _segments(rows: list[tuple]) -> pd.DataFrame:
+    cols = ["topic", "segment_id", "bucket_count", "created_at", "sealed_at"]
+    return pd.DataFrame([(t, i, n, _ts(c), _ts(x) if x else pd.NaT) for t, i, n, c, x in rows],
+                        columns=cols)
+
+
+@pytest.mark.parametrize("rows, expected", [
+    ([("a", 0, 4, "00:00", None)], [("a", "00:00", 1, 4)]),
+    ([("a", 0, 4, "00:00", "01:00"), ("a", 1, 2, "01:00", None), ("a", 2, 2, "01:00", None)],
+     [("a", "00:00", 1, 4), ("a", "01:00", 2, 4)]),  # split: no transient third segment
+    ([("a", 0, 2, "00:00", "02:00"), ("a", 1, 2, "00:00", "02:00"), ("a", 2, 4, "02:00", None)],
+     [("a", "00:00", 2, 4), ("a", "02:00", 1, 4)]),  # merge
+    ([("a", 0, 4, "00:00", "03:00"), ("a", 1, 8, "03:00", None), ("b", 0, 4, "01:00", None)],
+     [("a", "00:00", 1, 4), ("a", "03:00", 1, 8), ("b", "01:00", 1, 4)]),  # rebucket
+])
+def test_layout_timeline_counts_active_segments_and_buckets(rows, expected):
+    got = layout_timeline(_segments(rows))
+    assert [(r.topic, r.time, r.active_segments, r.buckets) for r in got.itertuples()] == [
+        (t, _ts(at), n, b) for t, at, n, b in expected]
+
+
+@pytest.mark.parametrize("drain_rows, drain_s, drained", [
+    ([("s", "01:10", 10_000)], 10.0, True),   # drained 10 s after the seal
+    ([("s", "01:00", 0)], 0.0, True),         # nothing outstanding at the seal
+    ([], None, False),                        # no drain row: still undrained at end of input
+    ([("other", "01:05", 5_000)], None, False),  # drained for another subscription only
+])
+def test_drain_time_comes_from_the_dispatchers_segment_drains(drain_rows, drain_s, drained):
+    segments = _segments([("a", 0, 1, "00:00", "01:00"), ("a", 1, 1, "01:00", None)])
+    dispatch = pd.DataFrame({"topic": ["a"], "segment_id": [0], "subscription": ["s"]})
+    drains = pd.DataFrame(
+        [("a", sub, 0, pd.Timestamp("2025-01-15T09:01:00Z"),
+          pd.Timestamp(f"2025-01-15T09:{at}Z"), ms) for sub, at, ms in drain_rows],
+        columns=["topic", "subscription", "segment_id", "sealed_at", "drained_at", "drain_ms"])
+    tables = RunTables(**{k: pd.DataFrame() for k in (
+        "runs", "decisions", "segment_load", "entries", "consumer_load", "handoffs")},
+        run_id="x", store=None, segments=segments, dispatch=dispatch, drains=drains)
+    got = drain_times(tables)
+    row = got[got["subscription"] == "s"].iloc[0]
+    assert (row["segment_id"], row["drained"]) == (0, drained)
+    assert (pd.isna(row["drain_s"]) if drain_s is None else row["drain_s"] == drain_s)
+
+
+@pytest.mark.parametrize("rows, busy, idle, share", [
+    # (topic, messages, busy_ms, idle_ms) of consumer c in one window; one other consumer d
+    ([("a", 10, 0, 60_000), ("b", 30, 0, 60_000)], 0, 60_000, 0.8),     # idle counted once
+    ([("a", 10, 20_000, 40_000), ("b", 30, 15_000, 45_000)], 35_000, 25_000, 0.8),
+    ([("a", 10, 50_000, 10_000), ("b", 30, 40_000, 20_000)], 60_000, 0, 0.8),  # busy capped
+])
+def test_consumer_busy_and_idle_time_is_per_window_not_per_topic(rows, busy, idle, share):
+    t = pd.Timestamp("2025-01-15T09:00:00Z")
+    cl = pd.DataFrame([("s", "c", t, m, b, i) for _, m, b, i in rows]
+                      + [("s", "d", t, 10, 0, 60_000)],
+                      columns=["subscription", "consumer_name", "window_start", "messages",
+                               "busy_ms", "idle_ms"])
+    tables = RunTables(**{k: pd.DataFrame() for k in (
+        "runs", "segments", "decisions", "segment_load", "entries", "dispatch", "handoffs")},
+        run_id="x", store=None, consumer_load=cl)
+    c = consumer_shares(tables).set_index("consumer_name").loc["c"]
+    assert (c["busy_ms"], c["idle_ms"], c["share"], c["windows"]) == (busy, idle, share, 1)
