@@ -20,7 +20,7 @@ Two pairs of workloads, each pair generated from ``bench/workload.yaml``'s ``ord
   ``replay.consumer_window_s=600``. Targets: 1,000 topics ≤ 1.3×, 10,000 topics ≤ 1.5× the
   3 topics' Spark replay wall; driver peak RSS of 10,000 topics ≤ 1.3× of 3.
 * **scale-out** (issue #30) — the 1,000-topic input replayed on a standalone cluster (the
-  cluster test's setup, ``tests/spark/conftest.StandaloneCluster``: a master and one-core
+  cluster test's setup, ``tests/guarantees/conftest.StandaloneCluster``: a master and one-core
   workers on 127.0.0.1) of one worker and of two. Target: two workers ≥ 1.6× the throughput
   of one (the one-worker wall / the two-worker wall).
 
@@ -292,7 +292,7 @@ def run_on_cluster(name: str, workers: int, spec: Any, data_dir: Path, cli: Path
     """:func:`run_workload` of ``spec`` (the ``topics-1000`` input) on a standalone cluster of
     ``workers`` one-core workers (the cluster test's ``StandaloneCluster``), started for it and
     stopped after."""
-    from tests.spark.conftest import StandaloneCluster  # noqa: PLC0415 - pytest's, bench only
+    from tests.guarantees.conftest import StandaloneCluster  # noqa: PLC0415 - pytest's, bench only
 
     root = data_dir / f"cluster-{name}"
     shutil.rmtree(root, ignore_errors=True)

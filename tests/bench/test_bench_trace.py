@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from deltalake import write_deltalake
 
-_BENCH = Path(__file__).resolve().parents[1] / "bench"
+_BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(_BENCH))
 _spec = importlib.util.spec_from_file_location("bench_trace", _BENCH / "bench_trace.py")
 assert _spec is not None and _spec.loader is not None
