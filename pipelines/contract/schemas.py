@@ -347,7 +347,10 @@ one row per series and *active* window, a series being (`run_id`, `topic`, `subs
 `subscription_stats`.
 
 How to read a gap. A series has rows for its first and its last window (the run's last, or the
-window the consumer left in), and its windows in between are contiguous: a window missing
+window the consumer left in), and its windows in between are contiguous. The run's last window
+is the same for every topic: it ends at the log's last message (+ 1 ms, or later while a
+backlog drains), also for a topic that went quiet long before — as in `segment_load`, where a
+quiet topic's segments are sampled until their rates reach the zero record. A window missing
 between two rows of a series is the earlier row carried forward —
 
 - `consumer_load`: `messages`, `bytes`, `busy_ms` 0; `idle_ms` the whole window (connected
