@@ -76,6 +76,21 @@ def _seconds(td: Any) -> float:
     return float(pd.Timedelta(td).total_seconds())
 
 
+def by_topic(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """``df``'s rows per topic, in one pass (a mask per topic scans the whole frame once per
+    topic: thousands of topics made the profile quadratic). A topic without rows is missing:
+    read with :func:`_rows_of`."""
+    if not len(df):
+        return {}
+    return {str(t): g for t, g in df.groupby("topic", sort=False)}
+
+
+def _rows_of(parts: Mapping[str, pd.DataFrame], topic: str, df: pd.DataFrame) -> pd.DataFrame:
+    """``topic``'s rows of :func:`by_topic` ``parts`` of ``df`` (no rows: ``df``'s columns)."""
+    got = parts.get(topic)
+    return got if got is not None else df.iloc[0:0]
+
+
 # ---- layout history -----------------------------------------------------------------------
 
 
@@ -180,8 +195,8 @@ def _topic_load(samples: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _decision_counts(decisions: pd.DataFrame, topic: str) -> dict[str, int]:
-    d = decisions[decisions["topic"] == topic] if len(decisions) else decisions
+def _decision_counts(d: pd.DataFrame) -> dict[str, int]:
+    """Splits, merges, rebuckets and suppressed decisions among one topic's decisions ``d``."""
     actions = d["action"].value_counts().to_dict() if len(d) else {}
     return {"splits": int(actions.get("split", 0)), "merges": int(actions.get("merge", 0)),
             "rebuckets": int(actions.get("rebucket", 0)),
@@ -214,8 +229,9 @@ def consumer_activity(data: RunData) -> pd.DataFrame:
     return out
 
 
-def _withheld_max_s(handoffs: pd.DataFrame, topic: str, end: pd.Timestamp | None) -> float:
-    h = handoffs[handoffs["topic"] == topic] if len(handoffs) else handoffs
+def _withheld_max_s(h: pd.DataFrame, end: pd.Timestamp | None) -> float:
+    """Longest withholding (s) among one topic's ``bucket_handoffs`` rows ``h`` (one still
+    withheld counts until ``end``)."""
     if not len(h):
         return 0.0
     until = h["withheld_until"].fillna(end if end is not None else h["withheld_from"].max())
@@ -233,11 +249,15 @@ def profile_rows(data: RunData, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) ->
     fl = flap_events(data.segments, flap_window_s)
     consumers = consumer_activity(data)
     end = _end_time(data)
+    # every table split by topic once: the loop below reads each topic's rows
+    loads, timelines, segments = by_topic(load), by_topic(timeline), by_topic(data.segments)
+    decisions, flap_counts = by_topic(data.decisions), fl["topic"].value_counts().to_dict()
+    users, drains, handoffs = by_topic(consumers), by_topic(data.drains), by_topic(data.handoffs)
     rows = []
     for k in data.keys.sort_values("topic", kind="stable").to_dict("records"):
         topic = k["topic"]
         row: dict[str, Any] = dict(k)
-        lt = load[load["topic"] == topic]
+        lt = _rows_of(loads, topic, load)
         peak = float(lt["peak_msg_rate_in"].iloc[0]) if len(lt) else None
         row.update(peak_msg_rate_in=peak, peak_at=lt["peak_at"].iloc[0] if len(lt) else None,
                    mean_msg_rate_in=float(lt["mean_msg_rate_in"].iloc[0]) if len(lt) else None)
@@ -247,22 +267,22 @@ def profile_rows(data: RunData, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) ->
         row.update(split_msg_rate_in=threshold, hot_key_peak_rate=hot,
                    hot_key_vs_split=hot / threshold,
                    unrelievable_share=(max(0.0, hot - threshold) / peak) if peak else 0.0)
-        tl = timeline[timeline["topic"] == topic]
-        seg = data.segments[data.segments["topic"] == topic] if len(data.segments) else \
-            data.segments
+        tl = _rows_of(timelines, topic, timeline)
+        seg = _rows_of(segments, topic, data.segments)
         row.update(segments_end=int((seg["state"] == "ACTIVE").sum()) if len(seg) else 0,
                    segments_peak=int(tl["active"].max()) if len(tl) else 0,
-                   **_decision_counts(data.decisions, topic),
-                   flaps=int((fl["topic"] == topic).sum()))
+                   **_decision_counts(_rows_of(decisions, topic, data.decisions)),
+                   flaps=int(flap_counts.get(topic, 0)))
         n_entries, n_msgs, producers = data.entries.get(topic, (0, 0, 0))
         row.update(entries=n_entries, producers=producers,
                    entries_per_message=round(n_entries / n_msgs, 6) if n_msgs else None)
-        c = consumers[consumers["topic"] == topic]
-        d = data.drains[data.drains["topic"] == topic] if len(data.drains) else data.drains
+        c = _rows_of(users, topic, consumers)
+        d = _rows_of(drains, topic, data.drains)
         sealed = int(seg["sealed_at"].notna().sum()) if len(seg) else 0
         subs = int(c["subscription"].nunique()) if len(c) else 0
         row.update(consumers=len(c), idle_consumers=int((c["messages"] == 0).sum()),
-                   withheld_max_s=_withheld_max_s(data.handoffs, topic, end),
+                   withheld_max_s=_withheld_max_s(_rows_of(handoffs, topic, data.handoffs),
+                                                  end),
                    drain_max_s=float(d["drain_ms"].max()) / 1000 if len(d) else None,
                    undrained_segments=max(0, sealed * subs - len(d)))
         rows.append(_withhold_keys(row, data.config.output.keys))
@@ -329,11 +349,10 @@ def hot_key_findings(profile: Mapping[str, Any], config: ReplayConfig) -> list[d
          "policy.split_msg_rate_in", "§1.2, §2.3, §4.3 step 2, §5.1"))]
 
 
-def flapping_findings(topic: str, events: pd.DataFrame, window_s: float,
+def flapping_findings(topic: str, e: pd.DataFrame, window_s: float,
                       profile: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``flapping`` (medium): splits undone by a merge of the same range (or merges undone by a
-    split) within the flap window."""
-    e = events[events["topic"] == topic]
+    split) within the flap window; ``e``: the topic's :func:`flap_events`."""
     if e.empty:
         return []
     first = e.iloc[0]
@@ -356,14 +375,11 @@ def flapping_findings(topic: str, events: pd.DataFrame, window_s: float,
          "the flap window", "§2.3, §2.4, §4.3 steps 2-3"))]
 
 
-def idle_findings(data: RunData, topic: str) -> list[dict[str, Any]]:
+def idle_findings(topic: str, c: pd.DataFrame, segments: pd.DataFrame) -> list[dict[str, Any]]:
     """``idle_consumers`` (medium): configured consumers of a grouped subscription that were
-    delivered nothing over the run, with the cause read from the final layout."""
-    c = consumer_activity(data)
-    c = c[c["topic"] == topic]
-    seg = data.segments[(data.segments["topic"] == topic)
-                        & (data.segments["state"] == "ACTIVE")] if len(data.segments) else \
-        data.segments
+    delivered nothing over the run, with the cause read from the final layout. ``c``: the
+    topic's :func:`consumer_activity` rows; ``segments``: its ``segments`` rows."""
+    seg = segments[segments["state"] == "ACTIVE"] if len(segments) else segments
     s, capacity = len(seg), int(seg["bucket_count"].sum()) if len(seg) else 0
     out = []
     for sub, g in c.groupby("subscription", sort=True):
@@ -407,17 +423,17 @@ def single_segment_findings(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
                      ("at most one active segment over the whole run", "§2.2, §4.3"))]
 
 
-def blind_spot_findings(data: RunData, topic: str,
+def blind_spot_findings(config: ReplayConfig, topic: str, s: pd.DataFrame,
                         profile: Mapping[str, Any]) -> list[dict[str, Any]]:
     """``blind_spot`` (low): load samples of an active segment whose current ``msg_rate_in``
     is across a threshold from the last value the reporter wrote — above the split threshold
     while the stored value is not, or below the merge threshold while the stored value is
-    not — so the controller does not see it (the 25 % material-change gate)."""
-    s = active_samples(data.samples, data.segments)
-    s = s[s["topic"] == topic].sort_values(["segment_id", "sample_time"], kind="stable")
+    not — so the controller does not see it (the 25 % material-change gate). ``s``: the
+    topic's :func:`active_samples`."""
+    s = s.sort_values(["segment_id", "sample_time"], kind="stable")
     if s.empty:
         return []
-    policy = data.config.policy_for(topic)
+    policy = config.policy_for(topic)
     split_t, merge_t = float(policy.split_msg_rate_in), float(policy.merge_msg_rate_in)
     stored = s["msg_rate_in"].where(s["written"]).groupby(s["segment_id"]).ffill()
     current = s["msg_rate_in"]
@@ -430,8 +446,8 @@ def blind_spot_findings(data: RunData, topic: str,
     side = "split" if bool(hidden_split[hidden].iloc[0]) else "merge"
     threshold = split_t if side == "split" else merge_t
     n = int(hidden.sum())
-    interval = data.config.replay.load_report_interval_s
-    gate = 100 * data.config.replay.load_report_rate_change_threshold
+    interval = config.replay.load_report_interval_s
+    gate = 100 * config.replay.load_report_rate_change_threshold
     st = float(stored[hidden].iloc[0])
     message = (f"segment {int(first['segment_id'])} at {_ts(first['sample_time'])}: "
                f"msg_rate_in {float(first['msg_rate_in']):,.1f} msg/s is "
@@ -454,14 +470,20 @@ def finding_rows(data: RunData, profile: pd.DataFrame,
                  flap_window_s: float = DEFAULT_FLAP_WINDOW_S) -> pd.DataFrame:
     """The run's ``findings`` rows (without ``run_id``): by severity, topic, kind, time."""
     events = flap_events(data.segments, flap_window_s)
+    consumers = consumer_activity(data)
+    samples = active_samples(data.samples, data.segments)
+    # every table split by topic once (see by_topic)
+    flapped, users = by_topic(events), by_topic(consumers)
+    segments, sampled = by_topic(data.segments), by_topic(samples)
     rows: list[dict[str, Any]] = []
     for p in profile.to_dict("records"):
         topic = p["topic"]
         rows += hot_key_findings(p, data.config)
-        rows += flapping_findings(topic, events, flap_window_s, p)
-        rows += idle_findings(data, topic)
+        rows += flapping_findings(topic, _rows_of(flapped, topic, events), flap_window_s, p)
+        rows += idle_findings(topic, _rows_of(users, topic, consumers),
+                              _rows_of(segments, topic, data.segments))
         rows += single_segment_findings(p)
-        rows += blind_spot_findings(data, topic, p)
+        rows += blind_spot_findings(data.config, topic, _rows_of(sampled, topic, samples), p)
     if not rows:
         return pd.DataFrame(columns=table_columns("findings"))
     df = pd.DataFrame(rows)
