@@ -497,7 +497,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
 def _check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) -> None:
     """Before Spark starts: ``UsageError`` when ``output`` holds run ``run_id`` written by
     another version or config, or cannot be read (an unreachable object store)."""
-    from pipelines.spark.replay import OutputConflictError, check_output  # noqa: PLC0415
+    from pipelines.storage.output_identity import OutputConflictError, check_output  # noqa: PLC0415,E501
 
     try:
         check_output(output, run_id, cfg, preset)
@@ -771,7 +771,7 @@ def _compare(args: argparse.Namespace) -> int:
         prepared.append(PreparedScenario(scenario, cfg, spec))
     if args.html and Path(args.html).is_dir():
         raise UsageError(f"--html {args.html} is a directory; give a file name")
-    from pipelines.spark.replay import OutputConflictError, check_output_path  # noqa: PLC0415
+    from pipelines.storage.output_identity import OutputConflictError, check_output_path  # noqa: PLC0415,E501
 
     try:
         check_output_path(args.output)
@@ -849,7 +849,7 @@ def _check_sweep_output(args: argparse.Namespace, cfg: ReplayConfig, preset: str
                         prepared: Sequence[PreparedScenario]) -> None:
     """Before Spark starts: ``UsageError`` when the output holds the sweep's work folder or
     any scenario's run under another config or inputs (``check_output``)."""
-    from pipelines.spark.replay import OutputConflictError, check_output  # noqa: PLC0415
+    from pipelines.storage.output_identity import OutputConflictError, check_output  # noqa: PLC0415,E501
     from pipelines.storage.fs import is_file, join  # noqa: PLC0415
 
     work_id = f"sweep.{args.sweep_id}"

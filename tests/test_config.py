@@ -27,8 +27,8 @@ from pipelines.contract.config import (
 from pipelines.contract.schemas import TABLES
 from pipelines.core.batching import BatchingConfig
 from pipelines.core.policy import AutoScaleConfig
-from pipelines.spark.replay import OutputConflictError, check_output
 from pipelines.storage.delta import DeltaStore
+from pipelines.storage.output_identity import OutputConflictError, check_output
 
 FIRST_EVENT_MS = 1_291_190_400_000  # 2010-12-01T08:00:00Z
 

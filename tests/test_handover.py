@@ -16,7 +16,7 @@ import pytest
 from pipelines.engine.stages import StageWindow
 from pipelines.spark import handover
 from pipelines.spark.emulation import FEED_SCHEMA, write_feed
-from pipelines.spark.replay import REPLAY_STATE_FORMAT, ReplayState, read_state, state_blob
+from pipelines.spark.replay_state import REPLAY_STATE_FORMAT, ReplayState, read_state, state_blob
 
 
 class FakeMapState:

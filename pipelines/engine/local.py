@@ -70,10 +70,9 @@ from pipelines.ingest.rules import (
     order_name,
 )
 from pipelines.ingest.rules import as_str as _as_str
+from pipelines.storage.commits import FINAL_VERSION
 from pipelines.storage.delta import DeltaStore, table_app_id, use_system_arrow_pool
 from pipelines.storage.frames import STAGE_KINDS
-
-FINAL_VERSION_OFFSET = 1 << 40  # same commit versions as pipelines.spark.replay
 
 LOCAL_FUNCTIONS = ("octet_length", "length", "regexp_replace", "coalesce", "lower", "upper",
                    "trim", "concat")
@@ -692,7 +691,7 @@ def run_local(config: ReplayConfig, input_spec: InputSpec, inputs: Sequence[str]
     lap("ingest_hash")
     progress(f"local: accepted {len(accepted):,}, quarantined {len(quarantine):,}")
 
-    version = FINAL_VERSION_OFFSET
+    version = FINAL_VERSION
     first = int(accepted["event_ms"].min()) if len(accepted) else None
     settings = stages.StageSettings.from_config(config, first)
     controllers: dict[str, Any] = {}

@@ -23,8 +23,9 @@ import pytest
 
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
-from pipelines.spark.replay import OutputConflictError, Replay, check_output_path
+from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
+from pipelines.storage.output_identity import OutputConflictError, check_output_path
 from tests.spark.conftest import assert_replays_equal
 
 REPO = Path(__file__).resolve().parents[2]

@@ -37,9 +37,9 @@ RUNNER = textwrap.dedent("""
     from pipelines.spark.replay import Replay
     from pipelines.spark.session import build_session
 
-    import pipelines.spark.replay
+    import pipelines.spark.finalization
     log, out, window = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    pipelines.spark.replay.FINALIZE_WINDOW_MESSAGES = window
+    pipelines.spark.finalization.FINALIZE_WINDOW_MESSAGES = window
     spark = build_session(app_name="memory", master="local[2]", shuffle_partitions=4,
                           extra_conf={"spark.driver.memory": "1g",
                                       "spark.ui.enabled": "false"})

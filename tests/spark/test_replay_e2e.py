@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from deltalake import DeltaTable
 
-import pipelines.spark.replay as replay_module
+import pipelines.spark.finalization as finalization
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.contract.schemas import table_names
@@ -213,8 +213,8 @@ def test_tables_equal_whether_finalized_in_one_or_many_windows(spark, store, log
     # many windows, two to a feed file: the operators' state crosses the emulation query's
     # micro-batches through the state store
     lines: list[object] = []
-    monkeypatch.setattr(replay_module, "FINALIZE_WINDOW_MESSAGES", 6000)
-    monkeypatch.setattr(replay_module, "FINALIZE_WINDOWS_PER_JOB", 2)
+    monkeypatch.setattr(finalization, "FINALIZE_WINDOW_MESSAGES", 6000)
+    monkeypatch.setattr(finalization, "FINALIZE_WINDOWS_PER_JOB", 2)
     cfg = load_config(None, [*SETS, "replay.max_files_per_trigger=10",
                              f"output.engine={engine}"])
     spec = get_preset("contract").replace(format="json", speed=1.0)
