@@ -7,7 +7,8 @@ import argparse
 
 import pytest
 
-from jobs.replay import _parser, _spark_log
+from jobs.replay import _parser
+from pipelines.app.spark_options import spark_log as _spark_log
 from pipelines.contract.config import load_config, run_identity
 
 

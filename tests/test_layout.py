@@ -4,6 +4,7 @@ subprocesses where pyspark cannot be imported, and imports are read with ``ast``
 
 from __future__ import annotations
 
+import argparse
 import ast
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+
+import jobs.replay
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = ROOT / "pipelines"
@@ -43,8 +46,11 @@ MODULES = {_module_name(p): p for p in sorted(PIPELINES.rglob("*.py"))}
 """Every module of the package (packages as their ``__init__``) → its file."""
 
 SPARK_MODULES = sorted(m for m in MODULES if m.startswith("pipelines.spark."))
+APP_SPARK_COMMANDS = {"pipelines.app.replay", "pipelines.app.whatif", "pipelines.app.sql"}
+"""The application layer's modules of the commands that run Spark: they import the Spark
+runtime (``pipelines.spark``), never pyspark itself."""
 OTHER_MODULES = sorted(m for m in MODULES if m != "pipelines.spark"
-                       and not m.startswith("pipelines.spark."))
+                       and not m.startswith("pipelines.spark.") and m not in APP_SPARK_COMMANDS)
 
 
 def _import_without_spark(module: str) -> subprocess.CompletedProcess[str]:
@@ -68,6 +74,8 @@ def test_modules_checked_without_spark_are_every_layer_but_spark() -> None:
             "pipelines.engine.local", "pipelines.analysis.compare",
             "pipelines.workload.generator"} <= set(OTHER_MODULES)
     assert not [m for m in OTHER_MODULES if m.startswith("pipelines.spark")]
+    assert {"pipelines.app.errors", "pipelines.app.inputs", "pipelines.app.outputs",
+            "pipelines.app.tables"} <= set(OTHER_MODULES)
 
 
 @pytest.mark.parametrize("module", OTHER_MODULES)
@@ -118,10 +126,12 @@ def _uses_spark(module: str) -> bool:
                for name, _ in _imports(module))
 
 
-PURE_SPARK_SIDE = {"pipelines.spark.handover", "pipelines.spark.progress"}
+PURE_SPARK_SIDE = {"pipelines.spark.handover", "pipelines.spark.progress",
+                   "pipelines.spark.stopwatch"}
 """Modules of ``pipelines.spark`` that import neither pyspark nor another Spark module: what
-the emulation operators hand each other (handover) and the replay's progress display
-(progress). They live there because only the Spark runtime uses them."""
+the emulation operators hand each other (handover), the replay's progress display
+(progress) and its stage timers (stopwatch). They live there because only the Spark runtime
+and the commands that run it use them."""
 
 
 @pytest.mark.parametrize("module", sorted(set(SPARK_MODULES) - PURE_SPARK_SIDE))
@@ -133,7 +143,8 @@ def test_pure_spark_side_modules_are_exactly_those_and_only_spark_modules_import
     assert {m for m in SPARK_MODULES if not _uses_spark(m)} == PURE_SPARK_SIDE
     users = {m for m in MODULES for name, _ in _imports(m)
              if any(name == p or name.startswith(f"{p}.") for p in PURE_SPARK_SIDE)}
-    assert users and all(m.startswith("pipelines.spark.") for m in users), sorted(users)
+    assert users and all(m.startswith("pipelines.spark.") or m in APP_SPARK_COMMANDS
+                         for m in users), sorted(users)
 
 
 ALLOWED = {
@@ -144,8 +155,10 @@ ALLOWED = {
 }
 """The lower layers and what each may import (itself included)."""
 
-FORBIDDEN = {"engine": {"spark", "analysis"}, "analysis": {"spark"}}
-"""What the engine and analysis layers must not import."""
+FORBIDDEN = {"engine": {"spark", "analysis", "app"}, "analysis": {"spark", "app"},
+             "workload": {"spark", "analysis", "app"}, "spark": {"app"}, "app": set()}
+"""What the upper layers must not import: ``app`` (the commands) is the top one, below only
+``jobs/``, and may import every layer."""
 
 SPARK_ONLY_PATHS = {("pipelines.storage.delta", "pipelines.spark.session.delta_spark_available"),
                     ("pipelines.storage.delta", "pipelines.spark.schemas.spark_schema")}
@@ -175,3 +188,41 @@ def test_the_spark_only_paths_of_the_delta_store_are_lazy_imports() -> None:
     imports = dict(_imports("pipelines.storage.delta"))
     assert {name for _, name in SPARK_ONLY_PATHS} <= imports.keys()
     assert all(imports[name] for _, name in SPARK_ONLY_PATHS)
+
+
+APP_MODULES = sorted(m for m in MODULES if m.startswith("pipelines.app."))
+
+
+@pytest.mark.parametrize("module", APP_MODULES)
+def test_app_module_imports_no_spark_package_itself(module: str) -> None:
+    assert [name for name, _ in _imports(module) if name.split(".")[0] in BLOCKED] == []
+
+
+def test_only_the_spark_commands_of_the_app_layer_import_the_spark_runtime() -> None:
+    assert {m for m in APP_MODULES if _uses_spark(m)} == APP_SPARK_COMMANDS
+
+
+def test_app_modules_import_nothing_lazily() -> None:
+    assert [(m, name) for m in APP_MODULES for name, lazy in _imports(m) if lazy] == []
+
+
+ENTRY_POINT = ROOT / "jobs" / "replay.py"
+
+
+def test_entry_point_imports_of_the_package_only_the_usage_error() -> None:
+    tree = ast.parse(ENTRY_POINT.read_text(encoding="utf-8"))
+    imported = [f"{n.module}.{a.name}" for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module for a in n.names]
+    assert [name for name in imported if name.startswith("pipelines")] == [
+        "pipelines.app.errors.UsageError"]
+
+
+def test_entry_point_dispatches_every_command_to_a_function_of_the_app_layer() -> None:
+    sub = next(a for a in jobs.replay._parser()._actions
+               if isinstance(a, argparse._SubParsersAction))
+    assert set(jobs.replay.COMMANDS) == set(sub.choices)
+    for target in jobs.replay.COMMANDS.values():
+        module, function = target.split(":")
+        assert module in APP_MODULES
+        assert any(isinstance(n, ast.FunctionDef) and n.name == function
+                   for n in ast.parse(MODULES[module].read_text(encoding="utf-8")).body)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.replay import _input_spec
+from pipelines.app.inputs import input_spec as _input_spec
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.engine.summary import format_summary, run_summary
