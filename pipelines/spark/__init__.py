@@ -5,7 +5,14 @@
 - :mod:`pipelines.spark.ingest` / :mod:`pipelines.spark.udfs` — reading, parsing and mapping
   the input in Spark SQL; :mod:`pipelines.spark.staging_pass` — the one Python pass that
   applies the input rules and stages the accepted messages.
-- :mod:`pipelines.spark.replay` — the replay (Q1: micro-batches, finalization, commits).
+- :mod:`pipelines.spark.replay` — the replay (Q1: the query, stop requests, the micro-batch
+  and end-of-input sequence), over :mod:`pipelines.spark.micro_batch` (one micro-batch's
+  ingest, quarantine, salvage), :mod:`pipelines.spark.finalization` (windows through the
+  emulation query, their tables committed by ``pipelines.storage.commits``),
+  :mod:`pipelines.spark.replay_state` (the state between micro-batches),
+  :mod:`pipelines.spark.stopwatch` (stage timers) and :mod:`pipelines.spark.remote_batch`
+  (the micro-batch function under Spark Connect); :mod:`pipelines.spark.command_session`
+  builds a command's session.
 - The emulation's grouped stateful operators over event-time windows:
   :mod:`pipelines.spark.handover` (what the operators hand each other, and where; the state
   format), :mod:`pipelines.spark.control` (the control plane, keyed by ``(run_id, topic)``),
