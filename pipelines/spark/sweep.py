@@ -231,8 +231,8 @@ def run_sweep(spark: SparkSession, sweep_id: str, base: PreparedScenario,
     ``output``, write the ``sweeps`` rows and return them.
 
     The replay's work folder is ``_work/sweep.<sweep_id>`` (a restart of the same sweep
-    resumes there). Raises ``pipelines.spark.replay.OutputConflictError`` as ``topic-replay run``
-    does, for the sweep or any of its runs."""
+    resumes there). Raises ``pipelines.storage.output_identity.OutputConflictError`` as
+    ``topic-replay run`` does, for the sweep or any of its runs."""
     replay = Replay(spark, base.config, base.input_spec, list(inputs), output,
                     f"sweep.{sweep_id}", progress=progress,
                     runs=[RunSpec(p.scenario.name, p.config) for p in prepared])
