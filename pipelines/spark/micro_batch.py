@@ -25,6 +25,7 @@ from pyspark.sql import functions as F
 from pipelines.contract.config import ReplayConfig
 from pipelines.contract.presets import InputSpec
 from pipelines.ingest.privacy import DIGEST_PREFIX, Pseudonymizer
+from pipelines.ingest.rules import bad_file_line
 from pipelines.spark.ingest import (
     FILE_REASONS,
     LATE,
@@ -189,9 +190,8 @@ class MicroBatchIngest:
         if not rows:
             raise exc
         for r in rows:
-            self.progress(f"batch {batch_id}: input file {r['source_file']} is "
-                          f"{r['reason'].replace('_', ' ')} ({r['raw_record']}); "
-                          f"quarantined, continuing with the others")
+            self.progress(f"batch {batch_id}: "
+                          + bad_file_line(r["source_file"], r["reason"], r["raw_record"]))
         state.add("bad_files", len(rows))
         return salvaged, bad
 
