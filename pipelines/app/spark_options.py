@@ -35,8 +35,9 @@ def spark_log(args: argparse.Namespace, shown: bool) -> str | None:
     """Where Spark's own log goes: ``None`` (the console) with ``--verbose`` or
     ``console.spark_log: true`` (``shown``), else ``<output>/_work/spark.log`` (for an
     object-store output, which log4j cannot write to: ``topic-replay-spark.log`` in the
-    temporary folder)."""
-    if args.verbose or shown:
+    temporary folder). Commands without ``--verbose`` (``sql``, ``maintain``) log to the
+    file."""
+    if getattr(args, "verbose", False) or shown:
         return None
     if is_remote(args.output):
         return str(Path(tempfile.gettempdir()) / "topic-replay-spark.log")

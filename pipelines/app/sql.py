@@ -1,5 +1,6 @@
 """``sql`` and ``maintain``: Spark SQL over an output's tables, and their upkeep (OPTIMIZE,
-VACUUM) — ``pipelines.spark.sql``."""
+VACUUM) — ``pipelines.spark.sql``. Spark's own console output goes to the output's
+``_work/spark.log``, as a replay's does (docs/architecture.md, "Console")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 
 from pipelines.app.errors import UsageError
 from pipelines.app.outputs import require_output, require_tables
-from pipelines.app.spark_options import check_remote
+from pipelines.app.spark_options import check_remote, spark_log
 from pipelines.spark.command_session import quiet_session
 from pipelines.spark.sql import QueryError, format_rows, maintain_tables, register_tables, run_query
 from pipelines.storage.delta import DeltaStore
@@ -20,7 +21,8 @@ def sql(args: argparse.Namespace) -> int:
     require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
-    store = DeltaStore(args.output, spark=quiet_session(args.master, args.remote))
+    spark = quiet_session(args.master, args.remote, spark_log(args, shown=False))
+    store = DeltaStore(args.output, spark=spark)
     if not register_tables(store):
         raise UsageError(f"{args.output} holds no output table")
     try:
@@ -40,7 +42,8 @@ def maintain(args: argparse.Namespace) -> int:
     require_tables(args.tables)
     if args.retain_hours is not None and args.retain_hours < 0:
         raise UsageError(f"--retain-hours must be >= 0, got {args.retain_hours}")
-    spark = None if args.engine == "delta-rs" else quiet_session(args.master)
+    spark = (None if args.engine == "delta-rs"
+             else quiet_session(args.master, spark_log=spark_log(args, shown=False)))
     try:
         store = DeltaStore(args.output, engine=args.engine, spark=spark)
     except ValueError as exc:

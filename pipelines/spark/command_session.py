@@ -27,12 +27,14 @@ def replay_session(master: str | None, remote: str | None, shuffle_partitions: i
                          extra_conf=NO_CONSOLE_PROGRESS, spark_log=spark_log, remote=remote)
 
 
-def quiet_session(master: str | None, remote: str | None = None) -> SparkSession:
-    """A SparkSession for a short command: no progress bar, no UI, only errors logged (a Spark
-    Connect session, ``remote`` or ``SPARK_REMOTE``, logs on its server)."""
+def quiet_session(master: str | None, remote: str | None = None,
+                  spark_log: str | None = None) -> SparkSession:
+    """A SparkSession for a short command: no progress bar, no UI, only errors logged, Spark's
+    console output to ``spark_log`` (``None``: the console; a Spark Connect session, ``remote``
+    or ``SPARK_REMOTE``, logs on its server)."""
     spark = build_session(app_name="topic-replay-sql", master=master, shuffle_partitions=2,
                           extra_conf={**NO_CONSOLE_PROGRESS, "spark.ui.enabled": "false"},
-                          remote=remote)
+                          spark_log=spark_log, remote=remote)
     if not is_connect(spark):
         spark.sparkContext.setLogLevel("ERROR")
     return spark
