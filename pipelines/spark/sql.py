@@ -25,6 +25,7 @@ from pyspark.sql import SparkSession
 
 from pipelines.contract.schemas import table_names
 from pipelines.storage.delta import DeltaStore
+from pipelines.storage.fs import absolute
 
 FORMATS = ("table", "csv", "json")
 
@@ -46,7 +47,9 @@ def register_tables(store: DeltaStore) -> list[str]:
         if not store.exists(table):
             continue
         if store.engine == "delta-spark":
-            location = store.path(table).replace("'", "\\'")
+            # absolute: Spark resolves a relative LOCATION against its warehouse folder, where
+            # `--output out/sample` holds no table (DELTA_TABLE_NOT_FOUND)
+            location = absolute(store.path(table)).replace("'", "\\'")
             spark.sql(f"DROP VIEW IF EXISTS {table}")
             spark.sql(f"DROP TABLE IF EXISTS {table}")
             spark.sql(f"CREATE TABLE {table} USING delta LOCATION '{location}'")
