@@ -124,7 +124,12 @@ class Finalizer:
                     for r, c in self.configs.items()}
         windows, lo = [], state.horizon_ms
         for w, hi in enumerate(bounds):
-            windows.append(stages.StageWindow(lo, hi, final and w == len(bounds) - 1))
+            last = final and w == len(bounds) - 1
+            # the end of input is the log's last message + 1 for every topic (not each topic's
+            # own last message: a topic's end must not depend on where the windows were cut)
+            end = (state.max_event_ms + 1 if last and hi is None
+                   and state.max_event_ms is not None else hi)
+            windows.append(stages.StageWindow(lo, end, last))
             lo = hi
         emulation = emulation_dir(self.work_dir)
         t0 = time.perf_counter()
