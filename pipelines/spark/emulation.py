@@ -36,6 +36,7 @@ from pipelines.spark.batching import BATCHING_OUT_DDL, BatchingProcessor
 from pipelines.spark.control import CONTROL_OUT_DDL, FEED_DDL, ControlProcessor
 from pipelines.spark.dispatch import DISPATCH_OUT_DDL, DispatchProcessor
 from pipelines.storage import fs as storage
+from pipelines.storage.commits import version_name
 from pipelines.storage.faults import fault
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -47,10 +48,6 @@ FEED_SCHEMA = pa.schema([("run_id", pa.string()), ("bin", pa.int32()),
                          ("final", pa.bool_()), ("snapshot", pa.bool_()),
                          ("version", pa.int64())])
 """The feed files' schema (:data:`pipelines.spark.control.FEED_DDL`)."""
-
-FINAL_VERSION = 1 << 40
-"""Versions from here on are end-of-input finalizations (``pipelines.spark.replay``'s
-``FINAL_VERSION_OFFSET``), named ``final`` in fault points."""
 
 COUNTED_KINDS = {"entries": "entry", "dispatched": "dispatch"}
 """Run counts taken from the output files: count name → kind."""
@@ -124,7 +121,7 @@ class ReceiptSink:
                 if storage.is_dir(storage.join(handover.out_dir(self.emulation, int(version), r),
                                                kind)) else 0
                 for name, kind in COUNTED_KINDS.items()} for r in self.runs}
-            point = "final" if int(version) >= FINAL_VERSION else str(int(version))
+            point = version_name(int(version))
             fault(f"before_receipt:{point}")
             seconds = {"control_plane": float(part["control_s"].sum()),
                        "batching": float(part["batching_s"].sum()),

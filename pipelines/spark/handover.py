@@ -66,7 +66,7 @@ ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string(
 
 class StateFormatError(RuntimeError):
     """A checkpoint holds operator state of another :data:`STATE_FORMAT`, or the replay's state
-    files one of another ``pipelines.spark.replay.REPLAY_STATE_FORMAT``."""
+    files one of another ``pipelines.spark.replay_state.REPLAY_STATE_FORMAT``."""
 
 
 class TopicStates:

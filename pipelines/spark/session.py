@@ -129,14 +129,6 @@ def delta_spark_available(spark: SparkSession) -> bool:
     return _jvm_class_loadable(jvm, DELTA_EXTENSION_CLASS)
 
 
-def delta_extension_enabled(spark: SparkSession) -> bool:
-    """True when the session was created with the Delta SQL extension configured."""
-    try:
-        extensions = spark.conf.get("spark.sql.extensions", "") or ""
-    except Exception:
-        return False
-    return DELTA_EXTENSION_CLASS in extensions
-
 
 @contextmanager
 def _signals_ignored(*signums: int) -> Iterator[None]:

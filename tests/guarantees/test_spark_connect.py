@@ -6,7 +6,7 @@ session's replay. ``topic-replay sql --remote`` answers from the same tables, an
 --remote`` stops cleanly on SIGINT with the tables current up to its last micro-batch.
 
 Under Spark Connect the micro-batches run in the server's Python process
-(``pipelines.spark.replay.RemoteBatch``) and Delta writes go through delta-rs.
+(``pipelines.spark.remote_batch.RemoteBatch``) and Delta writes go through delta-rs.
 """
 
 from __future__ import annotations
