@@ -16,5 +16,5 @@
 
 Each command is ``command(args: argparse.Namespace) -> int`` (the exit code); only the modules
 of Spark commands (``replay``, ``whatif``, ``sql``) import ``pipelines.spark``, and none imports
-pyspark itself (``tests/test_layout.py``).
+pyspark itself (``tests/project/test_layout.py``).
 """

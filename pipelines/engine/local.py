@@ -2,7 +2,7 @@
 Spark, for inputs that fit in memory — one process, pandas / NumPy / pyarrow.
 
 It is the correctness oracle for the Spark orchestration: its tables must equal the Spark
-replay's on the same input and config (``tests/spark/test_local_engine.py``), and the first
+replay's on the same input and config (``tests/replays/test_local_engine.py``), and the first
 performance anchor (``bench/``). Entry point: :func:`run_local`.
 
 - **Emulation**: the very group function the Spark stage runs in its tasks

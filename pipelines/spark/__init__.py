@@ -1,4 +1,4 @@
-"""The Spark runtime: the only package that imports pyspark (``tests/test_layout.py``).
+"""The Spark runtime: the only package that imports pyspark (``tests/project/test_layout.py``).
 
 - :mod:`pipelines.spark.session` / :mod:`pipelines.spark.worker_daemon` — the SparkSession and
   its Python workers; :mod:`pipelines.spark.delta_spark` — delta-spark's writer of the output
