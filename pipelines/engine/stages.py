@@ -213,9 +213,15 @@ def _times(df: pd.DataFrame, speed: float, renames: Mapping[str, str]) -> pd.Dat
                     df[dst] = pd.Series(as_ns, index=df.index).dt.tz_localize("UTC")
                 else:  # out of the nanosecond range: to_datetime raises OutOfBoundsDatetime
                     df[dst] = pd.to_datetime(df[src], unit="ms", utc=True)
-            else:
-                ms = pd.to_numeric(df[src], errors="coerce") * speed
-                df[dst] = pd.to_datetime(ms.round(), unit="ms", utc=True)
+            else:  # nulls, or scaled: whole ms as int64 (pandas' float path rounds in ns and,
+                # in a Python worker of the 10,000-topic replay, raised FloatingPointError)
+                ms = (pd.to_numeric(df[src], errors="coerce") * speed).to_numpy(np.float64)
+                valid = ~np.isnan(ms)
+                out = np.full(len(ms), np.datetime64("NaT"), dtype="datetime64[ns]")
+                if valid.any():
+                    out[valid] = pd.to_datetime(np.round(ms[valid]).astype(np.int64),
+                                                unit="ms").to_numpy()
+                df[dst] = pd.Series(out, index=df.index).dt.tz_localize("UTC")
             df = df.drop(columns=src)
     return df
 
