@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import pipelines.spark.command_session
 import pipelines.spark.session
 from jobs.replay import main
 
@@ -20,7 +21,11 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
+    # where the commands call it (command_session imports it by name: patching only the
+    # session module would leave it bound there, or bind the refusal for good when
+    # command_session is first imported under the patch)
     monkeypatch.setattr(pipelines.spark.session, "build_session", refuse)
+    monkeypatch.setattr(pipelines.spark.command_session, "build_session", refuse)
 
 
 def _cli(tmp_path: Path, command: str, *extra: str) -> int:
