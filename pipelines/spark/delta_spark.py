@@ -262,15 +262,24 @@ class SparkDeltaWriter:
         out = {"files_removed": int(metrics["numFilesRemoved"]),
                "files_added": int(metrics["numFilesAdded"])}
         key = "spark.databricks.delta.retentionDurationCheck.enabled"
-        before = self.spark.conf.get(key, "true") or "true"
+        # VACUUM lists the table's files with this many tasks: Spark's default, 10,000, is
+        # 10,000 tasks per VACUUM whatever the table (about 50 s each on 2 cores); the session's
+        # shuffle partitions are plenty for one table's folders
+        listing = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
+        before = {k: self.spark.conf.get(k, None) for k in (key, listing)}
         self.spark.conf.set(key, "true" if enforce else "false")
+        self.spark.conf.set(listing, self.spark.conf.get("spark.sql.shuffle.partitions") or "2")
         try:
             target = f"delta.`{path}`"
             retain = "" if retain_hours is None else f" RETAIN {int(retain_hours)} HOURS"
             dry = self.spark.sql(f"VACUUM {target}{retain} DRY RUN").count()
             self.spark.sql(f"VACUUM {target}{retain}").collect()
         finally:
-            self.spark.conf.set(key, before)
+            for k, v in before.items():
+                if v is None:
+                    self.spark.conf.unset(k)
+                else:
+                    self.spark.conf.set(k, v)
         out["files_vacuumed"] = int(dry)
         return out
 

@@ -22,7 +22,7 @@ import pytest
 
 from jobs.replay import main
 from pipelines.engine import local
-from pipelines.spark.replay import Replay
+from pipelines.spark.micro_batch import MicroBatchIngest
 from pipelines.storage.delta import DeltaStore
 
 pytestmark = pytest.mark.spark
@@ -181,13 +181,13 @@ def test_truncated_gzip_keeps_a_prefix_of_its_records(spark, tmp_path, folder, c
 
 def _vanish_in_spark(monkeypatch: pytest.MonkeyPatch, victim: Path) -> None:
     """Delete ``victim`` after Spark listed it for the micro-batch, before it is read."""
-    stage = Replay._stage
+    stage = MicroBatchIngest._stage
 
-    def stage_after_deleting(self: Replay, *args: object, **kwargs: object) -> None:
+    def stage_after_deleting(self: MicroBatchIngest, *args: object, **kwargs: object) -> None:
         victim.unlink(missing_ok=True)
         stage(self, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Replay, "_stage", stage_after_deleting)
+    monkeypatch.setattr(MicroBatchIngest, "_stage", stage_after_deleting)
 
 
 def _vanish_locally(monkeypatch: pytest.MonkeyPatch, victim: Path) -> None:
