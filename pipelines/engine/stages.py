@@ -853,6 +853,8 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
     changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
                            *change_times(layout)] if t > seen]
     hi = horizon_ms if horizon_ms is not None else max([seen, *changes, *times.tolist()]) + 1
+    if final:  # the controller's last ticks may change the layout at or after the log's end
+        hi = max([hi - 1, seen, *changes, *times.tolist()]) + 1
     outs = []
     for d in disp:
         start = 0
