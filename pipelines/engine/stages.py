@@ -852,13 +852,14 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
     times = cols["emu_publish_ms"]
     changes = [t for t in [layout.segments[min(layout.segments)].created_at_ms,
                            *change_times(layout)] if t > seen]
-    hi = horizon_ms if horizon_ms is not None else max([seen, *changes, *times.tolist()]) + 1
-    if final:  # the controller's last ticks may change the layout at or after the log's end
-        hi = max([hi - 1, seen, *changes, *times.tolist()]) + 1
+    # a window takes the layout changes before its horizon; the last one takes them all (the
+    # controller's last ticks may change the layout at or after the log's end)
+    taken = (changes if final or horizon_ms is None
+             else [c for c in changes if c < horizon_ms])
     outs = []
     for d in disp:
         start = 0
-        for t in [c for c in changes if c < hi]:
+        for t in taken:
             stop = int(np.searchsorted(times, t, side="left"))
             _feed(d, cols, start, stop)
             d.on_layout(t, layout_as_of(layout, t))
@@ -867,9 +868,10 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
         if final:
             d.finish(horizon_ms)
         else:
-            d.advance_to(hi - 1)
+            d.advance_to(horizon_ms - 1 if horizon_ms is not None
+                         else max([seen, *changes, *times.tolist()]))
         outs.append(d.take_outputs())
-    return outs, max([seen, *[c for c in changes if c < hi]])
+    return outs, max([seen, *taken])
 
 
 def _joined(parts: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
