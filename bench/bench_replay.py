@@ -81,9 +81,11 @@ STAGES = ("ingest_hash", "control_plane", "batching", "dispatch", "delta_write")
 STAGE_LABELS = {"ingest_hash": "ingest+hash", "control_plane": "control plane",
                 "batching": "batching", "dispatch": "dispatch", "delta_write": "Delta writes"}
 TARGETS = {
-    "replay_over_floor": 4.0,        # full Spark replay ≤ 4 × floor at the largest size
+    # issue #31: the default engine's replay of 10 M messages ≤ 3 × the floor (was 4 ×, #16)
+    "replay_over_floor": 3.0,        # full Spark replay ≤ 3 × floor at the largest size
     "spark_over_local": 1.0,         # Spark replay at least as fast as in-process
-    "throughput_ratio": 0.8,         # throughput at largest ≥ 80 % of smallest
+    # issue #31 ("kept"): fixed costs amortise, so 10 M runs at ≥ 3 × the msg/s of 1 M
+    "throughput_ratio": 3.0,         # throughput at largest ≥ 3 × smallest
     "driver_rss_ratio": 1.2,         # driver RSS at largest ≤ 120 % of smallest
 }
 ENGINE_TARGETS = {
@@ -242,11 +244,11 @@ def evaluate_targets(sizes: Sequence[Mapping[str, Any]], scale: Mapping[str, Any
     at_both = label(top_both["size"]) if top_both else None
     span = f"{label(scale['to'])} vs {label(scale['from'])}" if scale.get("to") else None
     rows = [
-        ("Spark replay <= 4x floor", at, r.get("replay_over_floor"), "<=",
+        ("Spark replay <= 3x floor", at, r.get("replay_over_floor"), "<=",
          TARGETS["replay_over_floor"]),
         ("Spark replay at least as fast as in-process", at_both,
          r_both.get("spark_over_local"), "<=", TARGETS["spark_over_local"]),
-        ("throughput within 20 % (largest >= 0.8x smallest)", span,
+        ("throughput at the largest size >= 3x the smallest's", span,
          scale.get("throughput_ratio"), ">=", TARGETS["throughput_ratio"]),
         ("driver RSS within 20 % (largest <= 1.2x smallest)", span,
          scale.get("driver_rss_ratio"), "<=", TARGETS["driver_rss_ratio"]),

@@ -104,8 +104,8 @@ def test_scale_ratios_need_two_finished_sizes() -> None:
 @pytest.mark.parametrize(
     ("spark", "local", "met"),
     [
-        (80.0, 90.0, [True, True]),     # 4x floor exactly, faster than in-process
-        (81.0, 80.0, [False, False]),   # above 4x floor, slower than in-process
+        (60.0, 90.0, [True, True]),     # 3x floor exactly, faster than in-process
+        (61.0, 60.0, [False, False]),   # above 3x floor, slower than in-process
     ],
 )
 def test_evaluate_targets_judges_the_largest_size(spark: float, local: float,
@@ -114,6 +114,21 @@ def test_evaluate_targets_judges_the_largest_size(spark: float, local: float,
     targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
     assert [t["met"] for t in targets[:2]] == met
     assert {t["measured_at"] for t in targets[:2]} == {"10M"}
+
+
+@pytest.mark.parametrize(
+    ("spark_10m", "met"),
+    [
+        (330.0, True),    # 10x the messages in 3.3x the time: 3.03x the msg/s
+        (340.0, False),   # 10x the messages in 3.4x the time: 2.94x the msg/s
+    ],
+)
+def test_throughput_target_asks_10m_for_3x_the_msg_per_s_of_1m(spark_10m: float,
+                                                              met: bool) -> None:
+    sizes = [_size(1_000_000, 5.0, 100.0, None), _size(10_000_000, 50.0, spark_10m, None)]
+    targets = bench.evaluate_targets(sizes, bench.scale_ratios(sizes))
+    throughput = next(t for t in targets if t["target"].startswith("throughput"))
+    assert (throughput["limit"], throughput["met"]) == (3.0, met)
 
 
 def test_evaluate_targets_reports_unmeasured_targets_as_none() -> None:
