@@ -63,6 +63,7 @@ import pyspark
 from pyspark import SparkConf, SparkContext
 from pyspark.sql import SparkSession
 
+from pipelines.spark.class_archive import driver_java_options
 from pipelines.storage.delta import use_system_arrow_pool
 from pipelines.storage.fs import StorageError, spark_s3a_conf
 
@@ -396,6 +397,20 @@ DEFAULT_DRIVER_MEMORY = "2g"
 """``spark.driver.memory`` of a session this module starts (``extra_conf`` may override)."""
 
 
+def _add_driver_files(settings: dict[str, str]) -> None:
+    """For a driver JVM this process starts: the jars ``make setup`` fetched on ``spark.jars``
+    (after the caller's), and the options that map the driver's class-data archive
+    (:mod:`pipelines.spark.class_archive`) after the caller's ``extraJavaOptions``."""
+    jars = [*delta_jars(), *s3a_jars(), *kafka_jars()]
+    if jars:
+        have = [j for j in settings.get("spark.jars", "").split(",") if j]
+        settings["spark.jars"] = ",".join([*have, *(j for j in jars if j not in have)])
+    archive = driver_java_options(jars)
+    if archive:
+        options = settings.get("spark.driver.extraJavaOptions", "")
+        settings["spark.driver.extraJavaOptions"] = f"{options} {archive}".strip()
+
+
 def build_session(  # noqa: C901
     app_name: str = "topic-replay",
     master: str | None = None,
@@ -472,14 +487,11 @@ def build_session(  # noqa: C901
 
     for k, v in local_worker_conf(settings.get("spark.master")).items():
         settings.setdefault(k, v)
-    jars = [*delta_jars(), *s3a_jars(), *kafka_jars()]
     if s3a_jars():  # endpoint and region of s3a:// from the AWS_* variables (docs/storage.md)
-
         for k, v in spark_s3a_conf().items():
             settings.setdefault(k, v)
-    if jars and not _jvm_started():
-        have = [j for j in settings.get("spark.jars", "").split(",") if j]
-        settings["spark.jars"] = ",".join([*have, *(j for j in jars if j not in have)])
+    if not _jvm_started():
+        _add_driver_files(settings)
 
     conf = SparkConf(loadDefaults=False)
     conf.setAll(list(settings.items()))
