@@ -9,10 +9,11 @@ follows messages and batches, not producers. Times are ``int64`` ms on the emula
 are payload bytes.
 
 Three modules are named after batching, one per layer, each calling the one below: this one is
-the rule (pure NumPy, every container of a topic); :func:`pipelines.engine.stages.batch_topic`
-feeds it a topic's producers as pandas columns and carries its state between windows (both
-engines); :mod:`pipelines.spark.batching` is the Spark operator that calls that per producer
-shard and window.
+the rule (NumPy, every container of a topic; the walk along each container's chain of batches,
+sequential by nature, compiled with numba); :func:`pipelines.engine.stages.batch_topic` feeds
+it a topic's producers as pandas columns and carries its state between windows (both engines);
+:mod:`pipelines.spark.batching` is the Spark operator that calls that per producer shard and
+window.
 
 Modes (:class:`BatchingMode`): ``bucketed`` = PIP-486 ``EntryBucketBatchContainer`` (one inner
 batch per bucket index ``bucket_of(splits, hash_b)``, keyless → bucket 0); ``key_based`` = one
