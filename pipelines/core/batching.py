@@ -9,10 +9,11 @@ follows messages and batches, not producers. Times are ``int64`` ms on the emula
 are payload bytes.
 
 Three modules are named after batching, one per layer, each calling the one below: this one is
-the rule (pure NumPy, every container of a topic); :func:`pipelines.engine.stages.batch_topic`
-feeds it a topic's producers as pandas columns and carries its state between windows (both
-engines); :mod:`pipelines.spark.batching` is the Spark operator that calls that per producer
-shard and window.
+the rule (NumPy, every container of a topic; the walk along each container's chain of batches,
+sequential by nature, compiled with numba); :func:`pipelines.engine.stages.batch_topic` feeds
+it a topic's producers as pandas columns and carries its state between windows (both engines);
+:mod:`pipelines.spark.batching` is the Spark operator that calls that per producer shard and
+window.
 
 Modes (:class:`BatchingMode`): ``bucketed`` = PIP-486 ``EntryBucketBatchContainer`` (one inner
 batch per bucket index ``bucket_of(splits, hash_b)``, keyless → bucket 0); ``key_based`` = one
@@ -65,13 +66,13 @@ window, so the outputs do not depend on how the input is cut into windows.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
+from numba import njit
 
 from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
@@ -403,7 +404,7 @@ class _Run:
     def _cut(self, p: npt.NDArray[np.intp], starts: I64, ends: I64, last: I64, task: I64,
              limit: int) -> _Cut:
         """The chain of batches of every container (messages ``p[starts[c]:ends[c]]``, sorted
-        by send order), one Python step per batch; appends the sent ones to ``self.sent``."""
+        by send order), walked by :func:`_walk`; appends the sent ones to ``self.sent``."""
         m = self.m
         times = m.time_ms[p]
         # order key of a message among the events of its instant: a task due at t fires after
@@ -412,117 +413,23 @@ class _Run:
         n = len(p)
         c_last = last.astype(np.int64).copy()
         c_task = task.astype(np.int64).copy()
-        open_start = np.full(len(starts), -1, dtype=np.int64)
         if self.mode is BatchingMode.DISABLED:
             if n:
                 event = np.arange(n, dtype=np.int64)
                 self.sent.append(_Sent(event, event + 1, times,
                                        np.full(n, _R_DISABLED, dtype=np.int64), event, p,
                                        self._phase(event, p)))
-            return _Cut(c_last, c_task, open_start)
+            return _Cut(c_last, c_task, np.full(len(starts), -1, dtype=np.int64))
         ends_of = np.repeat(ends, ends - starts)
         within = _ContainerSearch(order, ends_of)
         key_default, cb_key = self._fresh_keys(times, within, m.payload_size[p], ends_of)
-        walk = self._default_chain(times, order, key_default, ends_of)
-        chain = _Chain(order.tolist(), key_default.tolist(), cb_key.tolist(),
-                       *(x.tolist() for x in walk))
-        for c, (s, e) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-            last_c, task_c, open_at = self._walk(chain, s, e, int(c_last[c]), int(c_task[c]),
-                                                 limit)
-            c_last[c], c_task[c] = last_c, task_c
-            if open_at >= 0:
-                open_start[c] = open_at
-        b_at, b_fire = chain.b_at, chain.b_fire
-        if b_at:
-            self.sent.append(self._sent(np.array(b_at, dtype=np.int64),
-                                        np.array(b_fire, dtype=np.int64), times, within,
-                                        key_default, cb_key, ends_of, p))
+        bounds = np.r_[starts, n].astype(np.int64)  # the containers partition [0, n)
+        b_at, b_fire, open_start = _walk(order, key_default, cb_key, bounds, c_last, c_task,
+                                         limit, self.delay)
+        if len(b_at):
+            self.sent.append(self._sent(b_at, b_fire, times, within, key_default, cb_key,
+                                        ends_of, p))
         return _Cut(c_last, c_task, open_start)
-
-    def _walk(self, chain: _Chain, s: int, e: int, L: int, P: int,
-              limit: int) -> tuple[int, int, int]:
-        """One container's chain of batches (messages at positions ``[s, e)``, last send ``L``,
-        task due ``P``): appends each sent batch's first message and task due time to
-        ``chain``; returns the container's ``(last send, task due, open batch's first
-        position)``, the last ``-1`` when no batch stays open (tasks due before ``limit`` then
-        fired on the empty container)."""
-        ol, kd, cbk, good = chain.order, chain.key_default, chain.cb_key, chain.good
-        delay = self.delay
-        at = s
-        while at < e:
-            o = ol[at]
-            t = o >> 1
-            while P != NO_TASK and 2 * P < o:  # tasks due before it find it empty
-                P = L + delay if P - L < delay else NO_TASK
-            fire = t + delay if P == NO_TASK else max(P, L + delay)
-            key = kd[at] if fire == t + delay else min(
-                bisect_left(ol, 2 * fire + 1, at, e) * 4, cbk[at])
-            step = key >> 2
-            if step >= e:  # no message closes it: its task does, or it stays open
-                if fire >= limit:
-                    return L, P, at
-                chain.b_at.append(at)
-                chain.b_fire.append(fire)
-                L, P, at = fire, fire + delay, e
-                continue
-            chain.b_at.append(at)
-            chain.b_fire.append(fire)
-            if fire == t + delay and good[at]:
-                # a run of batches that each open as if the container were idle: walk it
-                # on the precomputed chain (no state to resolve on the way)
-                cur = self._walk_idle_run(chain, chain.nxt[at])
-                L, P, at = chain.sent_at[cur], chain.task_after[cur], chain.nxt[cur]
-                continue
-            kind = key & 3
-            if kind == 0:
-                L, P, at = fire, fire + delay, step
-            else:
-                stop = step if kind == 1 else step + 1
-                # the pending task (if any) is due in (sent, sent + delay]: re-arming from
-                # the new last send gives the same; a message that filled the container by
-                # itself with no task pending scheduled none
-                P = NO_TASK if (stop == at + 1 and kind >= 2 and P == NO_TASK) else fire
-                L, at = ol[step] >> 1, stop
-        # no open batch: tasks due before the limit fire on an empty container
-        while P != NO_TASK and P < limit:
-            P = L + delay if P - L < delay else NO_TASK
-        return L, P, -1
-
-    def _walk_idle_run(self, chain: _Chain, cur: int) -> int:
-        """Append the batches of a ``good`` run from position ``cur`` on (each opening as in an
-        idle container, :meth:`_default_chain`); returns the run's last batch's position."""
-        ol, good, nxt, delay = chain.order, chain.good, chain.nxt, self.delay
-        while True:
-            chain.b_at.append(cur)
-            chain.b_fire.append((ol[cur] >> 1) + delay)
-            if not good[cur]:
-                return cur
-            cur = nxt[cur]
-
-    def _default_chain(self, times: I64, order: I64, key_default: I64,
-                       ends_of: I64) -> tuple[I64, I64, I64, I64]:
-        """For a batch opening at each message ``i`` with its task due ``delay`` after ``i`` (as
-        in an idle container), closed by a later message of its container: the next batch's
-        first message (``nxt``), when it is sent, the task pending after it (``task_after``;
-        the last send is the send time), and ``good``: whether the next batch opens the same way
-        too (its task due ``delay`` after its first message, as derived in :meth:`_cut`'s
-        rules: the pending task fires empty before it, or it comes at the very send time),
-        closed by a later message and filled by more than its first message. ``good`` chains
-        are walked without resolving the state batch by batch."""
-        n = times.shape[0]
-        idx = np.arange(n, dtype=np.int64)
-        step, kind = key_default >> 2, key_default & 3
-        closed = step < ends_of  # by a message, not by its task after the last one
-        s = np.minimum(step, n - 1) if n else step
-        nxt = np.where(kind >= 2, step + 1, step)
-        sent = np.where(kind == 0, times + self.delay, times[s])
-        task_after = np.where(kind == 0, sent + self.delay, times + self.delay)
-        single = (kind >= 2) & (step == idx)
-        j = np.minimum(nxt, n - 1) if n else nxt
-        follows = closed & (nxt < ends_of)
-        opens_idle = (2 * (sent + self.delay) < order[j]) | (times[j] == sent)
-        good = follows & opens_idle & closed[j] & ~single[j] & ~single
-        return good, nxt, sent, task_after
 
     def _sent(self, at: I64, fire: I64, times: I64, within: _ContainerSearch, key_default: I64,
               cb_key: I64, ends_of: I64, p: npt.NDArray[np.intp]) -> _Sent:
@@ -626,21 +533,67 @@ class _Cut:
     open_start: I64
 
 
-@dataclass
-class _Chain:
-    """:meth:`_Run._cut`'s per-message lookups as Python lists (the walk steps batch by batch):
-    order keys, the fresh-batch close keys, :meth:`_Run._default_chain`'s arrays; and the
-    batches found so far (first message position, task due time)."""
+@njit(cache=True)
+def _walk(order: I64, key_default: I64, cb_key: I64, bounds: I64, last: I64, task: I64,
+          limit: int, delay: int) -> tuple[I64, I64, I64]:  # pragma: no cover
+    """Every container's chain of batches, one step per batch (compiled: the state of a
+    container after a batch decides how the next one closes, so the chain is sequential).
 
-    order: list[int]
-    key_default: list[int]
-    cb_key: list[int]
-    good: list[bool]
-    nxt: list[int]
-    sent_at: list[int]
-    task_after: list[int]
-    b_at: list[int] = field(default_factory=list)
-    b_fire: list[int] = field(default_factory=list)
+    Container ``c`` holds the messages at positions ``[bounds[c], bounds[c + 1])`` (sorted by send
+    order; ``order``: their order keys, ``key_default`` / ``cb_key``: :meth:`_Run._fresh_keys`),
+    its last send ``last[c]`` and task due ``task[c]`` (:data:`NO_TASK` = none), updated in
+    place to the container's state after its sent batches (tasks due before ``limit`` fired on
+    an empty container when no batch stays open). Returns each sent batch's first message
+    position and task due time (int64, by container then send order) and each container's open
+    batch's first position (``-1`` = none)."""
+    b_at = np.empty(len(order), dtype=np.int64)  # a batch opens at a distinct message
+    b_fire = np.empty(len(order), dtype=np.int64)
+    open_start = np.full(len(last), -1, dtype=np.int64)
+    nb = 0
+    for c in range(len(last)):
+        at, e, L, P = bounds[c], bounds[c + 1], last[c], task[c]
+        while at < e:
+            o = order[at]
+            t = o >> 1
+            while P != NO_TASK and 2 * P < o:  # tasks due before it find it empty
+                P = L + delay if P - L < delay else NO_TASK
+            fire = t + delay if P == NO_TASK else max(P, L + delay)
+            if fire == t + delay:
+                key = key_default[at]
+            else:  # the first message at or after the task: it closes the batch before it
+                first = at + np.searchsorted(order[at:e], 2 * fire + 1)
+                key = min(first * 4, cb_key[at])
+            step = key >> 2
+            if step >= e and fire >= limit:  # no message closes it, its task is later
+                open_start[c] = at
+                break
+            b_at[nb], b_fire[nb] = at, fire
+            nb += 1
+            kind = key & 3
+            if step >= e:  # its task sends it after the container's last message
+                L, P, at = fire, fire + delay, e
+            elif kind == 0:
+                L, P, at = fire, fire + delay, step
+            else:
+                stop = step if kind == 1 else step + 1
+                # the pending task (if any) is due in (sent, sent + delay]: re-arming from
+                # the new last send gives the same; a message that filled the container by
+                # itself with no task pending scheduled none
+                P = NO_TASK if (stop == at + 1 and kind >= 2 and P == NO_TASK) else fire
+                L, at = order[step] >> 1, stop
+        if open_start[c] < 0:  # no open batch: tasks due before the limit fire on it empty
+            while P != NO_TASK and P < limit:
+                P = L + delay if P - L < delay else NO_TASK
+        last[c], task[c] = L, P
+    return b_at[:nb], b_fire[:nb], open_start
+
+
+def compile_walk() -> None:
+    """Load the batching walk's machine code from numba's cache (``__pycache__`` beside this
+    module; compiled the first time, about 2 CPU s, then about 0.4 s per process). The Spark
+    worker daemon calls this before it forks workers, so each worker starts with it."""
+    z = np.zeros(1, dtype=np.int64)
+    _walk(z, z + 4, z + 4, np.array([0, 1], dtype=np.int64), z.copy(), z.copy(), 0, 1)
 
 
 @dataclass
@@ -779,5 +732,6 @@ __all__ = [
     "Messages",
     "Reroute",
     "batch",
+    "compile_walk",
     "reroutes",
 ]

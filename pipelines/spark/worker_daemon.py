@@ -12,7 +12,8 @@ apart from them (the daemon then runs exactly as Spark's).
 
 It also imports the pipeline's worker-side modules (:data:`PRELOADED`) once, before it forks
 workers: each forked worker otherwise imported them anew when it unpickled its first function
-(about 0.6 s each; a 10 M-message replay forks a dozen workers).
+(about 0.6 s each; a 10 M-message replay forks a dozen workers). Likewise it loads the
+batching core's compiled walk (:func:`pipelines.core.batching.compile_walk`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def main() -> None:
     # only after the archives are off sys.path, so that pyspark comes from site-packages
     for module in PRELOADED:
         importlib.import_module(module)
+    from pipelines.core.batching import compile_walk  # noqa: PLC0415
+
+    compile_walk()
     from pyspark.daemon import manager  # noqa: PLC0415
 
     manager()
