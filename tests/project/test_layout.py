@@ -89,6 +89,16 @@ def failed_without_spark() -> dict[str, str]:
     return failed
 
 
+def test_modules_checked_without_spark_are_every_layer_but_spark() -> None:
+    assert {"pipelines.core.dispatch", "pipelines.contract.schemas", "pipelines.ingest.rules",
+            "pipelines.storage.delta", "pipelines.storage.staging", "pipelines.engine.stages",
+            "pipelines.engine.local", "pipelines.analysis.whatif.scenarios",
+            "pipelines.workload.generator"} <= set(OTHER_MODULES)
+    assert not [m for m in OTHER_MODULES if m.startswith("pipelines.spark")]
+    assert {"pipelines.app.errors", "pipelines.app.inputs", "pipelines.app.outputs",
+            "pipelines.app.tables"} <= set(OTHER_MODULES)
+
+
 @pytest.mark.parametrize("module", OTHER_MODULES)
 def test_module_outside_spark_imports_without_pyspark(
         module: str, failed_without_spark: dict[str, str]) -> None:
