@@ -150,7 +150,7 @@ MEMORY_WINDOW ?= 100000
 
 test-slow: setup pulsar-standalone ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster, real Pulsar)
 	TOPIC_REPLAY_MEMORY_SIZES=$(MEMORY_SIZES) TOPIC_REPLAY_MEMORY_WINDOW=$(MEMORY_WINDOW) \
-	  $(PY) -m pytest -m slow -q
+	  $(PY) -m pytest -m slow -q --durations=15
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed

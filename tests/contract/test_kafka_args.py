@@ -3,19 +3,13 @@ means which topics, and the mistakes refused with one sentence (exit 2)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
+import pipelines.spark.session as session_module
 from jobs.replay import main
 from pipelines.contract.config import ConfigError, load_config
 from pipelines.contract.kafka import KafkaInputError, kafka_input, kafka_spec, parse_kafka_url
-
-REPO = Path(__file__).resolve().parents[2]
-KAFKA_JARS_ENV = "TOPIC_REPLAY_KAFKA_JARS"  # pipelines.spark.session.KAFKA_JARS_ENV
+from pipelines.spark.session import KAFKA_JARS_ENV, kafka_jars
 
 
 @pytest.mark.parametrize(("url", "expected"), [
@@ -79,12 +73,25 @@ def test_kafka_usage_errors_exit_2_with_one_sentence(tmp_path, capsys, monkeypat
     assert code == 2 and problem in err and len(err.strip().splitlines()) == 1
 
 
+def test_kafka_jars_are_the_jars_of_the_folder_the_environment_names(tmp_path, monkeypatch):
+    (tmp_path / "b.jar").touch()
+    (tmp_path / "a.jar").touch()
+    (tmp_path / "notes.txt").touch()
+    monkeypatch.setenv(KAFKA_JARS_ENV, str(tmp_path))
+    assert kafka_jars() == [str(tmp_path / "a.jar"), str(tmp_path / "b.jar")]
+    monkeypatch.setenv(KAFKA_JARS_ENV, str(tmp_path / "empty"))
+    assert kafka_jars() == []
+
+
 @pytest.mark.spark
-def test_without_the_kafka_source_jars_a_kafka_input_is_refused_with_one_sentence(tmp_path):
-    env = {**os.environ, KAFKA_JARS_ENV: str(tmp_path)}  # a folder with no jar
-    done = subprocess.run([sys.executable, "-m", "jobs.replay", "run", "--input",
-                           "kafka://127.0.0.1:9/t", "--output", str(tmp_path / "out")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 2
-    assert "needs Spark's Kafka source" in done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
+def test_without_the_kafka_source_a_kafka_input_is_refused_with_one_sentence(
+        spark, tmp_path, capsys, monkeypatch):
+    # The session's driver cannot load the Kafka source (as without the jars of
+    # kafka_jars() on spark.jars): the session of the tests stands in for a new one,
+    # which would start a JVM of its own (13 s), with the class asked for one it has not.
+    monkeypatch.setattr(session_module, "KAFKA_SOURCE_CLASS", "org.example.NoKafkaSource")
+    code = main(["run", "--input", "kafka://127.0.0.1:9/t", "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "needs Spark's Kafka source" in err
+    assert len(err.strip().splitlines()) == 1

@@ -35,16 +35,23 @@ def write_log(path: Path, start_s: int, stop_s: int, step_s: int = 1) -> None:
                                  "payload_size": 100}) + "\n")
 
 
-@pytest.fixture
-def streaming(spark, tmp_path):
-    logs = tmp_path / "logs"
+def start_stream(spark, folder: Path) -> tuple[Path, Replay, DeltaStore]:
+    """A streaming replay (trigger 0.2 s) over the empty folder ``folder / "logs"``, writing
+    under ``folder / "out"``, run id ``live``."""
+    logs = folder / "logs"
     logs.mkdir()
     cfg = load_config(None, [f"replay.allowed_lateness_s={LATENESS_S}"])
     spec = get_preset("contract").replace(format="json", speed=1.0)
-    replay = Replay(spark, cfg, spec, [str(logs)], str(tmp_path / "out"), "live",
+    replay = Replay(spark, cfg, spec, [str(logs)], str(folder / "out"), "live",
                     progress=lambda _: None)
     replay.run(stream=True, trigger_seconds=0.2)
-    yield logs, replay, DeltaStore(str(tmp_path / "out"), engine="delta-rs")
+    return logs, replay, DeltaStore(str(folder / "out"), engine="delta-rs")
+
+
+@pytest.fixture
+def streaming(spark, tmp_path):
+    logs, replay, store = start_stream(spark, tmp_path)
+    yield logs, replay, store
     replay.query.stop()
 
 
@@ -52,43 +59,51 @@ def finalized_messages(store: DeltaStore) -> pd.DataFrame:
     return store.read("messages", "live")
 
 
-def test_stream_finalizes_only_what_the_watermark_has_passed(streaming):
-    logs, replay, store = streaming
+@pytest.fixture(scope="class")
+def first_file(spark, tmp_path_factory):
+    """One stream for :class:`TestFirstFile`'s tests (stopped after them, before any other
+    stream starts): ``a.json`` (0..119 s) processed, and the tables as they were then
+    (``messages``, ``entries``, ``dispatch``), which a test that feeds the stream more leaves
+    as they were."""
+    logs, replay, store = start_stream(spark, tmp_path_factory.mktemp("stream"))
     write_log(logs / "a.json", 0, 120)
     replay.query.processAllAvailable()
-    published = finalized_messages(store)["publish_time"]
-    # horizon = last publish time - lateness: messages at 0..90 s are final, 91..119 s wait
-    assert published.max() < T0 + pd.Timedelta(seconds=120 - LATENESS_S)
-    assert len(published) == 120 - LATENESS_S
+    tables = {t: store.read(t, "live") for t in ("messages", "entries", "dispatch")}
+    yield logs, replay, store, tables
+    replay.query.stop()
 
 
-def test_stream_picks_up_a_new_file_and_advances_the_tables(streaming):
-    logs, replay, store = streaming
-    write_log(logs / "a.json", 0, 120)
-    replay.query.processAllAvailable()
-    before = len(finalized_messages(store))
-    write_log(logs / "b.json", 120, 240)
-    replay.query.processAllAvailable()
-    assert before == 120 - LATENESS_S
-    assert len(finalized_messages(store)) == 240 - LATENESS_S
+class TestFirstFile:
+    """The tests of one stream's first file and of the file after it."""
 
+    def test_stream_finalizes_only_what_the_watermark_has_passed(self, first_file):
+        *_, tables = first_file
+        published = tables["messages"]["publish_time"]
+        # horizon = last publish time - lateness: messages at 0..90 s are final, 91..119 s wait
+        assert published.max() < T0 + pd.Timedelta(seconds=120 - LATENESS_S)
+        assert len(published) == 120 - LATENESS_S
 
-def test_stream_messages_arrive_in_entries_and_dispatch(streaming):
-    logs, replay, store = streaming
-    write_log(logs / "a.json", 0, 120)
-    replay.query.processAllAvailable()
-    messages = finalized_messages(store)
-    entries = store.read("entries", "live")
-    carried = int(entries["num_messages"].sum())
-    # each finalized message is in a closed entry, except those still in an open batch
-    assert carried == len(messages) == 120 - LATENESS_S
-    # horizon = last publish time (119 s) - lateness + 1 ms = 89.001 s. An entry is dispatched
-    # once the watermark is past its publish time; the last entry, closed by its max-delay timer
-    # exactly at the horizon (89 s + 1 ms), waits in the dispatcher for the next window.
-    horizon = T0 + pd.Timedelta(milliseconds=(119 - LATENESS_S) * 1000 + 1)
-    dispatched = store.read("dispatch", "live")
-    assert entries["publish_time"].max() == horizon
-    assert len(dispatched) == (entries["publish_time"] < horizon).sum() == len(entries) - 1
+    def test_stream_picks_up_a_new_file_and_advances_the_tables(self, first_file):
+        logs, replay, store, tables = first_file
+        before = len(tables["messages"])
+        write_log(logs / "b.json", 120, 240)
+        replay.query.processAllAvailable()
+        assert before == 120 - LATENESS_S
+        assert len(finalized_messages(store)) == 240 - LATENESS_S
+
+    def test_stream_messages_arrive_in_entries_and_dispatch(self, first_file):
+        *_, tables = first_file
+        messages, entries = tables["messages"], tables["entries"]
+        carried = int(entries["num_messages"].sum())
+        # each finalized message is in a closed entry, except those still in an open batch
+        assert carried == len(messages) == 120 - LATENESS_S
+        # horizon = last publish time (119 s) - lateness + 1 ms = 89.001 s. An entry is dispatched
+        # once the watermark is past its publish time; the last entry, closed by its max-delay timer
+        # exactly at the horizon (89 s + 1 ms), waits in the dispatcher for the next window.
+        horizon = T0 + pd.Timedelta(milliseconds=(119 - LATENESS_S) * 1000 + 1)
+        dispatched = tables["dispatch"]
+        assert entries["publish_time"].max() == horizon
+        assert len(dispatched) == (entries["publish_time"] < horizon).sum() == len(entries) - 1
 
 
 def _log_lines(start_s: int, stop_s: int) -> str:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -23,18 +23,36 @@ BLOCKED = ("pyspark", "py4j", "delta")
 """Top-level packages of Spark (pyspark, its py4j bridge) and of delta-spark (``delta``; not
 ``deltalake``, which is delta-rs and no Spark)."""
 
-NO_SPARK = """
-import importlib, sys
+BLOCKER = """
+import importlib, json, sys, traceback
 class NoSpark:
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in {blocked!r}:
             raise ImportError(f"no Spark here: {{name}}")
         return None
 sys.meta_path.insert(0, NoSpark())
-importlib.import_module({module!r})
 """
+"""Installs, in a fresh interpreter, an import hook that fails every import of a
+:data:`BLOCKED` package."""
+
+NO_SPARK = BLOCKER + "importlib.import_module({module!r})\n"
 """A fresh interpreter where every import of a :data:`BLOCKED` package fails, importing
 ``module``."""
+
+EACH_WITHOUT_SPARK = BLOCKER + """
+failed = {{}}
+for module in {modules!r}:
+    try:
+        importlib.import_module(module)
+    except Exception:
+        failed[module] = traceback.format_exc().strip().splitlines()[-1]
+print(json.dumps(failed))
+"""
+"""One fresh interpreter where every import of a :data:`BLOCKED` package fails, importing each
+of ``modules`` in turn and printing ``{module: last line of its error}`` of those that failed
+as JSON. A failed import leaves nothing in ``sys.modules``, so a module that imports a failed
+one fails too (and is named): the verdicts are those of an interpreter per module, at the cost
+of one."""
 
 
 def _module_name(path: Path) -> str:
@@ -60,12 +78,15 @@ def _import_without_spark(module: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def imported_without_spark() -> dict[str, subprocess.CompletedProcess[str]]:
-    """Each module outside ``pipelines.spark`` imported in its own interpreter without Spark
-    (two at a time)."""
-    with ThreadPoolExecutor(2) as pool:
-        return dict(zip(OTHER_MODULES, pool.map(_import_without_spark, OTHER_MODULES),
-                        strict=True))
+def failed_without_spark() -> dict[str, str]:
+    """The modules outside ``pipelines.spark`` that fail to import without Spark (all imported
+    in one interpreter, :data:`EACH_WITHOUT_SPARK`) → the last line of their error."""
+    code = EACH_WITHOUT_SPARK.format(blocked=BLOCKED, modules=OTHER_MODULES)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    failed: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return failed
 
 
 def test_modules_checked_without_spark_are_every_layer_but_spark() -> None:
@@ -80,9 +101,19 @@ def test_modules_checked_without_spark_are_every_layer_but_spark() -> None:
 
 @pytest.mark.parametrize("module", OTHER_MODULES)
 def test_module_outside_spark_imports_without_pyspark(
-        module: str, imported_without_spark: dict[str, subprocess.CompletedProcess[str]]) -> None:
-    done = imported_without_spark[module]
-    assert done.returncode == 0, done.stderr.strip().splitlines()[-1:]
+        module: str, failed_without_spark: dict[str, str]) -> None:
+    assert module not in failed_without_spark, f"{module}: {failed_without_spark[module]}"
+
+
+def test_the_one_interpreter_check_names_each_module_that_imports_pyspark() -> None:
+    modules = ["pipelines.core.dispatch", "pipelines.spark.udfs", "pipelines.contract.schemas",
+               "pipelines.spark.session"]
+    code = EACH_WITHOUT_SPARK.format(blocked=BLOCKED, modules=modules)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+    failed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(failed) == ["pipelines.spark.session", "pipelines.spark.udfs"]
+    assert all(line.startswith("ImportError: no Spark here: pyspark") for line in failed.values())
 
 
 @pytest.mark.parametrize("module", ["pipelines.spark.session", "pipelines.spark.udfs"])

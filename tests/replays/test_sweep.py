@@ -50,12 +50,14 @@ def logs(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def alone(spark, logs, tmp_path_factory) -> DeltaStore:
-    """Every scenario replayed alone with ``topic-replay run`` (delta-rs)."""
+def alone(logs, tmp_path_factory) -> DeltaStore:
+    """Every scenario replayed alone with ``topic-replay run --engine local`` (delta-rs): the
+    reference engine, whose tables equal a Spark run's (tests/replays/test_local_engine.py),
+    without a Spark replay per scenario; the sweep is what runs Spark here."""
     out = tmp_path_factory.mktemp("sweep_alone")
     for run_id, sets in SCENARIOS.items():
-        code, _ = _cli("run", *_base(logs, out, "delta-rs"), "--run-id", run_id,
-                       *[a for s in sets for a in ("--set", s)])
+        code, _ = _cli("run", "--engine", "local", *_base(logs, out, "delta-rs"),
+                       "--run-id", run_id, *[a for s in sets for a in ("--set", s)])
         assert code == 0
     return DeltaStore(str(out), engine="delta-rs")
 
