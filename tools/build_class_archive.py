@@ -3,8 +3,8 @@
 Replays ``data/sample`` under ``conf/sample.yaml`` in this process with the driver JVM told to
 dump the classes it loaded when it exits, closes the JVM (its stdin: pyspark's gateway exits
 on end of input), waits for the dump and renames it into place. Nothing to do when the archive
-for this Java, pyspark and jars exists. Exit 0 either way (a replay without the archive only
-starts slower), with one line saying what happened.
+for this Java, pyspark and jars exists (silently). Exit 0 either way (a replay without the
+archive only starts slower), with one line saying what happened.
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ def main() -> int:
         print("class-archive: off (TOPIC_REPLAY_CLASS_ARCHIVE) or no java; replays start "
               "without it")
         return 0
-    if target.is_file():
-        print(f"class-archive: {target} is current")
+    if target.is_file():  # current: nothing to say (`make run` and `make test` pass here)
         return 0
     target.parent.mkdir(parents=True, exist_ok=True)
     dumped = target.with_name(f"{target.name}.tmp-{os.getpid()}")
