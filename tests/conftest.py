@@ -16,6 +16,7 @@ test-replays``); every test that uses the ``spark`` fixture is marked ``spark``,
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -109,6 +110,17 @@ def _auto_engine_is_delta_rs() -> Iterator[None]:
     yield
     delta_io.AUTO_PICKS_DELTA_SPARK = True
     os.environ.pop(delta_io.AUTO_ENGINE_ENV, None)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """A command run in process (``jobs.replay.main``) installs the replay's SIGINT / SIGTERM
+    handlers (stop after the micro-batch in progress); put pytest's back after each test, so
+    Ctrl-C and a SIGTERM still stop the test run."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")
