@@ -643,12 +643,16 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],
         st.next_sequence_id = np.maximum(st.next_sequence_id, top + 1)
     ordinal = st.next_ordinal[codes] + rank
     st.next_ordinal = st.next_ordinal + counts
-    columns = {c: routed[c] for c in MESSAGE_COLUMNS}
-    columns["sequence_id"] = pd.Series(seq_ids, index=routed.index)
-    frame = pd.DataFrame(columns)
-    return frame.assign(event_ms=routed["event_ms"].to_numpy(np.int64), _ordinal=ordinal,
-                        _time_ms=routed["event_ms"].to_numpy(np.int64),
-                        _resent=np.zeros(n, dtype=np.int64)).reset_index(drop=True)
+    # one frame from arrays (a fresh range index; pandas copies them): no index alignment,
+    # no assign or reset_index copying every column again
+    columns: dict[str, Any] = {
+        c: routed[c].to_numpy() if isinstance(routed[c].dtype, np.dtype) else routed[c].array
+        for c in MESSAGE_COLUMNS}
+    columns["sequence_id"] = seq_ids
+    event_ms = routed["event_ms"].to_numpy(np.int64)
+    columns.update(event_ms=event_ms, _ordinal=ordinal, _time_ms=event_ms,
+                   _resent=np.zeros(n, dtype=np.int64))
+    return pd.DataFrame(columns)
 
 
 def _rank_within(codes: npt.NDArray[Any], counts: npt.NDArray[Any]) -> npt.NDArray[Any]:
