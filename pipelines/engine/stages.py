@@ -726,13 +726,16 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
     their ``topic`` column, :func:`batch_topics`') → ``entries`` table rows
     (:data:`ENTRY_COLUMNS`: times as UTC timestamps in log time, ``emu_publish_ms`` kept for
     dispatch)."""
-    entries = entries.rename(columns={"entry_seq": "entry_id"})
-    entries = entries.assign(topic=entries["topic"].astype(object) if topic is None else topic,
-                             close_reason=entries["close_reason"].astype(object),
-                             emu_publish_ms=entries["publish_time_ms"])
-    entries = _times(entries, speed, {"open_time_ms": "open_time",
-                                      "publish_time_ms": "publish_time"})
-    return entries[ENTRY_COLUMNS]
+    # one frame from the columns it keeps (same index): no rename, assign or drop copying
+    # every column of the entries again
+    renames = {"open_time_ms": "open_time", "publish_time_ms": "publish_time"}
+    times = _times(entries[list(renames)].copy(), speed, renames)  # two columns copied
+    columns = {"entry_id": entries["entry_seq"],
+               "topic": entries["topic"].astype(object) if topic is None else topic,
+               "close_reason": entries["close_reason"].astype(object),
+               "emu_publish_ms": entries["publish_time_ms"],
+               "open_time": times["open_time"], "publish_time": times["publish_time"]}
+    return pd.DataFrame({c: columns[c] if c in columns else entries[c] for c in ENTRY_COLUMNS})
 
 
 # ---- dispatch per topic ---------------------------------------------------------------------
