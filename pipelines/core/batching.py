@@ -66,13 +66,12 @@ window, so the outputs do not depend on how the input is cut into windows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
-from numba import njit
 
 from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
@@ -404,7 +403,7 @@ class _Run:
     def _cut(self, p: npt.NDArray[np.intp], starts: I64, ends: I64, last: I64, task: I64,
              limit: int) -> _Cut:
         """The chain of batches of every container (messages ``p[starts[c]:ends[c]]``, sorted
-        by send order), walked by :func:`_walk`; appends the sent ones to ``self.sent``."""
+        by send order), walked by :func:`_walk_steps`; appends the sent ones to ``self.sent``."""
         m = self.m
         times = m.time_ms[p]
         # order key of a message among the events of its instant: a task due at t fires after
@@ -424,8 +423,8 @@ class _Run:
         within = _ContainerSearch(order, ends_of)
         key_default, cb_key = self._fresh_keys(times, within, m.payload_size[p], ends_of)
         bounds = np.r_[starts, n].astype(np.int64)  # the containers partition [0, n)
-        b_at, b_fire, open_start = _walk(order, key_default, cb_key, bounds, c_last, c_task,
-                                         limit, self.delay)
+        b_at, b_fire, open_start = _walk()(order, key_default, cb_key, bounds, c_last, c_task,
+                                           limit, self.delay)
         if len(b_at):
             self.sent.append(self._sent(b_at, b_fire, times, within, key_default, cb_key,
                                         ends_of, p))
@@ -533,8 +532,7 @@ class _Cut:
     open_start: I64
 
 
-@njit(cache=True)
-def _walk(order: I64, key_default: I64, cb_key: I64, bounds: I64, last: I64, task: I64,
+def _walk_steps(order: I64, key_default: I64, cb_key: I64, bounds: I64, last: I64, task: I64,
           limit: int, delay: int) -> tuple[I64, I64, I64]:  # pragma: no cover
     """Every container's chain of batches, one step per batch (compiled: the state of a
     container after a batch decides how the next one closes, so the chain is sequential).
@@ -588,12 +586,28 @@ def _walk(order: I64, key_default: I64, cb_key: I64, bounds: I64, last: I64, tas
     return b_at[:nb], b_fire[:nb], open_start
 
 
+_Walk = Callable[[I64, I64, I64, I64, I64, I64, int, int], tuple[I64, I64, I64]]
+_compiled: list[_Walk] = []
+"""The compiled :func:`_walk_steps`, once loaded (numba is imported only then: importing it
+costs about 0.16 CPU s, which processes that never batch — Spark's schema learning — skip)."""
+
+
+def _walk() -> _Walk:
+    """The compiled walk (:func:`_walk_steps` through ``numba.njit(cache=True)``), loaded
+    on first use and kept for the life of the process."""
+    if not _compiled:
+        from numba import njit  # noqa: PLC0415 -- deferred: see _compiled
+
+        _compiled.append(njit(cache=True)(_walk_steps))
+    return _compiled[0]
+
+
 def compile_walk() -> None:
-    """Load the batching walk's machine code from numba's cache (``__pycache__`` beside this
-    module; compiled the first time, about 2 CPU s, then about 0.4 s per process). The Spark
-    worker daemon calls this before it forks workers, so each worker starts with it."""
+    """Import numba and load the batching walk's machine code from its cache (``__pycache__``
+    beside this module; compiled the first time, about 2 CPU s, then about 0.4 s per process).
+    The Spark worker daemon calls this before it forks workers, so each worker starts with it."""
     z = np.zeros(1, dtype=np.int64)
-    _walk(z, z + 4, z + 4, np.array([0, 1], dtype=np.int64), z.copy(), z.copy(), 0, 1)
+    _walk()(z, z + 4, z + 4, np.array([0, 1], dtype=np.int64), z.copy(), z.copy(), 0, 1)
 
 
 @dataclass

@@ -643,12 +643,16 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],
         st.next_sequence_id = np.maximum(st.next_sequence_id, top + 1)
     ordinal = st.next_ordinal[codes] + rank
     st.next_ordinal = st.next_ordinal + counts
-    columns = {c: routed[c] for c in MESSAGE_COLUMNS}
-    columns["sequence_id"] = pd.Series(seq_ids, index=routed.index)
-    frame = pd.DataFrame(columns)
-    return frame.assign(event_ms=routed["event_ms"].to_numpy(np.int64), _ordinal=ordinal,
-                        _time_ms=routed["event_ms"].to_numpy(np.int64),
-                        _resent=np.zeros(n, dtype=np.int64)).reset_index(drop=True)
+    # one frame from arrays (a fresh range index; pandas copies them): no index alignment,
+    # no assign or reset_index copying every column again
+    columns: dict[str, Any] = {
+        c: routed[c].to_numpy() if isinstance(routed[c].dtype, np.dtype) else routed[c].array
+        for c in MESSAGE_COLUMNS}
+    columns["sequence_id"] = seq_ids
+    event_ms = routed["event_ms"].to_numpy(np.int64)
+    columns.update(event_ms=event_ms, _ordinal=ordinal, _time_ms=event_ms,
+                   _resent=np.zeros(n, dtype=np.int64))
+    return pd.DataFrame(columns)
 
 
 def _rank_within(codes: npt.NDArray[Any], counts: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -722,13 +726,16 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
     their ``topic`` column, :func:`batch_topics`') → ``entries`` table rows
     (:data:`ENTRY_COLUMNS`: times as UTC timestamps in log time, ``emu_publish_ms`` kept for
     dispatch)."""
-    entries = entries.rename(columns={"entry_seq": "entry_id"})
-    entries = entries.assign(topic=entries["topic"].astype(object) if topic is None else topic,
-                             close_reason=entries["close_reason"].astype(object),
-                             emu_publish_ms=entries["publish_time_ms"])
-    entries = _times(entries, speed, {"open_time_ms": "open_time",
-                                      "publish_time_ms": "publish_time"})
-    return entries[ENTRY_COLUMNS]
+    # one frame from the columns it keeps (same index): no rename, assign or drop copying
+    # every column of the entries again
+    renames = {"open_time_ms": "open_time", "publish_time_ms": "publish_time"}
+    times = _times(entries[list(renames)].copy(), speed, renames)  # two columns copied
+    columns = {"entry_id": entries["entry_seq"],
+               "topic": entries["topic"].astype(object) if topic is None else topic,
+               "close_reason": entries["close_reason"].astype(object),
+               "emu_publish_ms": entries["publish_time_ms"],
+               "open_time": times["open_time"], "publish_time": times["publish_time"]}
+    return pd.DataFrame({c: columns[c] if c in columns else entries[c] for c in ENTRY_COLUMNS})
 
 
 # ---- dispatch per topic ---------------------------------------------------------------------

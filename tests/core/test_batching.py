@@ -9,6 +9,8 @@ event-by-event reading of the reference's rules.
 from __future__ import annotations
 
 import heapq
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -561,3 +563,20 @@ def test_a_seal_naming_producers_leaves_other_producers_containers_open() -> Non
     # producer 0's open batch is re-sent to child 1 at the seal; producer 1's stays in 0
     assert rows(r.entries, "producer", "segment_id", "open_time_ms", "publish_time_ms") == [
         (0, 1, 0, 16), (1, 0, 1, 11)]
+
+
+@pytest.mark.parametrize("module", ["pipelines.core.batching", "pipelines.spark.batching"])
+def test_importing_batching_does_not_import_numba(module: str) -> None:
+    # a fresh interpreter: this test process may already have loaded the walk
+    probe = f"import sys, {module}; print('numba' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_compile_walk_imports_numba() -> None:
+    probe = ("import sys, pipelines.core.batching as b; b.compile_walk(); "
+             "print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "True"
