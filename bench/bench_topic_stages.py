@@ -10,9 +10,12 @@ Spark operators key them, through the control plane, batching and dispatch twice
 operators did before issue #30's columnar pass (a loop of per-topic calls:
 ``control_group``, ``batch_topic``, ``dispatch_group``, the local engine's functions) and as
 they do now (one call per key and window: ``control_topics``, ``batch_topics``,
-``dispatch_topics``). Prints CPU seconds (``time.process_time``: unlike wall time, not
-inflated by other processes on a shared machine) per stage. No Spark, no files: the operators'
-state-store round trips and hand-over files are not counted.
+``dispatch_topics``); after the one pass, the run's answers (``topic_profile`` and
+``findings`` from those stages' rows, as the driver computes them after the last window).
+``--one-pass-only`` skips the per-topic calls (slow at 10,000 topics). Prints CPU seconds
+(``time.process_time``: unlike wall time, not inflated by other processes on a shared
+machine) per stage. No Spark, no files: the operators' state-store round trips and hand-over
+files are not counted.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.contract.config import load_config
-from pipelines.engine import stages
+from pipelines.engine import findings, stages
 from pipelines.ingest.rules import key_hashes_arrow
 from pipelines.spark.handover import producer_shard
 from pipelines.storage.staging import arrow_strings, topic_bin
@@ -85,22 +88,48 @@ def batching(part: pd.DataFrame, topics: list[str], settings: stages.StageSettin
 
 
 def dispatch(entries: pd.DataFrame, topics: list[str], settings: stages.StageSettings,
-             layouts: dict, one_pass: bool) -> None:
+             layouts: dict, one_pass: bool) -> list[dict[str, pd.DataFrame]]:
+    out = []
     for d in range(len(stages.new_dispatchers(settings))):
         blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
         if one_pass:
-            stages.dispatch_topics(entries, dict.fromkeys(topics, blob), settings,
-                                   {t: layouts[t] for t in topics}, None, True)
+            frames, _ = stages.dispatch_topics(entries, dict.fromkeys(topics, blob), settings,
+                                               {t: layouts[t] for t in topics}, None, True)
+            out.append(frames)
         else:
             groups = _groups(entries)
             for t in topics:
                 stages.dispatch_group(t, groups[t], blob, settings, layouts[t], None, True)
+    return out
+
+
+def answers(settings: stages.StageSettings, results: list[stages.ControlResult],
+            entries: list[pd.DataFrame], frames: list[dict[str, pd.DataFrame]]) -> float:
+    """CPU seconds of the run's answers (``topic_profile`` and ``findings``, computed on the
+    driver after the last window) from the stages' rows, as the replay reads them back."""
+    def joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat([p for p in parts if len(p)], ignore_index=True) \
+            if any(len(p) for p in parts) else pd.DataFrame(columns=["topic"])
+
+    e = joined(entries)
+    totals = e.groupby("topic").agg(n=("topic", "size"), m=("num_messages", "sum"),
+                                    p=("producer_name", "nunique"))
+    data = findings.RunData(
+        settings.config, joined([r.key_profiles for r in results]),
+        joined([r.samples for r in results]), joined([r.decisions for r in results]),
+        joined([r.segments for r in results]), joined([f["consumer_load"] for f in frames]),
+        joined([f["handoff"] for f in frames]), joined([f["segment_drain"] for f in frames]),
+        {str(t): (int(r.n), int(r.m), int(r.p)) for t, r in totals.iterrows()})
+    c0 = time.process_time()
+    findings.finding_rows(data, findings.profile_rows(data))
+    return time.process_time() - c0
 
 
 def run(df: pd.DataFrame, settings: stages.StageSettings, bins: int, shards: int,
         one_pass: bool) -> dict[str, float]:
     """CPU seconds per stage of every key's one window."""
     sec = {"control": 0.0, "batching": 0.0, "dispatch": 0.0}
+    results, entries, frames = [], [], []
     of_bin = np.array([topic_bin(t, bins) for t in df["topic"].astype(object)])
     for b in range(bins):
         pdf = df[of_bin == b].reset_index(drop=True)
@@ -110,6 +139,7 @@ def run(df: pd.DataFrame, settings: stages.StageSettings, bins: int, shards: int
         c0 = time.process_time()
         routed, result = control(pdf, topics, settings, one_pass)
         sec["control"] += time.process_time() - c0
+        results.append(result)
         shard = producer_shard(routed["producer_name"], shards)
         parts = []
         for s in range(shards):
@@ -120,8 +150,12 @@ def run(df: pd.DataFrame, settings: stages.StageSettings, bins: int, shards: int
                 parts.append(batching(part, mine, settings, result.layouts, one_pass))
                 sec["batching"] += time.process_time() - c0
         c0 = time.process_time()
-        dispatch(pd.concat(parts, ignore_index=True), topics, settings, result.layouts, one_pass)
+        entries += parts
+        frames += dispatch(pd.concat(parts, ignore_index=True), topics, settings,
+                           result.layouts, one_pass)
         sec["dispatch"] += time.process_time() - c0
+    if one_pass:  # the answers are the same function after either
+        sec["answers"] = answers(settings, results, entries, frames)
     return sec
 
 
@@ -131,12 +165,13 @@ def main() -> None:
     parser.add_argument("--topics", default="3,1000")
     parser.add_argument("--bins", type=int, default=4)
     parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--one-pass-only", action="store_true")
     args = parser.parse_args()
     settings = stages.StageSettings.from_config(
         load_config(None, ["replay.consumer_window_s=600"]), None)
     for topics in (int(t) for t in args.topics.split(",")):
         df = messages(args.messages, topics)
-        for one_pass in (False, True):
+        for one_pass in (True,) if args.one_pass_only else (False, True):
             sec = run(df, settings, args.bins, args.shards, one_pass)
             label = "one pass per key" if one_pass else "per-topic calls"
             print(f"{topics:>6} topics  {label:<17} "

@@ -40,7 +40,7 @@ import os
 import re
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime, time, tzinfo
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -895,6 +895,21 @@ class ReplayConfig(_Model):
         ``topic`` may be the full name or the local name; see :meth:`PolicySection.topic_override`.
         """
         return self.policy.resolve(topic, self.topic.namespace)
+
+    def policies_for(self, topics: Iterable[str]) -> dict[str, AutoScaleConfig]:
+        """:meth:`policy_for` of each of ``topics`` (topic → policy), resolved once per
+        distinct layering — its topic override and whether the namespace overrides apply —
+        not once per topic: thousands of topics share a few policies (issue #30)."""
+        resolved: dict[tuple[int, bool], AutoScaleConfig] = {}
+        out = {}
+        ns = self.topic.namespace
+        for topic in topics:
+            layer = (id(self.policy.topic_override(topic)),
+                     topic_namespace(topic, ns) == ns)
+            if layer not in resolved:
+                resolved[layer] = self.policy_for(topic)
+            out[topic] = resolved[layer]
+        return out
 
     def batching_config(self) -> BatchingConfig:
         return self.batching.to_core()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from pipelines.contract.config import ReplayConfig
@@ -76,19 +77,19 @@ def _seconds(td: Any) -> float:
     return float(pd.Timedelta(td).total_seconds())
 
 
-def by_topic(df: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """``df``'s rows per topic, in one pass (a mask per topic scans the whole frame once per
-    topic: thousands of topics made the profile quadratic). A topic without rows is missing:
-    read with :func:`_rows_of`."""
-    if not len(df):
-        return {}
-    return {str(t): g for t, g in df.groupby("topic", sort=False)}
+def per_topic(values: pd.Series, topics: pd.Index, default: Any) -> pd.Series:
+    """``values`` (indexed by topic) for each of ``topics``, ``default`` for a topic without
+    one. Every per-topic number of the profile is computed for all topics at once (grouped by
+    topic): a pandas pass per topic cost milliseconds each, most of the 10,000-topic run's
+    answers (issue #30)."""
+    out = values.reindex(topics)
+    return out.where(topics.isin(values.index), default) if len(out) else out
 
 
-def _rows_of(parts: Mapping[str, pd.DataFrame], topic: str, df: pd.DataFrame) -> pd.DataFrame:
-    """``topic``'s rows of :func:`by_topic` ``parts`` of ``df`` (no rows: ``df``'s columns)."""
-    got = parts.get(topic)
-    return got if got is not None else df.iloc[0:0]
+def _optional(values: pd.Series, present: npt.NDArray[np.bool_]) -> list[Any]:
+    """``values`` as Python objects, ``None`` where not ``present`` (a row dict's missing
+    value: the column's type is inferred from the values, as it was from row dicts)."""
+    return [v if p else None for v, p in zip(values.tolist(), present.tolist(), strict=True)]
 
 
 # ---- layout history -----------------------------------------------------------------------
@@ -179,28 +180,34 @@ def active_samples(samples: pd.DataFrame, segments: pd.DataFrame) -> pd.DataFram
 
 
 def _topic_load(samples: pd.DataFrame) -> pd.DataFrame:
-    """Per topic: ``peak_msg_rate_in`` (highest sum over its active segments at one sample
-    time), ``peak_at``, ``mean_msg_rate_in`` (mean of those sums over sample times)."""
+    """Per topic (index): ``peak_msg_rate_in`` (highest sum over its active segments at one
+    sample time), ``peak_at``, ``mean_msg_rate_in`` (mean of those sums over sample times)."""
+    cols = ["peak_msg_rate_in", "peak_at", "mean_msg_rate_in"]
     if samples.empty:
-        return pd.DataFrame(columns=["topic", "peak_msg_rate_in", "peak_at",
-                                     "mean_msg_rate_in"])
+        return pd.DataFrame(columns=cols, index=pd.Index([], name="topic"))
     total = samples.groupby(["topic", "sample_time"], sort=True)["msg_rate_in"].sum() \
         .reset_index()
-    rows = []
-    for topic, g in total.groupby("topic", sort=True):
-        i = int(np.argmax(g["msg_rate_in"].to_numpy()))  # earliest of equal peaks
-        rows.append({"topic": topic, "peak_msg_rate_in": float(g["msg_rate_in"].iloc[i]),
-                     "peak_at": g["sample_time"].iloc[i],
-                     "mean_msg_rate_in": float(g["msg_rate_in"].mean())})
-    return pd.DataFrame(rows)
+    topic, rate = total["topic"].to_numpy(object), total["msg_rate_in"].to_numpy(np.float64)
+    starts = np.flatnonzero(np.r_[True, topic[1:] != topic[:-1]])
+    spans = list(zip(starts.tolist(), [*starts[1:].tolist(), len(topic)], strict=True))
+    # the earliest of equal peaks; the mean as Series.mean takes it (NumPy's sum of the slice):
+    # a NumPy call per topic, no pandas
+    peak = [lo + int(np.argmax(rate[lo:hi])) for lo, hi in spans]
+    return pd.DataFrame({"peak_msg_rate_in": rate[peak],
+                         "peak_at": total["sample_time"].iloc[peak].array,
+                         "mean_msg_rate_in": [float(rate[lo:hi].sum() / (hi - lo))
+                                              for lo, hi in spans]},
+                        index=pd.Index(topic[starts], name="topic"))
 
 
-def _decision_counts(d: pd.DataFrame) -> dict[str, int]:
-    """Splits, merges, rebuckets and suppressed decisions among one topic's decisions ``d``."""
-    actions = d["action"].value_counts().to_dict() if len(d) else {}
-    return {"splits": int(actions.get("split", 0)), "merges": int(actions.get("merge", 0)),
-            "rebuckets": int(actions.get("rebucket", 0)),
-            "suppressed": int(actions.get("none", 0))}
+def _decision_counts(decisions: pd.DataFrame, topics: pd.Index) -> dict[str, pd.Series]:
+    """Per topic: splits, merges, rebuckets and suppressed decisions."""
+    counts = (decisions.groupby(["topic", "action"]).size().unstack(fill_value=0)
+              if len(decisions) else pd.DataFrame())
+    return {name: per_topic(counts[action] if action in counts else pd.Series(dtype="int64"),
+                            topics, 0).astype("int64")
+            for name, action in (("splits", "split"), ("merges", "merge"),
+                                 ("rebuckets", "rebucket"), ("suppressed", "none"))}
 
 
 def _end_time(data: RunData) -> pd.Timestamp | None:
@@ -229,64 +236,90 @@ def consumer_activity(data: RunData) -> pd.DataFrame:
     return out
 
 
-def _withheld_max_s(h: pd.DataFrame, end: pd.Timestamp | None) -> float:
-    """Longest withholding (s) among one topic's ``bucket_handoffs`` rows ``h`` (one still
-    withheld counts until ``end``)."""
-    if not len(h):
-        return 0.0
-    until = h["withheld_until"].fillna(end if end is not None else h["withheld_from"].max())
-    return max(0.0, _seconds((until - h["withheld_from"]).max()))
+def _withheld_max_s(handoffs: pd.DataFrame, end: pd.Timestamp | None,
+                    topics: pd.Index) -> pd.Series:
+    """Per topic: the longest withholding (s) among its ``bucket_handoffs`` rows (one still
+    withheld counts until ``end``, else until the topic's last withholding start); 0 for
+    none."""
+    if not len(handoffs):
+        return pd.Series(0.0, index=topics)
+    h = handoffs
+    until = h["withheld_until"].fillna(
+        end if end is not None else h.groupby("topic")["withheld_from"].transform("max"))
+    longest = (until - h["withheld_from"]).groupby(h["topic"]).max().dt.total_seconds()
+    seconds = per_topic(longest, topics, 0.0).to_numpy(np.float64)
+    return pd.Series(np.where(seconds > 0, seconds, 0.0), index=topics)  # NaT: 0, as max(0, ·)
+
+
+def _key_rows(keys: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """The key-statistics columns, topics in name order, as Python values (their types
+    inferred anew, as the profile's other columns), key names or hashes withheld under
+    ``output.keys`` hashed / none."""
+    records = keys.sort_values("topic", kind="stable").to_dict("records")
+    for row in records:
+        _withhold_keys(row, mode)
+    return pd.DataFrame(records)
 
 
 def profile_rows(data: RunData, flap_window_s: float = DEFAULT_FLAP_WINDOW_S) -> pd.DataFrame:
-    """The run's ``topic_profile`` rows (without ``run_id``), topics in name order. Under
-    ``output.keys`` ``hashed`` the key names are withheld (nulls), under ``none`` their
-    hashes too (as the ``messages`` table's)."""
+    """The run's ``topic_profile`` rows (without ``run_id``), topics in name order, every
+    column computed for all topics at once. Under ``output.keys`` ``hashed`` the key names
+    are withheld (nulls), under ``none`` their hashes too (as the ``messages`` table's)."""
     if data.keys.empty:
         return pd.DataFrame(columns=table_columns("topic_profile"))
+    out = _key_rows(data.keys, data.config.output.keys)
+    topics = pd.Index(out["topic"])
     load = _topic_load(active_samples(data.samples, data.segments))
-    timeline = active_timeline(data.segments)
-    fl = flap_events(data.segments, flap_window_s)
+    loaded = topics.isin(load.index)
+    lt = load.reindex(topics)
+    out["peak_msg_rate_in"] = _optional(lt["peak_msg_rate_in"], loaded)
+    out["peak_at"] = _optional(lt["peak_at"], loaded)
+    out["mean_msg_rate_in"] = _optional(lt["mean_msg_rate_in"], loaded)
+    policies = data.config.policies_for(topics)
+    threshold = np.array([float(policies[t].split_msg_rate_in) for t in topics])
+    hot = np.array([float(r[0]) if len(r) else 0.0 for r in out["top_key_peak_rates"]])
+    peak = lt["peak_msg_rate_in"].to_numpy(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = np.maximum(0.0, hot - threshold) / peak
+    out["split_msg_rate_in"] = threshold.tolist()
+    out["hot_key_peak_rate"] = hot.tolist()
+    out["hot_key_vs_split"] = (hot / threshold).tolist()
+    out["unrelievable_share"] = np.where(loaded & (peak != 0), share, 0.0).tolist()
+    seg = data.segments
+    by_seg = seg.groupby("topic") if len(seg) else None
+    active = ((seg["state"] == "ACTIVE").groupby(seg["topic"]).sum() if len(seg)
+              else pd.Series(dtype="int64"))
+    out["segments_end"] = per_topic(active, topics, 0).astype("int64").tolist()
+    timeline = active_timeline(seg)
+    out["segments_peak"] = per_topic(timeline.groupby("topic")["active"].max(), topics, 0) \
+        .astype("int64").tolist()
+    for name, counts in _decision_counts(data.decisions, topics).items():
+        out[name] = counts.tolist()
+    out["flaps"] = per_topic(flap_events(seg, flap_window_s)["topic"].value_counts(),
+                             topics, 0).astype("int64").tolist()
+    totals = [data.entries.get(t, (0, 0, 0)) for t in topics]
+    out["entries"] = [e for e, _, _ in totals]
+    out["producers"] = [p for _, _, p in totals]
+    out["entries_per_message"] = [round(e / n, 6) if n else None for e, n, _ in totals]
     consumers = consumer_activity(data)
-    end = _end_time(data)
-    # every table split by topic once: the loop below reads each topic's rows
-    loads, timelines, segments = by_topic(load), by_topic(timeline), by_topic(data.segments)
-    decisions, flap_counts = by_topic(data.decisions), fl["topic"].value_counts().to_dict()
-    users, drains, handoffs = by_topic(consumers), by_topic(data.drains), by_topic(data.handoffs)
-    rows = []
-    for k in data.keys.sort_values("topic", kind="stable").to_dict("records"):
-        topic = k["topic"]
-        row: dict[str, Any] = dict(k)
-        lt = _rows_of(loads, topic, load)
-        peak = float(lt["peak_msg_rate_in"].iloc[0]) if len(lt) else None
-        row.update(peak_msg_rate_in=peak, peak_at=lt["peak_at"].iloc[0] if len(lt) else None,
-                   mean_msg_rate_in=float(lt["mean_msg_rate_in"].iloc[0]) if len(lt) else None)
-        threshold = float(data.config.policy_for(topic).split_msg_rate_in)
-        rates = list(k["top_key_peak_rates"])
-        hot = float(rates[0]) if rates else 0.0
-        row.update(split_msg_rate_in=threshold, hot_key_peak_rate=hot,
-                   hot_key_vs_split=hot / threshold,
-                   unrelievable_share=(max(0.0, hot - threshold) / peak) if peak else 0.0)
-        tl = _rows_of(timelines, topic, timeline)
-        seg = _rows_of(segments, topic, data.segments)
-        row.update(segments_end=int((seg["state"] == "ACTIVE").sum()) if len(seg) else 0,
-                   segments_peak=int(tl["active"].max()) if len(tl) else 0,
-                   **_decision_counts(_rows_of(decisions, topic, data.decisions)),
-                   flaps=int(flap_counts.get(topic, 0)))
-        n_entries, n_msgs, producers = data.entries.get(topic, (0, 0, 0))
-        row.update(entries=n_entries, producers=producers,
-                   entries_per_message=round(n_entries / n_msgs, 6) if n_msgs else None)
-        c = _rows_of(users, topic, consumers)
-        d = _rows_of(drains, topic, data.drains)
-        sealed = int(seg["sealed_at"].notna().sum()) if len(seg) else 0
-        subs = int(c["subscription"].nunique()) if len(c) else 0
-        row.update(consumers=len(c), idle_consumers=int((c["messages"] == 0).sum()),
-                   withheld_max_s=_withheld_max_s(_rows_of(handoffs, topic, data.handoffs),
-                                                  end),
-                   drain_max_s=float(d["drain_ms"].max()) / 1000 if len(d) else None,
-                   undrained_segments=max(0, sealed * subs - len(d)))
-        rows.append(_withhold_keys(row, data.config.output.keys))
-    return pd.DataFrame(rows)[table_columns("topic_profile")]
+    by_topic = consumers.groupby("topic")
+    out["consumers"] = per_topic(by_topic.size(), topics, 0).astype("int64").tolist()
+    idle = (consumers["messages"] == 0).groupby(consumers["topic"]).sum()
+    out["idle_consumers"] = per_topic(idle, topics, 0).astype("int64").tolist()
+    out["withheld_max_s"] = _withheld_max_s(data.handoffs, _end_time(data), topics).tolist()
+    drains = data.drains
+    drained = topics.isin(drains["topic"]) if len(drains) else np.zeros(len(topics), bool)
+    by_drain = drains.groupby("topic") if len(drains) else None
+    out["drain_max_s"] = _optional(
+        per_topic(by_drain["drain_ms"].max(), topics, 0.0).astype("float64") / 1000
+        if by_drain is not None else pd.Series(0.0, index=topics), drained)
+    sealed = (per_topic(by_seg["sealed_at"].count(), topics, 0) if by_seg is not None
+              else pd.Series(0, index=topics)).to_numpy(np.int64)
+    subs = per_topic(by_topic["subscription"].nunique(), topics, 0).to_numpy(np.int64)
+    n_drains = (per_topic(by_drain.size(), topics, 0) if by_drain is not None
+                else pd.Series(0, index=topics)).to_numpy(np.int64)
+    out["undrained_segments"] = np.maximum(0, sealed * subs - n_drains).tolist()
+    return out[table_columns("topic_profile")]
 
 
 def _withhold_keys(row: dict[str, Any], mode: str) -> dict[str, Any]:
@@ -375,38 +408,54 @@ def flapping_findings(topic: str, e: pd.DataFrame, window_s: float,
          "the flap window", "§2.3, §2.4, §4.3 steps 2-3"))]
 
 
-def idle_findings(topic: str, c: pd.DataFrame, segments: pd.DataFrame) -> list[dict[str, Any]]:
+def idle_findings(consumers: pd.DataFrame, segments: pd.DataFrame) -> list[dict[str, Any]]:
     """``idle_consumers`` (medium): configured consumers of a grouped subscription that were
-    delivered nothing over the run, with the cause read from the final layout. ``c``: the
-    topic's :func:`consumer_activity` rows; ``segments``: its ``segments`` rows."""
+    delivered nothing over the run, with the cause read from the final layout; one finding
+    per topic and subscription with idle consumers, all topics at once. ``consumers``:
+    :func:`consumer_activity`; ``segments``: the run's ``segments`` rows."""
+    if consumers.empty:
+        return []
+    size = consumers.groupby(["topic", "subscription"], sort=True).size()
+    idle_rows = consumers[consumers["messages"] == 0]
+    if idle_rows.empty:
+        return []
+    idle: dict[tuple[Any, Any], list[str]] = {}
+    for key in zip(idle_rows["topic"], idle_rows["subscription"], idle_rows["consumer_name"],
+                   strict=True):
+        idle.setdefault(key[:2], []).append(key[2])
     seg = segments[segments["state"] == "ACTIVE"] if len(segments) else segments
-    s, capacity = len(seg), int(seg["bucket_count"].sum()) if len(seg) else 0
+    count = seg.groupby("topic").size() if len(seg) else pd.Series(dtype="int64")
+    buckets = seg.groupby("topic")["bucket_count"].sum() if len(seg) else count
     out = []
-    for sub, g in c.groupby("subscription", sort=True):
-        idle = sorted(g.loc[g["messages"] == 0, "consumer_name"])
-        if not idle:
-            continue
-        k = len(g)
-        if k > capacity and capacity == s:
-            cause = (f"segment count: each of the {s} active segment(s) has one bucket, so at "
-                     f"most {s} of the {k} consumers get work")
-        elif k > capacity:
-            cause = (f"bucket budget: the {s} active segment(s) have {capacity} buckets in all, "
-                     f"fewer than the {k} consumers; the rest get an empty assignment")
-        else:
-            cause = (f"key spread: {capacity} buckets for {k} consumers, but the buckets "
-                     "these consumers own carried no messages")
-        message = (f"subscription {sub!r}: {len(idle)} of {k} consumers delivered nothing "
-                   f"({', '.join(idle[:5])}{', …' if len(idle) > 5 else ''}) — {cause}.")
-        out.append(_finding(
-            topic, "idle_consumers", "medium", None, str(sub), message,
-            {"subscription": sub, "consumers": k, "idle": len(idle), "idle_consumers": idle,
-             "active_segments": s, "bucket_capacity": capacity,
-             "cause": cause.split(":")[0]},
-            ("consumers with no delivery over the run; cause: consumers > Σ N of the active "
-             "segments (segment count when every N is 1, else bucket budget), else key spread",
-             "§3.7, §6.3")))
+    for (topic, sub), names in sorted(idle.items()):
+        out.append(_idle_finding(str(topic), sub, sorted(names), int(size[(topic, sub)]),
+                                 int(count.get(topic, 0)), int(buckets.get(topic, 0))))
     return out
+
+
+def _idle_finding(topic: str, sub: Any, idle: list[str], k: int, s: int,
+                  capacity: int) -> dict[str, Any]:
+    """One topic's ``idle_consumers`` finding of subscription ``sub``: ``idle`` consumer names
+    (sorted) of ``k``, ``s`` active segments with ``capacity`` buckets in all."""
+    if k > capacity and capacity == s:
+        cause = (f"segment count: each of the {s} active segment(s) has one bucket, so at "
+                 f"most {s} of the {k} consumers get work")
+    elif k > capacity:
+        cause = (f"bucket budget: the {s} active segment(s) have {capacity} buckets in all, "
+                 f"fewer than the {k} consumers; the rest get an empty assignment")
+    else:
+        cause = (f"key spread: {capacity} buckets for {k} consumers, but the buckets "
+                 "these consumers own carried no messages")
+    message = (f"subscription {sub!r}: {len(idle)} of {k} consumers delivered nothing "
+               f"({', '.join(idle[:5])}{', …' if len(idle) > 5 else ''}) — {cause}.")
+    return _finding(
+        topic, "idle_consumers", "medium", None, str(sub), message,
+        {"subscription": sub, "consumers": k, "idle": len(idle), "idle_consumers": idle,
+         "active_segments": s, "bucket_capacity": capacity,
+         "cause": cause.split(":")[0]},
+        ("consumers with no delivery over the run; cause: consumers > Σ N of the active "
+         "segments (segment count when every N is 1, else bucket budget), else key spread",
+         "§3.7, §6.3"))
 
 
 def single_segment_findings(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -423,67 +472,82 @@ def single_segment_findings(profile: Mapping[str, Any]) -> list[dict[str, Any]]:
                      ("at most one active segment over the whole run", "§2.2, §4.3"))]
 
 
-def blind_spot_findings(config: ReplayConfig, topic: str, s: pd.DataFrame,
-                        profile: Mapping[str, Any]) -> list[dict[str, Any]]:
+def blind_spot_findings(config: ReplayConfig, samples: pd.DataFrame) -> list[dict[str, Any]]:
     """``blind_spot`` (low): load samples of an active segment whose current ``msg_rate_in``
     is across a threshold from the last value the reporter wrote — above the split threshold
     while the stored value is not, or below the merge threshold while the stored value is
-    not — so the controller does not see it (the 25 % material-change gate). ``s``: the
-    topic's :func:`active_samples`."""
-    s = s.sort_values(["segment_id", "sample_time"], kind="stable")
-    if s.empty:
+    not — so the controller does not see it (the 25 % material-change gate). One finding per
+    topic with such samples, all topics at once. ``samples``: :func:`active_samples`."""
+    if samples.empty:
         return []
-    policy = config.policy_for(topic)
-    split_t, merge_t = float(policy.split_msg_rate_in), float(policy.merge_msg_rate_in)
-    stored = s["msg_rate_in"].where(s["written"]).groupby(s["segment_id"]).ffill()
+    s = samples.sort_values(["topic", "segment_id", "sample_time"], kind="stable",
+                            ignore_index=True)
+    topics = pd.unique(s["topic"].to_numpy(object))
+    policies = config.policies_for(topics)
+    split_of = {t: float(policies[t].split_msg_rate_in) for t in topics}
+    merge_of = {t: float(policies[t].merge_msg_rate_in) for t in topics}
+    split_t = s["topic"].map(split_of).to_numpy(np.float64)
+    merge_t = s["topic"].map(merge_of).to_numpy(np.float64)
+    stored = s["msg_rate_in"].where(s["written"]).groupby([s["topic"], s["segment_id"]]).ffill()
     current = s["msg_rate_in"]
-    hidden_split = (current > split_t) & (stored <= split_t)
-    hidden_merge = (current < merge_t) & (stored >= merge_t)
+    hidden_split = ((current > split_t) & (stored <= split_t)).to_numpy(bool)
+    hidden_merge = ((current < merge_t) & (stored >= merge_t)).to_numpy(bool)
     hidden = hidden_split | hidden_merge
     if not hidden.any():
         return []
-    first = s[hidden].iloc[0]
-    side = "split" if bool(hidden_split[hidden].iloc[0]) else "merge"
-    threshold = split_t if side == "split" else merge_t
-    n = int(hidden.sum())
+    h = s[hidden].assign(_stored=stored[hidden], _split=hidden_split[hidden],
+                         _merge=hidden_merge[hidden])
+    counts = h.groupby("topic", sort=False).agg(samples=("_split", "size"),
+                                                split_samples=("_split", "sum"),
+                                                merge_samples=("_merge", "sum"))
     interval = config.replay.load_report_interval_s
     gate = 100 * config.replay.load_report_rate_change_threshold
-    st = float(stored[hidden].iloc[0])
-    message = (f"segment {int(first['segment_id'])} at {_ts(first['sample_time'])}: "
-               f"msg_rate_in {float(first['msg_rate_in']):,.1f} msg/s is "
-               f"{'above' if side == 'split' else 'below'} the {side} threshold "
-               f"{threshold:,.0f} msg/s, but the last value written is {st:,.1f} "
-               f"(within the reporter's {gate:.0f} % gate): the controller does not see it; "
-               f"{n} such sample(s) (one per {interval} s load report) in the run.")
-    return [_finding(
-        topic, "blind_spot", "low", first["sample_time"], f"segment {int(first['segment_id'])}",
-        message,
-        {"segment_id": int(first["segment_id"]), "side": side, "threshold": threshold,
-         "current_rate": float(first["msg_rate_in"]), "stored_rate": st, "samples": n,
-         "split_samples": int(hidden_split.sum()), "merge_samples": int(hidden_merge.sum()),
-         "seconds": n * interval},
-        ("sample's msg_rate_in across a split/merge threshold from the last written value",
-         "§5, §5.1"))]
+    out = []
+    for first in h.drop_duplicates("topic").to_dict("records"):
+        topic = first["topic"]
+        side = "split" if bool(first["_split"]) else "merge"
+        threshold = split_of[topic] if side == "split" else merge_of[topic]
+        c = counts.loc[topic]
+        n, st = int(c["samples"]), float(first["_stored"])
+        message = (f"segment {int(first['segment_id'])} at {_ts(first['sample_time'])}: "
+                   f"msg_rate_in {float(first['msg_rate_in']):,.1f} msg/s is "
+                   f"{'above' if side == 'split' else 'below'} the {side} threshold "
+                   f"{threshold:,.0f} msg/s, but the last value written is {st:,.1f} "
+                   f"(within the reporter's {gate:.0f} % gate): the controller does not see "
+                   f"it; {n} such sample(s) (one per {interval} s load report) in the run.")
+        out.append(_finding(
+            str(topic), "blind_spot", "low", first["sample_time"],
+            f"segment {int(first['segment_id'])}", message,
+            {"segment_id": int(first["segment_id"]), "side": side, "threshold": threshold,
+             "current_rate": float(first["msg_rate_in"]), "stored_rate": st, "samples": n,
+             "split_samples": int(c["split_samples"]), "merge_samples": int(c["merge_samples"]),
+             "seconds": n * interval},
+            ("sample's msg_rate_in across a split/merge threshold from the last written value",
+             "§5, §5.1")))
+    return out
 
 
 def finding_rows(data: RunData, profile: pd.DataFrame,
                  flap_window_s: float = DEFAULT_FLAP_WINDOW_S) -> pd.DataFrame:
-    """The run's ``findings`` rows (without ``run_id``): by severity, topic, kind, time."""
-    events = flap_events(data.segments, flap_window_s)
-    consumers = consumer_activity(data)
-    samples = active_samples(data.samples, data.segments)
-    # every table split by topic once (see by_topic)
-    flapped, users = by_topic(events), by_topic(consumers)
-    segments, sampled = by_topic(data.segments), by_topic(samples)
+    """The run's ``findings`` rows (without ``run_id``): by severity, topic, kind, time. Each
+    kind's rule is applied to all topics at once; only the topics it finds cost a row of
+    Python (the message)."""
+    profiles = profile.set_index("topic", drop=False)
+    hot = [len(r) > 0 and float(r[0]) > t for r, t in
+           zip(profile["top_key_peak_rates"], profile["split_msg_rate_in"], strict=True)]
     rows: list[dict[str, Any]] = []
-    for p in profile.to_dict("records"):
-        topic = p["topic"]
+    for p in profile[hot].to_dict("records"):
         rows += hot_key_findings(p, data.config)
-        rows += flapping_findings(topic, _rows_of(flapped, topic, events), flap_window_s, p)
-        rows += idle_findings(topic, _rows_of(users, topic, consumers),
-                              _rows_of(segments, topic, data.segments))
+    for topic, e in flap_events(data.segments, flap_window_s).groupby("topic", sort=True):
+        if topic in profiles.index:
+            p = profiles.loc[topic]
+            rows += flapping_findings(str(topic), e, flap_window_s,
+                                      {"splits": int(p["splits"]), "merges": int(p["merges"]),
+                                       "drain_max_s": p["drain_max_s"]})
+    rows += idle_findings(consumer_activity(data), data.segments)
+    for p in profile[profile["segments_peak"] == 1].to_dict("records"):
         rows += single_segment_findings(p)
-        rows += blind_spot_findings(data.config, topic, _rows_of(sampled, topic, samples), p)
+    rows += blind_spot_findings(data.config, active_samples(data.samples, data.segments))
     if not rows:
         return pd.DataFrame(columns=table_columns("findings"))
     df = pd.DataFrame(rows)

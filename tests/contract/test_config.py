@@ -300,6 +300,13 @@ def test_policy_for_layers_broker_namespace_topic(
     assert policy.merge_cooldown_s == AutoScaleConfig().merge_cooldown_s
 
 
+def test_policies_for_resolves_each_topic_as_policy_for(tmp_path: Path) -> None:
+    cfg = load_config(_conf(tmp_path, LAYERED), [])
+    topics = ["clicks", "orders", "persistent://public/default/orders",
+              "persistent://other/ns/orders", "payments", "views", "other/ns/clicks"]
+    assert cfg.policies_for(topics) == {t: cfg.policy_for(t) for t in topics}
+
+
 def test_policy_overrides_serialize_without_inherited_fields(tmp_path: Path) -> None:
     policy = load_config(_conf(tmp_path, LAYERED), []).to_dict()["policy"]
     assert policy["namespace_overrides"] == {"max_segments": 16, "split_cooldown_s": 120}
