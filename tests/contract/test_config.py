@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
+import pipelines.spark.command_session
 import pipelines.spark.session
 from jobs.replay import main
 from pipelines.contract.config import (
@@ -606,7 +607,11 @@ def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*_: Any, **__: Any) -> None:
         raise AssertionError("Spark was started")
 
+    # where it is defined and where the commands call it (imported there by name: patching
+    # only the first left command_session bound to the refusal for the rest of the run when
+    # a test here imported it first)
     monkeypatch.setattr(pipelines.spark.session, "build_session", refuse)
+    monkeypatch.setattr(pipelines.spark.command_session, "build_session", refuse)
 
 
 def _run_cli(tmp_path: Path, *extra: str) -> int:
