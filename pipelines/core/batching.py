@@ -533,7 +533,7 @@ class _Cut:
 
 
 def _walk_steps(order: I64, key_default: I64, cb_key: I64, bounds: I64, last: I64, task: I64,
-          limit: int, delay: int) -> tuple[I64, I64, I64]:  # pragma: no cover
+                limit: int, delay: int) -> tuple[I64, I64, I64]:  # pragma: no cover
     """Every container's chain of batches, one step per batch (compiled: the state of a
     container after a batch decides how the next one closes, so the chain is sequential).
 

@@ -863,6 +863,8 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
     # controller's last ticks may change the layout at or after the log's end)
     taken = (changes if final or horizon_ms is None
              else [c for c in changes if c < horizon_ms])
+    until = (horizon_ms - 1 if horizon_ms is not None
+             else max([seen, *changes, *times.tolist()]))  # not final: advanced up to it
     outs = []
     for d in disp:
         start = 0
@@ -875,8 +877,7 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
         if final:
             d.finish(horizon_ms)
         else:
-            d.advance_to(horizon_ms - 1 if horizon_ms is not None
-                         else max([seen, *changes, *times.tolist()]))
+            d.advance_to(until)
         outs.append(d.take_outputs())
     return outs, max([seen, *taken])
 

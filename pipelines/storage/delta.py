@@ -77,14 +77,14 @@ __all__ = ["ADOPT_MANIFEST", "ENGINES", "PARTITION_COLUMNS", "TABLE_PROPERTIES",
            "DeltaWriter", "conform_arrow", "table_app_id", "use_system_arrow_pool"]
 
 ENGINES = ("auto", "delta-spark", "delta-rs")
+"""``output.engine``'s values: ``auto`` picks delta-spark when a session has its jars
+(:func:`pipelines.spark.delta_spark.open_store`)."""
 
 ONE_AT_A_TIME = {"batch_readahead": 1, "fragment_readahead": 1}
 """The totals' table scans read one record batch of one file ahead, not Arrow's default 16
 batches of 4 files: the summary and the answers scan ``entries`` on the driver, and the
 read-ahead made the driver's peak RSS grow with the messages (the scan of a 10 M-message run's
 5.6 M entries: 373 MB peak with the default, 237 MB one at a time, and faster)."""
-"""``output.engine``'s values: ``auto`` picks delta-spark when a session has its jars
-(:func:`pipelines.spark.delta_spark.open_store`)."""
 
 
 class DeltaWriter(Protocol):
