@@ -16,6 +16,7 @@ from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.engine.findings import (
     DEFAULT_FLAP_WINDOW_S,
+    _last_written,
     flap_events,
     format_findings,
     summary_lines,
@@ -255,3 +256,14 @@ def test_withheld_keys_are_in_neither_the_profile_nor_the_findings(runs, run_id,
     names = set(run.log()["key"].dropna())
     text = run.read("findings").to_json()
     assert not any(f'"{k}"' in text or f"'{k}'" in text for k in names)
+
+
+def test_the_stored_rate_is_the_last_written_sample_of_the_same_segment():
+    s = pd.DataFrame({
+        "topic": ["a", "a", "a", "a", "b", "b"], "segment_id": [1, 1, 1, 2, 1, 1],
+        "msg_rate_in": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
+        "written": [True, False, True, False, False, True]})
+    stored = _last_written(s).tolist()
+    assert stored[:3] == [10.0, 10.0, 30.0]
+    assert pd.isna(stored[3]) and pd.isna(stored[4])  # nothing written before, in its segment
+    assert stored[5] == 60.0
