@@ -51,7 +51,7 @@ from pipelines.core.controller import (
 )
 from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
-from pipelines.core.heavy_hitters import KeyStats
+from pipelines.core.heavy_hitters import KeyStats, close_many, update_many
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.storage.delta import conform_arrow
 from pipelines.storage.frames import DISPATCH_TABLES
@@ -331,13 +331,14 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
             segment_id[lo:hi] = routed.segment_id
             bucket_index[lo:hi] = routed.bucket_index
             layout_epoch[lo:hi] = routed.layout_epoch
-        if counted is not None:
-            _count_key_arrays(ctl, settings, *(c[lo:hi] for c in counted))
         if final:
             ctl.finish(horizon_ms)
-            if ctl.key_stats is not None:
-                ctl.key_stats.close()
         controllers[topic] = ctl
+    if counted is not None:  # every topic's key statistics in one pass (not a call per topic)
+        ctls = [controllers[t] for t in topics]
+        update_many([_key_stats(ctl, settings) for ctl in ctls], bounds, *counted)
+    if final:
+        close_many([ks for ctl in controllers.values() if (ks := ctl.key_stats) is not None])
     routed_pdf = pdf.assign(segment_id=segment_id, bucket_index=bucket_index,
                             layout_epoch=layout_epoch)
     return routed_pdf, controllers
@@ -374,11 +375,16 @@ def _count_key_arrays(ctl: TopicController, settings: StageSettings, event: npt.
                       hash32: npt.NDArray[Any], size: npt.NDArray[Any],
                       names: npt.NDArray[Any]) -> None:
     """:func:`_count_keys` on arrays (:func:`_key_columns`' slice of the topic)."""
+    if len(event):
+        _key_stats(ctl, settings).update(event, hash32, size, names)
+
+
+def _key_stats(ctl: TopicController, settings: StageSettings) -> KeyStats:
+    """The topic's key statistics, made when first needed."""
     if ctl.key_stats is None:
         ctl.key_stats = KeyStats(settings.config.replay.stats_update_frequency_s * 1000,
                                  report_hashes=settings.config.output.keys != "none")
-    if len(event):
-        ctl.key_stats.update(event, hash32, size, names)
+    return ctl.key_stats
 
 
 def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
