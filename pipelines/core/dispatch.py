@@ -413,7 +413,10 @@ class DispatchOutputs:
         with 0 rows."""
         row_type = _ROW_TYPES[table]
         rows: list[tuple[Any, ...]] = getattr(self, table)
-        return {name: [r[i] for r in rows] for i, name in enumerate(row_type._fields)}
+        if not rows:
+            return {name: [] for name in row_type._fields}
+        return {name: list(col) for name, col in zip(row_type._fields, zip(*rows, strict=True),
+                                                     strict=True)}
 
     def column_parts(self, table: str) -> list[dict[str, Sequence[Any] | npt.NDArray[Any]]]:
         """One output as a list of column dicts (lists or arrays), to be concatenated in order;

@@ -821,6 +821,8 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
     cols = _entry_arrays(keyed.take(stable_order(keyed, ["_topic", *_DISPATCH_ORDER])))
     bounds = np.searchsorted(np.sort(code), np.arange(len(topics) + 1))
     parts: dict[str, list[Mapping[str, Any]]] = {t: [] for t in _DISPATCH_OUTPUTS}
+    # each part's topic (index) and rows: the topic column is made once per table at the end
+    part_topic: dict[str, list[int]] = {t: [] for t in _DISPATCH_OUTPUTS}
     out = {}
     for i, topic in enumerate(topics):
         disp, seen = pickle.loads(blobs[topic])
@@ -831,10 +833,18 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
         for o in outs:
             for t in _DISPATCH_OUTPUTS:
                 for part in o.column_parts(t):
-                    parts[t].append({**part, "topic": np.full(_rows(part), topic,
-                                                              dtype=object)})
+                    parts[t].append(part)
+                    part_topic[t].append(i)
         out[topic] = pickle.dumps((disp, new_seen))
-    frames = {t: _joined(v) for t, v in parts.items()}
+    names = np.asarray(topics, dtype=object)
+    frames = {}
+    for t, v in parts.items():
+        rows = [_rows(p) for p in v]
+        if sum(rows):
+            frames[t] = _joined(v)
+            frames[t]["topic"] = np.repeat(names[part_topic[t]], rows)
+        else:  # typed as the parts make it (a topic column of no values)
+            frames[t] = _joined([{**v[0], "topic": []}])
     return _dispatch_tables(frames, settings.speed), out
 
 
