@@ -413,7 +413,10 @@ class DispatchOutputs:
         with 0 rows."""
         row_type = _ROW_TYPES[table]
         rows: list[tuple[Any, ...]] = getattr(self, table)
-        return {name: [r[i] for r in rows] for i, name in enumerate(row_type._fields)}
+        if not rows:
+            return {name: [] for name in row_type._fields}
+        return {name: list(col) for name, col in zip(row_type._fields, zip(*rows, strict=True),
+                                                     strict=True)}
 
     def column_parts(self, table: str) -> list[dict[str, Sequence[Any] | npt.NDArray[Any]]]:
         """One output as a list of column dicts (lists or arrays), to be concatenated in order;
@@ -904,8 +907,13 @@ class SubscriptionDispatcher:
             return start
         stop = int(np.searchsorted(cols.times, bound, side="left"))
         keys = cols.sids[start:stop] * _KEY_RADIX + cols.buckets[start:stop]
-        owned = np.isin(keys, np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
-                                          dtype=np.int64, count=len(self._owners)))
+        # membership by binary search in the sorted owned keys (np.isin costs more on the
+        # few entries of a quiet topic)
+        owned_keys = np.sort(np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
+                                         dtype=np.int64, count=len(self._owners)))
+        pos = np.minimum(np.searchsorted(owned_keys, keys), max(len(owned_keys) - 1, 0))
+        owned = (owned_keys[pos] == keys if len(owned_keys)
+                 else np.zeros(len(keys), dtype=bool))
         if not owned.all():  # stop before the instant of the first entry without an owner
             first = int(cols.times[start + int(np.argmin(owned))])
             stop = int(np.searchsorted(cols.times, first, side="left"))

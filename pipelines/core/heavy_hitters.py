@@ -28,6 +28,7 @@ into windows.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,12 +51,19 @@ I64 = npt.NDArray[np.int64]
 OBJ = npt.NDArray[Any]
 
 
+_EMPTY_IDS = np.zeros(0, dtype=np.int64)
+_EMPTY_OBJ = np.zeros(0, dtype=object)
+_EMPTY_IDS.flags.writeable = _EMPTY_OBJ.flags.writeable = False
+
+
 def _empty_ids() -> I64:
-    return np.zeros(0, dtype=np.int64)
+    """An empty int64 array, shared (read-only: state arrays are replaced, never written)."""
+    return _EMPTY_IDS
 
 
 def _empty_obj() -> OBJ:
-    return np.zeros(0, dtype=object)
+    """An empty object array, shared (read-only)."""
+    return _EMPTY_OBJ
 
 
 def misra_gries_merge(ids: I64, counts: I64, names: OBJ, more_ids: I64, more_counts: I64,
@@ -115,8 +123,9 @@ def hll_estimate(registers: npt.NDArray[np.uint8]) -> float:
 @dataclass
 class KeyStats:
     """One topic's key statistics (picklable: carried in the topic's controller between
-    windows). Feed messages in event-time order with :meth:`update`; :meth:`close` at end of
-    input; read with :meth:`top`."""
+    windows). Feed messages in event-time order with :meth:`update` (or many topics at once
+    with :func:`update_many`); :meth:`close` (:func:`close_many`) at end of input; read with
+    :meth:`top`."""
 
     period_ms: int
     capacity: int = CAPACITY
@@ -141,85 +150,22 @@ class KeyStats:
     peak_at: I64 = field(default_factory=_empty_ids)
     peak_names: OBJ = field(default_factory=_empty_obj)
     distinct: I64 | None = field(default_factory=_empty_ids)
-    registers: npt.NDArray[np.uint8] = field(
-        default_factory=lambda: np.zeros(1 << HLL_BITS, dtype=np.uint8))
+    # HyperLogLog registers (uint8, 2^HLL_BITS), made when ``distinct`` outgrows
+    # DISTINCT_EXACT_MAX (from the distinct hashes so far: a register is a maximum over a set,
+    # so folding the set once equals folding every period): 16 KiB a topic only where needed
+    registers: npt.NDArray[np.uint8] | None = None
     closed: bool = False
 
     def update(self, event_ms: I64, hash32: I64, payload_size: I64, keys: OBJ) -> None:
         """Add a chunk of messages in event-time order (after every earlier chunk):
         ``event_ms`` int64 emulated ms, ``hash32`` int64 (-1 = keyless), ``payload_size``
         int64 bytes, ``keys`` object (strings; ignored where keyless)."""
-        n = len(event_ms)
-        if not n:
-            return
-        self.messages += n
-        self.bytes += int(payload_size.sum())
-        keyed = hash32 >= 0
-        self.keyless += int(n - keyed.sum())
-        ev, h, k = event_ms[keyed], hash32[keyed], keys[keyed]
-        periods = ev // self.period_ms
-        cuts = np.flatnonzero(np.diff(periods)) + 1
-        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(ev)], strict=True):
-            if hi > lo:
-                self._add_period_slice(int(periods[lo]), h[lo:hi], k[lo:hi])
-
-    def _add_period_slice(self, period: int, h: I64, k: OBJ) -> None:
-        if self.period is not None and period != self.period:
-            self._close_period()
-        self.period = period
-        uniq, first, counts = np.unique(h, return_index=True, return_counts=True)
-        if not len(self.p_ids):  # the period starts in this chunk: nothing to merge
-            self.p_ids, self.p_counts = uniq.astype(np.int64), counts.astype(np.int64)
-            self.p_names = k[first].astype(object)
-            return
-        self.p_ids, self.p_counts, self.p_names, _ = misra_gries_merge(
-            self.p_ids, self.p_counts, self.p_names, uniq, counts.astype(np.int64),
-            k[first].astype(object), capacity=1 << 62)
-
-    def _close_period(self) -> None:
-        """Fold the open period into the summary, the peaks and the distinct keys."""
-        if self.period is None:
-            return
-        self.keyed_closed += int(self.p_counts.sum())
-        self.ids, self.counts, self.names, d = misra_gries_merge(
-            self.ids, self.counts, self.names, self.p_ids, self.p_counts, self.p_names,
-            self.capacity)
-        self.error += d
-        self._update_peaks()
-        self._update_distinct()
-        self.period = None
-        self.p_ids, self.p_counts, self.p_names = _empty_ids(), _empty_ids(), _empty_obj()
-
-    def _update_peaks(self) -> None:
-        p_ids, p_counts, p_names = self.p_ids, self.p_counts, self.p_names
-        if len(p_counts) > PEAKS:  # only the period's top (ties included) can enter the top
-            keep = p_counts >= np.partition(p_counts, -PEAKS)[-PEAKS]
-            p_ids, p_counts, p_names = p_ids[keep], p_counts[keep], p_names[keep]
-        start = np.full(len(p_ids), int(self.period or 0) * self.period_ms, dtype=np.int64)
-        ids = np.concatenate([self.peak_ids, p_ids])
-        counts = np.concatenate([self.peak_counts, p_counts])
-        at = np.concatenate([self.peak_at, start])
-        names = np.concatenate([self.peak_names, p_names])
-        # per id its highest count, the earliest period reaching it: by id, count desc, time
-        order = np.lexsort((at, -counts, ids))
-        ids, counts, at, names = ids[order], counts[order], at[order], names[order]
-        first = np.r_[True, ids[1:] != ids[:-1]]
-        ids, counts, at, names = ids[first], counts[first], at[first], names[first]
-        top = np.lexsort((ids, -counts))[:PEAKS]  # highest peak first, then lowest id
-        self.peak_ids, self.peak_counts = ids[top], counts[top]
-        self.peak_at, self.peak_names = at[top], names[top]
-
-    def _update_distinct(self) -> None:
-        hll_update(self.registers, self.p_ids)
-        if self.distinct is not None:
-            self.distinct = np.union1d(self.distinct, self.p_ids).astype(np.int64)
-            if len(self.distinct) > DISTINCT_EXACT_MAX:
-                self.distinct = None
+        update_many([self], np.array([0, len(event_ms)], dtype=np.int64), event_ms, hash32,
+                    payload_size, keys)
 
     def close(self) -> None:
         """End of input: fold the open period in."""
-        self._close_period()
-        self.closed = True
+        close_many([self])
 
     @property
     def distinct_keys(self) -> int:
@@ -227,6 +173,7 @@ class KeyStats:
         a HyperLogLog estimate (rounded) beyond."""
         if self.distinct is not None:
             return len(self.distinct)
+        assert self.registers is not None  # made when distinct was dropped
         return round(hll_estimate(self.registers))
 
     @property
@@ -248,3 +195,261 @@ class KeyStats:
         return [{"key": self.peak_names[i], "hash32": int(self.peak_ids[i]),
                  "messages": int(counts[i]), "peak_messages": int(self.peak_counts[i]),
                  "peak_at_ms": int(self.peak_at[i])} for i in range(min(n, len(self.peak_ids)))]
+
+
+def update_many(stats: Sequence[KeyStats], bounds: I64, event_ms: I64, hash32: I64,
+                payload_size: I64, keys: OBJ) -> None:
+    """:meth:`KeyStats.update` of several topics in one vectorized pass: ``stats[i]`` takes
+    rows ``bounds[i]:bounds[i + 1]`` (``bounds`` int64, ``len(stats) + 1`` ascending offsets;
+    each topic's rows in event-time order, after its earlier chunks). Columns as
+    :meth:`KeyStats.update`. Equal, topic by topic, to one :meth:`KeyStats.update` each: the
+    messages are counted by (topic, stats period, key hash) with one sort, and every closed
+    period of every topic is folded in at once (:func:`_fold`), so the cost follows
+    messages, not topics."""
+    if not len(stats):
+        return
+    bounds = np.asarray(bounds, dtype=np.int64)
+    keyed = _add_traffic(stats, bounds, hash32, payload_size)
+    if not len(keyed):
+        return
+    topic = np.repeat(np.arange(len(stats), dtype=np.int64), np.diff(bounds))[keyed]
+    period_ms = {st.period_ms for st in stats}
+    period = event_ms[keyed] // (period_ms.pop() if len(period_ms) == 1 else
+                                 np.array([st.period_ms for st in stats])[topic])
+    u_topic, u_period, u_ids, u_counts, u_names = _period_counts(
+        stats, topic, period, hash32[keyed], keys, keyed)
+    g_start = _first_of_runs((u_topic << 32) | (u_period - int(u_period.min())))
+    g_end = np.r_[g_start[1:], len(u_topic)]
+    g_topic = u_topic[g_start]
+    last = np.r_[g_topic[1:] != g_topic[:-1], True]  # a topic's last period stays open
+    for g in np.flatnonzero(last).tolist():
+        st, lo, hi = stats[int(g_topic[g])], int(g_start[g]), int(g_end[g])
+        st.period = int(u_period[lo])
+        st.p_ids, st.p_counts = u_ids[lo:hi].copy(), u_counts[lo:hi].copy()
+        st.p_names = u_names[lo:hi].copy()
+    closed = np.repeat(~last, g_end - g_start)
+    if closed.any():
+        _fold(stats, u_topic[closed], u_period[closed], u_ids[closed], u_counts[closed],
+              u_names[closed])
+
+
+def _add_traffic(stats: Sequence[KeyStats], bounds: I64, hash32: I64,
+                 payload_size: I64) -> I64:
+    """Add each topic's messages, bytes and keyless messages; returns the keyed rows."""
+    keyed = np.flatnonzero(hash32 >= 0)
+    sizes = np.r_[0, np.cumsum(payload_size, dtype=np.int64)]
+    nbytes = sizes[bounds[1:]] - sizes[bounds[:-1]]
+    nkeyed = np.diff(np.searchsorted(keyed, bounds))
+    for st, n, b, k in zip(stats, np.diff(bounds).tolist(), nbytes.tolist(), nkeyed.tolist(),
+                           strict=True):
+        if n:
+            st.messages += n
+            st.bytes += b
+            st.keyless += n - k
+    return keyed
+
+
+def _period_counts(stats: Sequence[KeyStats], topic: I64, period: I64, hash32: I64,
+                   keys: OBJ, rows: I64) -> tuple[I64, I64, I64, I64, OBJ]:
+    """The keyed messages (``topic``, ``period``, ``hash32`` of ``keys[rows]``, by topic and
+    time) counted per (topic, period, hash) together with each topic's open period, as
+    columns ``(topic, period, hash, count, name)`` sorted by those three; the name is the
+    first one seen (the open period's, then in replay order). The topics' open periods are
+    taken (``period = None``)."""
+    # (topic, period) groups numbered in order; a topic's open period is a group of its own
+    # just before the topic's first one (code 2g) or part of it (same period: 2g + 1)
+    change = np.r_[True, (topic[1:] != topic[:-1]) | (period[1:] != period[:-1])]
+    group = np.cumsum(change) - 1
+    g_period = period[change]
+    first_row = np.flatnonzero(np.r_[True, topic[1:] != topic[:-1]])
+    opened = [(i, r) for i, r in zip(topic[first_row].tolist(), first_row.tolist(), strict=True)
+              if stats[i].period is not None]
+    o_stats = [stats[i] for i, _ in opened]
+    o_len = np.array([len(st.p_ids) for st in o_stats], dtype=np.int64)
+    o_row = np.array([r for _, r in opened], dtype=np.int64)
+    o_period = np.zeros(len(stats), dtype=np.int64)
+    o_period[[i for i, _ in opened]] = [st.period for st in o_stats]
+    n_open = int(o_len.sum())
+    key = (2 * group + 1) << 32 | hash32  # hash32 < 2^32: (code, hash) as one int64
+    if n_open:
+        o_code = 2 * group[o_row] + (g_period[group[o_row]] == o_period[topic[o_row]])
+        key = np.concatenate([np.repeat(o_code << 32, o_len)
+                              | np.concatenate([st.p_ids for st in o_stats]), key])
+    for st in o_stats:
+        st.period = None
+    order = np.argsort(key, kind="stable")  # stable: the open period's first, then by time
+    key = key[order]
+    first = _first_of_runs(key)
+    src = order[first]
+    if n_open:
+        counts = np.add.reduceat(np.concatenate(
+            [*(st.p_counts for st in o_stats), np.ones(len(topic), dtype=np.int64)])[order],
+            first).astype(np.int64)
+    else:
+        counts = np.diff(np.r_[first, len(key)]).astype(np.int64)
+    code = key[first] >> 32
+    g = code >> 1
+    u_topic = topic[np.flatnonzero(change)][g]
+    u_period = np.where(code & 1, g_period[g], o_period[u_topic])
+    names = np.empty(len(src), dtype=object)
+    is_open = src < n_open
+    if n_open:
+        names[is_open] = np.concatenate([st.p_names for st in o_stats])[src[is_open]]
+    names[~is_open] = keys[rows[src[~is_open] - n_open]]
+    return u_topic, u_period, key[first] & 0xFFFFFFFF, counts, names
+
+
+def close_many(stats: Sequence[KeyStats]) -> None:
+    """:meth:`KeyStats.close` of several topics at once (their open periods folded in one
+    pass)."""
+    opened = [i for i, st in enumerate(stats) if st.period is not None]
+    if opened:
+        sts = [stats[i] for i in opened]
+        lens = [len(st.p_ids) for st in sts]
+        _fold(stats, np.repeat(np.asarray(opened, dtype=np.int64), lens),
+              np.repeat(np.array([st.period for st in sts], dtype=np.int64), lens),
+              np.concatenate([st.p_ids for st in sts]),
+              np.concatenate([st.p_counts for st in sts]),
+              np.concatenate([st.p_names for st in sts]))
+        for st in sts:
+            st.period = None
+            st.p_ids, st.p_counts, st.p_names = _empty_ids(), _empty_ids(), _empty_obj()
+    for st in stats:
+        st.closed = True
+
+
+def _fold(stats: Sequence[KeyStats], topic: I64, period: I64, ids: I64, counts: I64,
+          names: OBJ) -> None:
+    """Fold closed periods' exact counts into the topics' summaries, peaks and distinct keys.
+
+    Rows: one per (topic, period, key hash), by topic, period and hash (``topic``: index in
+    ``stats``; ``names``: the key's first name in the period). Each topic's periods are folded
+    as :meth:`KeyStats.update` folds them one after another: the peaks (a maximum, the earliest
+    period reaching it) and distinct keys (a union) do not depend on the order, and neither
+    does the Misra-Gries summary while a topic's keys fit its capacity (a plain sum); a topic
+    whose keys overflow it merges its periods in order (:func:`misra_gries_merge`)."""
+    touched, local = np.unique(topic, return_inverse=True)
+    sts = [stats[i] for i in touched.tolist()]
+    local = local.reshape(-1).astype(np.int64)
+    keyed = np.bincount(local, weights=counts, minlength=len(sts)).astype(np.int64)
+    for st, k in zip(sts, keyed.tolist(), strict=True):
+        st.keyed_closed += k
+    _fold_summaries(sts, local, period, ids, counts, names)
+    _fold_peaks(sts, local, period, ids, counts, names)
+    _fold_distinct(sts, local, ids)
+
+
+def _own(sts: Sequence[KeyStats], *attrs: str) -> tuple[I64, list[npt.NDArray[Any]]]:
+    """The topics' arrays ``attrs`` concatenated, with each row's topic (index in ``sts``)."""
+    lens = [len(getattr(st, attrs[0])) for st in sts]
+    topic = np.repeat(np.arange(len(sts), dtype=np.int64), lens)
+    return topic, [np.concatenate([getattr(st, a) for st in sts]) for a in attrs]
+
+
+def _split(sts: Sequence[KeyStats], topic: I64, columns: dict[str, npt.NDArray[Any]]) -> None:
+    """Rows of ``columns`` (grouped by ``topic``, ascending) back into each topic's attrs."""
+    cuts = np.searchsorted(topic, np.arange(len(sts) + 1)).tolist()
+    for i, st in enumerate(sts):
+        lo, hi = cuts[i], cuts[i + 1]
+        for attr, col in columns.items():
+            # a copy: a view would keep the whole window's array alive in the state
+            setattr(st, attr, col[lo:hi].copy())
+
+
+def _first_of_runs(key: I64) -> I64:
+    """Positions where a sorted ``key`` starts a run of equal values."""
+    return np.flatnonzero(np.r_[True, key[1:] != key[:-1]]) if len(key) else _empty_ids()
+
+
+def _fold_summaries(sts: Sequence[KeyStats], topic: I64, period: I64, ids: I64, counts: I64,
+                    names: OBJ) -> None:
+    """Each topic's Misra-Gries summary merged with its closed periods."""
+    s_topic, (s_ids, s_counts, s_names) = _own(sts, "ids", "counts", "names")
+    old = [(st.ids, st.counts, st.names) for st in sts]
+    t = np.concatenate([s_topic, topic])
+    key = (t << 32) | np.concatenate([s_ids, ids])
+    order = np.argsort(key, kind="stable")  # stable: the summary's name, then the earliest
+    key = key[order]
+    first = _first_of_runs(key)
+    u_counts = np.add.reduceat(np.concatenate([s_counts, counts])[order], first) \
+        if len(first) else _empty_ids()
+    u_names = np.concatenate([s_names, names])[order[first]]
+    t, u_ids = key[first] >> 32, key[first] & 0xFFFFFFFF
+    _split(sts, t, {"ids": u_ids, "counts": u_counts.astype(np.int64), "names": u_names})
+    over = np.flatnonzero(np.bincount(t, minlength=len(sts))
+                          > np.array([st.capacity for st in sts], dtype=np.int64))
+    for i in over.tolist():  # beyond capacity: the periods merged in order (a hot topic)
+        st, (m_ids, m_counts, m_names) = sts[i], old[i]
+        mine = np.flatnonzero(topic == i)
+        for lo, hi in _runs(period[mine]):
+            rows = mine[lo:hi]
+            m_ids, m_counts, m_names, d = misra_gries_merge(
+                m_ids, m_counts, m_names, ids[rows], counts[rows], names[rows], st.capacity)
+            st.error += d
+        st.ids, st.counts, st.names = m_ids, m_counts, m_names
+
+
+def _runs(values: I64) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of equal values."""
+    starts = _first_of_runs(values).tolist()
+    return list(zip(starts, [*starts[1:], len(values)], strict=True))
+
+
+def _fold_peaks(sts: Sequence[KeyStats], topic: I64, period: I64, ids: I64, counts: I64,
+                names: OBJ) -> None:
+    """Each topic's top :data:`PEAKS` keys by their highest count in one period (the earliest
+    period reaching it; ties: lowest hash), with the closed periods' counts."""
+    period_ms = np.array([st.period_ms for st in sts], dtype=np.int64)
+    k_topic, (k_ids, k_counts, k_at, k_names) = _own(
+        sts, "peak_ids", "peak_counts", "peak_at", "peak_names")
+    t = np.concatenate([k_topic, topic])
+    key = (t << 32) | np.concatenate([k_ids, ids])
+    # by (topic, hash), then time: the kept peaks are older than any closed period here
+    order = np.argsort(key, kind="stable")
+    key = key[order]
+    c = np.concatenate([k_counts, counts])[order]
+    first = _first_of_runs(key)
+    if not len(first):
+        return
+    best = np.repeat(np.maximum.reduceat(c, first), np.diff(np.r_[first, len(key)]))
+    top = np.flatnonzero(c == best)  # a key's highest count, the earliest first
+    top = top[_first_of_runs(key[top])]
+    win = order[top]
+    w_topic, w_ids, w_counts = key[top] >> 32, key[top] & 0xFFFFFFFF, c[top]
+    w_at = np.concatenate([k_at, period * period_ms[topic]])[win]
+    w_names = np.concatenate([k_names, names])[win]
+    # highest peak first, then lowest hash (rows are by hash within a topic: a stable sort)
+    if len(w_counts) and int(w_counts.max()) < 1 << 31:
+        rank = np.argsort((w_topic << 32) | ((1 << 31) - w_counts), kind="stable")
+    else:
+        rank = np.lexsort((w_ids, -w_counts, w_topic))
+    start = np.searchsorted(w_topic[rank], w_topic[rank], side="left")
+    rank = rank[np.arange(len(rank)) - start < PEAKS]
+    _split(sts, w_topic[rank], {"peak_ids": w_ids[rank], "peak_counts": w_counts[rank],
+                                "peak_at": w_at[rank], "peak_names": w_names[rank]})
+
+
+def _fold_distinct(sts: Sequence[KeyStats], topic: I64, ids: I64) -> None:
+    """The closed periods' key hashes into each topic's distinct set (exact up to
+    :data:`DISTINCT_EXACT_MAX`, then HyperLogLog registers)."""
+    exact = np.array([st.distinct is not None for st in sts], dtype=bool)
+    for i in np.flatnonzero(~exact).tolist():  # already an estimate: fold into the registers
+        st = sts[i]
+        assert st.registers is not None
+        hll_update(st.registers, ids[topic == i])
+    mine = exact[topic]
+    d_topic = np.repeat(np.arange(len(sts), dtype=np.int64),
+                        [len(st.distinct) if st.distinct is not None else 0 for st in sts])
+    t = np.concatenate([d_topic, topic[mine]])
+    key = np.unique((t << 32) | np.concatenate(
+        [*(st.distinct for st in sts if st.distinct is not None), ids[mine]]))
+    t, u_ids = key >> 32, key & 0xFFFFFFFF
+    cuts = np.searchsorted(t, np.arange(len(sts) + 1)).tolist()
+    for i in np.flatnonzero(exact).tolist():
+        st, union = sts[i], u_ids[cuts[i]:cuts[i + 1]]
+        if len(union) > DISTINCT_EXACT_MAX:
+            st.registers = np.zeros(1 << HLL_BITS, dtype=np.uint8)
+            hll_update(st.registers, union)
+            st.distinct = None
+        else:
+            st.distinct = union.copy()

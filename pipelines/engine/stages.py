@@ -51,7 +51,7 @@ from pipelines.core.controller import (
 )
 from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
-from pipelines.core.heavy_hitters import KeyStats
+from pipelines.core.heavy_hitters import KeyStats, close_many, update_many
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.storage.delta import conform_arrow
 from pipelines.storage.frames import DISPATCH_TABLES
@@ -331,13 +331,14 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
             segment_id[lo:hi] = routed.segment_id
             bucket_index[lo:hi] = routed.bucket_index
             layout_epoch[lo:hi] = routed.layout_epoch
-        if counted is not None:
-            _count_key_arrays(ctl, settings, *(c[lo:hi] for c in counted))
         if final:
             ctl.finish(horizon_ms)
-            if ctl.key_stats is not None:
-                ctl.key_stats.close()
         controllers[topic] = ctl
+    if counted is not None:  # every topic's key statistics in one pass (not a call per topic)
+        ctls = [controllers[t] for t in topics]
+        update_many([_key_stats(ctl, settings) for ctl in ctls], bounds, *counted)
+    if final:
+        close_many([ks for ctl in controllers.values() if (ks := ctl.key_stats) is not None])
     routed_pdf = pdf.assign(segment_id=segment_id, bucket_index=bucket_index,
                             layout_epoch=layout_epoch)
     return routed_pdf, controllers
@@ -374,11 +375,16 @@ def _count_key_arrays(ctl: TopicController, settings: StageSettings, event: npt.
                       hash32: npt.NDArray[Any], size: npt.NDArray[Any],
                       names: npt.NDArray[Any]) -> None:
     """:func:`_count_keys` on arrays (:func:`_key_columns`' slice of the topic)."""
+    if len(event):
+        _key_stats(ctl, settings).update(event, hash32, size, names)
+
+
+def _key_stats(ctl: TopicController, settings: StageSettings) -> KeyStats:
+    """The topic's key statistics, made when first needed."""
     if ctl.key_stats is None:
         ctl.key_stats = KeyStats(settings.config.replay.stats_update_frequency_s * 1000,
                                  report_hashes=settings.config.output.keys != "none")
-    if len(event):
-        ctl.key_stats.update(event, hash32, size, names)
+    return ctl.key_stats
 
 
 def key_profile_row(topic: str, ks: KeyStats, speed: float) -> dict[str, Any]:
@@ -815,6 +821,8 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
     cols = _entry_arrays(keyed.take(stable_order(keyed, ["_topic", *_DISPATCH_ORDER])))
     bounds = np.searchsorted(np.sort(code), np.arange(len(topics) + 1))
     parts: dict[str, list[Mapping[str, Any]]] = {t: [] for t in _DISPATCH_OUTPUTS}
+    # each part's topic (index) and rows: the topic column is made once per table at the end
+    part_topic: dict[str, list[int]] = {t: [] for t in _DISPATCH_OUTPUTS}
     out = {}
     for i, topic in enumerate(topics):
         disp, seen = pickle.loads(blobs[topic])
@@ -825,10 +833,18 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
         for o in outs:
             for t in _DISPATCH_OUTPUTS:
                 for part in o.column_parts(t):
-                    parts[t].append({**part, "topic": np.full(_rows(part), topic,
-                                                              dtype=object)})
+                    parts[t].append(part)
+                    part_topic[t].append(i)
         out[topic] = pickle.dumps((disp, new_seen))
-    frames = {t: _joined(v) for t, v in parts.items()}
+    names = np.asarray(topics, dtype=object)
+    frames = {}
+    for t, v in parts.items():
+        rows = [_rows(p) for p in v]
+        if sum(rows):
+            frames[t] = _joined(v)
+            frames[t]["topic"] = np.repeat(names[part_topic[t]], rows)
+        else:  # typed as the parts make it (a topic column of no values)
+            frames[t] = _joined([{**v[0], "topic": []}])
     return _dispatch_tables(frames, settings.speed), out
 
 

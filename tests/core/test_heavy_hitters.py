@@ -10,12 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipelines.core import heavy_hitters
 from pipelines.core.heavy_hitters import (
     DISTINCT_EXACT_MAX,
     KeyStats,
+    close_many,
     hll_estimate,
     hll_update,
     misra_gries_merge,
+    update_many,
 )
 
 PERIOD_MS = 60_000
@@ -154,3 +157,41 @@ def test_hyperloglog_of_nothing_is_zero() -> None:
     registers = np.zeros(1 << 14, dtype=np.uint8)
     hll_update(registers, np.zeros(0, dtype=np.int64))
     assert hll_estimate(registers) == 0.0
+
+
+def state(ks: KeyStats) -> dict:
+    """Every field of ``ks`` as plain values (arrays as (dtype, list))."""
+    return {k: (v.dtype.str, v.tolist()) if isinstance(v, np.ndarray) else v
+            for k, v in vars(ks).items()}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 30), st.integers(-1, 25)),
+                min_size=1, max_size=300),
+       st.integers(1, 6), st.integers(1, 4), st.integers(2, 20), st.integers(1, 3))
+def test_many_topics_in_one_pass_equal_each_topic_fed_message_by_message(
+        msgs, capacity, peaks, distinct_max, chunks) -> None:
+    # (topic, ms step, key hash or -1 for keyless); small capacity, PEAKS and exact limit so
+    # the summaries overflow, the peaks are cut and the distinct sets turn into HyperLogLog
+    topic = np.array([m[0] for m in msgs], dtype=np.int64)
+    order = np.argsort(topic, kind="stable")
+    ms = np.cumsum([m[1] for m in msgs]).astype(np.int64)[order]  # by topic, in time
+    h = np.array([m[2] for m in msgs], dtype=np.int64)[order]
+    names = np.array([f"k{x}" for x in h], dtype=object)
+    size = np.arange(len(msgs), dtype=np.int64)
+    bounds = np.searchsorted(topic[order], np.arange(5)).astype(np.int64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(heavy_hitters, "PEAKS", peaks)
+        mp.setattr(heavy_hitters, "DISTINCT_EXACT_MAX", distinct_max)
+        alone = [KeyStats(40, capacity=capacity) for _ in range(4)]
+        for i, ks in enumerate(alone):
+            for r in range(int(bounds[i]), int(bounds[i + 1])):
+                ks.update(ms[r:r + 1], h[r:r + 1], size[r:r + 1], names[r:r + 1])
+            ks.close()
+        together = [KeyStats(40, capacity=capacity) for _ in range(4)]
+        for part in np.array_split(np.arange(len(msgs)), chunks):  # the same cut per topic
+            lo, hi = (int(part[0]), int(part[-1]) + 1) if len(part) else (0, 0)
+            cut = np.clip(bounds, lo, hi) - lo
+            update_many(together, cut, ms[lo:hi], h[lo:hi], size[lo:hi], names[lo:hi])
+        close_many(together)
+    assert [state(ks) for ks in together] == [state(ks) for ks in alone]
