@@ -161,6 +161,22 @@ def test_read_filters_by_run_id(store):
     assert store.read("quarantine", run_id="r2")["run_id"].tolist() == ["r2"] * 3
 
 
+@pytest.mark.parametrize(("run_id", "totals", "reasons"), [
+    ("r1", (1, 7), {"malformed_record": 1}),
+    ("r2", (3, 15), {"malformed_record": 3}),
+    (None, (4, 22), {"malformed_record": 4}),
+])
+def test_scans_total_the_current_rows_of_one_run_or_all(store, run_id, totals, reasons):
+    # r1's first rows are deleted, then one row is written again: the removed file is skipped
+    store.append("quarantine", _quarantine_rows("r1", batch_id=9), app_id="a", version=0)
+    store.delete_run("quarantine", "r1")
+    store.append("quarantine", _quarantine_rows("r1", n=1, batch_id=7), app_id="a", version=1)
+    store.append("quarantine", _quarantine_rows("r2", n=3, batch_id=5), app_id="b", version=0)
+
+    assert store.column_totals("quarantine", "batch_id", run_id) == totals
+    assert store.value_counts("quarantine", "reason", run_id) == reasons
+
+
 def test_delete_run_removes_only_that_run(store):
     store.append("quarantine", _quarantine_rows("r1"), app_id="a", version=0)
     store.append("quarantine", _quarantine_rows("it's r2"), app_id="b", version=0)
