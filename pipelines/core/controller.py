@@ -77,6 +77,7 @@ from pipelines.core.load import (
     DEFAULT_RATE_CHANGE_THRESHOLD,
     DEFAULT_STATS_UPDATE_FREQUENCY_MS,
     DEFAULT_STATS_UPDATE_INITIAL_DELAY_MS,
+    Rates,
     SegmentLoadReporter,
     TopicStatsRates,
 )
@@ -220,6 +221,7 @@ class TopicController:
     _follow_ups: list[int] = field(default_factory=list)  # heap
     _registrations: list[int] = field(default_factory=list)  # sorted join times not yet run
     _rr_counters: dict[str, int] = field(default_factory=dict)
+    _offered: dict[int, Rates] = field(default_factory=dict)  # rates last offered to the gate
     _last_suppressed: tuple[str, ...] = ()
     _decisions: list[dict[str, Any]] = field(default_factory=list)
     _samples: list[dict[str, Any]] = field(default_factory=list)
@@ -234,6 +236,7 @@ class TopicController:
         self._registrations = sorted({t for sub in self.subscriptions
                                       for t in sub.registration_times()})
         self._fan_out_ms, self._fan_out = self._fan_out_steps()
+        self._consumers_ms, self._consumers = self._consumer_steps()
 
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
@@ -327,6 +330,20 @@ class TopicController:
                           and ((end := self._session_end_ms(c)) is None or now_ms < end))
             for sub in self.subscriptions if sub.registers
         }
+
+    def _consumer_steps(self) -> tuple[list[int], list[dict[str, int]]]:
+        """:meth:`consumers_by_subscription` as a step function: the times it may change
+        (registrations and session ends, ascending) and its values: before the first, then from
+        each of them on (computed once, not per evaluation)."""
+        times = sorted({t for sub in self.subscriptions if sub.registers for c in sub.consumers
+                        for t in (c.join_ms, self._session_end_ms(c)) if t is not None})
+        before = times[0] - 1 if times else 0
+        return times, [self.consumers_by_subscription(t) for t in (before, *times)]
+
+    def _consumers_at(self, now_ms: int) -> dict[str, int]:
+        """:meth:`consumers_by_subscription` at ``now_ms`` from the step function (shared: not
+        to be modified)."""
+        return self._consumers[bisect.bisect_right(self._consumers_ms, now_ms)]
 
     def _session_end_ms(self, c: ConsumerSpec) -> int | None:
         """When ``c``'s session is unregistered: at its leave for a clean close, after the
@@ -533,7 +550,10 @@ class TopicController:
         active = self.layout.active_segments
         for sid in self.stats.loaded:
             rates = self.stats.rates(sid)
-            written = self.reporter.report(sid, rates, t)
+            # Rates change only at stats updates; rates already offered to the gate cannot
+            # be written again (the baseline is them, or they were not a material change).
+            written = self._offered.get(sid) != rates and self.reporter.report(sid, rates, t)
+            self._offered[sid] = rates
             if written or any(rates):
                 last = self.reporter.last_written(sid)
                 assert last is not None
@@ -546,12 +566,13 @@ class TopicController:
             if sid not in active and not self.stats.has_data(sid):
                 self.stats.unload(sid)
                 self.reporter.forget(sid)
+                del self._offered[sid]
 
     def _evaluate(self, t: int, trigger: str) -> None:
         layout = self.layout
         assert layout is not None
         p = self.settings.policy
-        consumers = self.consumers_by_subscription(t)
+        consumers = self._consumers_at(t)
         decision = decide(layout, self.reporter.samples, consumers, p, t, self.last_split_ms,
                           self.last_merge_ms, self.last_rebucket_ms)
         failure = self._apply(decision, t)
