@@ -97,6 +97,8 @@ ACTION_SPLIT, ACTION_MERGE, ACTION_REBUCKET, ACTION_NONE = DECISION_ACTIONS
 CREATED_BY: tuple[str, ...] = ("initial", "split", "merge", "rebucket")
 """Every ``created_by`` of a segment row (``segments.created_by``)."""
 OPERATION_FAILED_PREFIX = "operation-failed: "
+_LIST_MAX = 1 << 16
+"""Longest chunk whose event times are copied to a list for the event loop's look-ups."""
 """Prefix of the ``suppressed_by`` item recorded when applying a decision failed."""
 
 
@@ -265,17 +267,17 @@ class TopicController:
         sh = np.asarray(segment_hash, dtype=np.int64)
         hb = np.asarray(hash_b, dtype=np.int64)
         producers = np.asarray(producer_name, dtype=object)
-        # Per-message weights of the load accounting; the fan-out does not depend on the layout.
         sizes = np.asarray(payload_size, dtype=np.int64)
-        fan_out = self._fan_out_at(ev)
-        weights = np.stack([np.ones(n, dtype=np.int64), sizes, fan_out, sizes * fan_out], axis=1)
-        times = ev.tolist()  # scalar look-ups per control event: cheaper than NumPy's
+        fan_out = self._fan_out_at(ev)  # does not depend on the layout
+        # Scalar look-ups per control event: a list's are cheaper than NumPy's; a long chunk
+        # has few events per message, and is not copied.
+        times: Sequence[int] | npt.NDArray[np.int64] = ev.tolist() if n <= _LIST_MAX else ev
         # Messages are routed once per layout: from ``lo`` to the end of the chunk under the
         # current one, again from the change on when an evaluation replaces it.
-        lo, span = 0, self._route(0, ev, sh, hb, producers, weights, routed)
+        lo, span = 0, self._route(0, ev, sh, hb, producers, sizes, fan_out, routed)
         i = 0
         while True:
-            t = self._next_event_ms(times[i] if i < n else None, horizon_ms)
+            t = self._next_event_ms(int(times[i]) if i < n else None, horizon_ms)
             if t is None or t > horizon_ms:
                 break
             j = bisect.bisect_left(times, t, i)
@@ -285,7 +287,7 @@ class TopicController:
             self._run_events_at(t)
             if self.layout is not layout:
                 self._commit_round_robin(sh[lo:i], producers[lo:i])
-                lo, span = i, self._route(i, ev, sh, hb, producers, weights, routed)
+                lo, span = i, self._route(i, ev, sh, hb, producers, sizes, fan_out, routed)
         self._account(span, i, n)
         self._commit_round_robin(sh[lo:n], producers[lo:n])
         if n:
@@ -400,8 +402,8 @@ class TopicController:
             self._registrations = [t0] + [t for t in self._registrations if t >= t0]
 
     def _route(self, lo: int, ev: npt.NDArray[np.int64], sh: npt.NDArray[np.int64],
-               hb: npt.NDArray[np.int64], producers: npt.NDArray[Any],
-               weights: npt.NDArray[np.int64], routed: RoutedMessages) -> _SpanLoad | None:
+               hb: npt.NDArray[np.int64], producers: npt.NDArray[Any], sizes: npt.NDArray[np.int64],
+               fan_out: npt.NDArray[np.int64], routed: RoutedMessages) -> _SpanLoad | None:
         """Route the messages from ``lo`` to the end of the chunk under the current layout into
         ``routed`` (filled in place) and return their load, to be accounted event by event
         (``None`` when there is nothing to route). Keyless messages take the producers' current
@@ -432,7 +434,7 @@ class TopicController:
                 m = out == sid
                 b[m] = bucket_of_array(layout.segments[int(sid)].bucket_splits, h_b[m])
             routed.bucket_index[lo:] = b
-        return _SpanLoad(lo, out, weights[lo:])
+        return _SpanLoad(lo, out, sizes[lo:], fan_out[lo:])
 
     def _account(self, span: _SpanLoad | None, i: int, j: int) -> None:
         """Count the load of messages ``[i, j)`` of the chunk (routed in ``span``). They lie
@@ -676,34 +678,40 @@ class _SpanLoad:
     event).
 
     ``lo``: the span's first message in the chunk; ``segment_id`` int64 per message;
-    ``weights`` int64 ``(n, 4)``: ``(1, bytes, fan-out, bytes × fan-out)`` per message."""
+    ``sizes`` (bytes) and ``fan_out`` (subscriptions dispatched to) int64 per message."""
 
-    def __init__(self, lo: int, segment_id: npt.NDArray[np.int64],
-                 weights: npt.NDArray[np.int64]) -> None:
+    def __init__(self, lo: int, segment_id: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+                 fan_out: npt.NDArray[np.int64]) -> None:
         self.lo = lo
-        self.ids = np.unique(segment_id).tolist()
-        zero = np.zeros((1, 4), dtype=np.int64)
-        if len(self.ids) == 1:  # one segment (most quiet topics): plain prefix sums
-            self.cum = np.concatenate([zero, np.cumsum(weights, axis=0)])
-            self.keys: npt.NDArray[np.int64] | None = None
-            return
-        # Messages grouped by segment, in chunk order within each: key = segment × n + offset.
-        n = len(segment_id)
-        order = np.argsort(segment_id, kind="stable")
-        self.keys = segment_id[order] * n + order
-        self.n = n
-        self.cum = np.concatenate([zero, np.cumsum(weights[order], axis=0)])
+        self.keys: npt.NDArray[np.int64] | None = None
+        if (segment_id == segment_id[0]).all():  # one segment (most quiet topics)
+            self.ids = [int(segment_id[0])]
+        else:  # grouped by segment, in chunk order within each: key = segment × n + offset
+            self.ids = np.unique(segment_id).tolist()
+            self.n = len(segment_id)
+            order = np.argsort(segment_id, kind="stable")
+            self.keys = segment_id[order] * self.n + order
+            sizes, fan_out = sizes[order], fan_out[order]
+        # A constant fan-out (no join or leave within the span) needs the bytes' sums only.
+        self.fan_out = int(fan_out[0]) if (fan_out == fan_out[0]).all() else None
+        columns = [sizes] if self.fan_out is not None else [sizes, fan_out, sizes * fan_out]
+        self.cum = [np.concatenate([[0], np.cumsum(c)]) for c in columns]
 
     def between(self, i: int, j: int) -> list[tuple[int, list[int]]]:
-        """Per segment id (ascending) with messages in chunk positions ``[i, j)``: ``(messages,
-        bytes, messages × fan-out, bytes × fan-out)``."""
+        """Per segment id (ascending) with messages in chunk positions ``[i, j)``: ``[messages,
+        bytes, messages × fan-out, bytes × fan-out]``."""
         a, b = i - self.lo, j - self.lo
         if self.keys is None:
-            return [(self.ids[0], (self.cum[b] - self.cum[a]).tolist())]
-        bounds = np.searchsorted(self.keys, [[sid * self.n + a, sid * self.n + b]
-                                             for sid in self.ids])
-        sums = (self.cum[bounds[:, 1]] - self.cum[bounds[:, 0]]).tolist()
-        return [(sid, c) for sid, c in zip(self.ids, sums, strict=True) if c[0]]
+            starts, ends = np.array([a]), np.array([b])
+        else:
+            bounds = np.searchsorted(self.keys, [[sid * self.n + a, sid * self.n + b]
+                                                 for sid in self.ids])
+            starts, ends = bounds[:, 0], bounds[:, 1]
+        sums = [ends - starts, *(c[ends] - c[starts] for c in self.cum)]
+        if self.fan_out is not None:
+            sums += [sums[0] * self.fan_out, sums[1] * self.fan_out]
+        return [(sid, counts) for sid, *counts in zip(self.ids, *(x.tolist() for x in sums),
+                                                      strict=True) if counts[0]]
 
 
 def _empty_routing() -> RoutedMessages:
