@@ -2,20 +2,21 @@
 
 Run from the project root::
 
-    .venv/bin/python bench/bench_topic_stages.py [--messages 204000] [--topics 3,1000]
+    .venv/bin/python bench/bench_topic_stages.py [--messages 204000] [--topics 3,1000] \
+        [--span-s 120]
 
-The same messages (Zipf keys, 2 producers per topic, 120 s of event time) over each topic
-count, one window (end of input), ``bins`` topic bins and ``shards`` producer shards as the
-Spark operators key them, through the control plane, batching and dispatch twice: as the
-operators did before issue #30's columnar pass (a loop of per-topic calls:
-``control_group``, ``batch_topic``, ``dispatch_group``, the local engine's functions) and as
-they do now (one call per key and window: ``control_topics``, ``batch_topics``,
-``dispatch_topics``); after the one pass, the run's answers (``topic_profile`` and
-``findings`` from those stages' rows, as the driver computes them after the last window).
-``--one-pass-only`` skips the per-topic calls (slow at 10,000 topics). Prints CPU seconds
-(``time.process_time``: unlike wall time, not inflated by other processes on a shared
-machine) per stage. No Spark, no files: the operators' state-store round trips and hand-over
-files are not counted.
+The same messages (Zipf keys, 2 producers per topic, ``--span-s`` of event time: 120 s by
+default; the replay bench's workload spans 600 s, so 5x more control events per topic) over each
+topic count, one window (end of input), ``bins`` topic bins and ``shards`` producer shards as
+the Spark operators key them, through the control plane, batching and dispatch twice: as the
+operators did before issue #30's columnar pass (a loop of per-topic calls: ``control_group``,
+``batch_topic``, ``dispatch_group``, the local engine's functions) and as they do now (one call
+per key and window: ``control_topics``, ``batch_topics``, ``dispatch_topics``); after the one
+pass, the run's answers (``topic_profile`` and ``findings`` from those stages' rows, as the
+driver computes them after the last window). ``--one-pass-only`` skips the per-topic calls (slow
+at 10,000 topics). Prints CPU seconds (``time.process_time``: unlike wall time, not inflated by
+other processes on a shared machine) per stage. No Spark, no files: the operators' state-store
+round trips and hand-over files are not counted.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ SPAN_MS = 120_000
 START_MS = 1_700_000_000_000
 
 
-def messages(n: int, topics: int, seed: int = 1) -> pd.DataFrame:
-    """``n`` staged messages over ``topics`` topics (as the stages read them)."""
+def messages(n: int, topics: int, seed: int = 1, span_ms: int = SPAN_MS) -> pd.DataFrame:
+    """``n`` staged messages over ``topics`` topics (as the stages read them), spread uniformly
+    over ``span_ms`` of event time."""
     rng = np.random.default_rng(seed)
-    t = np.sort(START_MS + rng.integers(0, SPAN_MS, n))
+    t = np.sort(START_MS + rng.integers(0, span_ms, n))
     topic = rng.integers(0, topics, n)
     keys = pa.array([f"k{k}" for k in rng.zipf(1.2, n) % 5000])
     h = key_hashes_arrow(keys)
@@ -165,12 +167,14 @@ def main() -> None:
     parser.add_argument("--topics", default="3,1000")
     parser.add_argument("--bins", type=int, default=4)
     parser.add_argument("--shards", type=int, default=4)
+    parser.add_argument("--span-s", type=int, default=SPAN_MS // 1000,
+                        help="event-time span of the messages (s)")
     parser.add_argument("--one-pass-only", action="store_true")
     args = parser.parse_args()
     settings = stages.StageSettings.from_config(
         load_config(None, ["replay.consumer_window_s=600"]), None)
     for topics in (int(t) for t in args.topics.split(",")):
-        df = messages(args.messages, topics)
+        df = messages(args.messages, topics, span_ms=args.span_s * 1000)
         for one_pass in (True,) if args.one_pass_only else (False, True):
             sec = run(df, settings, args.bins, args.shards, one_pass)
             label = "one pass per key" if one_pass else "per-topic calls"

@@ -54,6 +54,7 @@ Emulator refinements, documented here because Pulsar has no equivalent:
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -76,6 +77,7 @@ from pipelines.core.load import (
     DEFAULT_RATE_CHANGE_THRESHOLD,
     DEFAULT_STATS_UPDATE_FREQUENCY_MS,
     DEFAULT_STATS_UPDATE_INITIAL_DELAY_MS,
+    Rates,
     SegmentLoadReporter,
     TopicStatsRates,
 )
@@ -95,6 +97,8 @@ ACTION_SPLIT, ACTION_MERGE, ACTION_REBUCKET, ACTION_NONE = DECISION_ACTIONS
 CREATED_BY: tuple[str, ...] = ("initial", "split", "merge", "rebucket")
 """Every ``created_by`` of a segment row (``segments.created_by``)."""
 OPERATION_FAILED_PREFIX = "operation-failed: "
+_LIST_MAX = 1 << 16
+"""Longest chunk whose event times are copied to a list for the event loop's look-ups."""
 """Prefix of the ``suppressed_by`` item recorded when applying a decision failed."""
 
 
@@ -219,6 +223,7 @@ class TopicController:
     _follow_ups: list[int] = field(default_factory=list)  # heap
     _registrations: list[int] = field(default_factory=list)  # sorted join times not yet run
     _rr_counters: dict[str, int] = field(default_factory=dict)
+    _offered: dict[int, Rates] = field(default_factory=dict)  # rates last offered to the gate
     _last_suppressed: tuple[str, ...] = ()
     _decisions: list[dict[str, Any]] = field(default_factory=list)
     _samples: list[dict[str, Any]] = field(default_factory=list)
@@ -233,6 +238,7 @@ class TopicController:
         self._registrations = sorted({t for sub in self.subscriptions
                                       for t in sub.registration_times()})
         self._fan_out_ms, self._fan_out = self._fan_out_steps()
+        self._consumers_ms, self._consumers = self._consumer_steps()
 
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
@@ -260,18 +266,30 @@ class TopicController:
                                 np.empty(n, dtype=np.int64))
         sh = np.asarray(segment_hash, dtype=np.int64)
         hb = np.asarray(hash_b, dtype=np.int64)
-        sizes = np.asarray(payload_size, dtype=np.int64)
         producers = np.asarray(producer_name, dtype=object)
+        sizes = np.asarray(payload_size, dtype=np.int64)
+        fan_out = self._fan_out_at(ev)  # does not depend on the layout
+        # Scalar look-ups per control event: a list's are cheaper than NumPy's; a long chunk
+        # has few events per message, and is not copied.
+        times: Sequence[int] | npt.NDArray[np.int64] = ev.tolist() if n <= _LIST_MAX else ev
+        # Messages are routed once per layout: from ``lo`` to the end of the chunk under the
+        # current one, again from the change on when an evaluation replaces it.
+        lo, span = 0, self._route(0, ev, sh, hb, producers, sizes, fan_out, routed)
         i = 0
         while True:
-            t = self._next_event_ms(int(ev[i]) if i < n else None, horizon_ms)
+            t = self._next_event_ms(int(times[i]) if i < n else None, horizon_ms)
             if t is None or t > horizon_ms:
                 break
-            j = int(np.searchsorted(ev, t, side="left"))
-            self._route(slice(i, j), ev, sh, hb, sizes, producers, routed)
+            j = bisect.bisect_left(times, t, i)
+            self._account(span, i, j)
             i = j
+            layout = self.layout
             self._run_events_at(t)
-        self._route(slice(i, n), ev, sh, hb, sizes, producers, routed)
+            if self.layout is not layout:
+                self._commit_round_robin(sh[lo:i], producers[lo:i])
+                lo, span = i, self._route(i, ev, sh, hb, producers, sizes, fan_out, routed)
+        self._account(span, i, n)
+        self._commit_round_robin(sh[lo:n], producers[lo:n])
         if n:
             self._last_message_ms = int(ev[-1])
         self._horizon_ms = max(self._horizon_ms, horizon_ms)
@@ -314,6 +332,20 @@ class TopicController:
                           and ((end := self._session_end_ms(c)) is None or now_ms < end))
             for sub in self.subscriptions if sub.registers
         }
+
+    def _consumer_steps(self) -> tuple[list[int], list[dict[str, int]]]:
+        """:meth:`consumers_by_subscription` as a step function: the times it may change
+        (registrations and session ends, ascending) and its values: before the first, then from
+        each of them on (computed once, not per evaluation)."""
+        times = sorted({t for sub in self.subscriptions if sub.registers for c in sub.consumers
+                        for t in (c.join_ms, self._session_end_ms(c)) if t is not None})
+        before = times[0] - 1 if times else 0
+        return times, [self.consumers_by_subscription(t) for t in (before, *times)]
+
+    def _consumers_at(self, now_ms: int) -> dict[str, int]:
+        """:meth:`consumers_by_subscription` at ``now_ms`` from the step function (shared: not
+        to be modified)."""
+        return self._consumers[bisect.bisect_right(self._consumers_ms, now_ms)]
 
     def _session_end_ms(self, c: ConsumerSpec) -> int | None:
         """When ``c``'s session is unregistered: at its leave for a clean close, after the
@@ -369,40 +401,55 @@ class TopicController:
         if self._registrations and self._registrations[0] < t0:
             self._registrations = [t0] + [t for t in self._registrations if t >= t0]
 
-    def _route(self, sl: slice, ev: npt.NDArray[np.int64], sh: npt.NDArray[np.int64],
-               hb: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
-               producers: npt.NDArray[Any], routed: RoutedMessages) -> None:
-        """Route the messages of slice ``sl`` under the current layout into ``routed`` (filled
-        in place at ``sl``) and account their load."""
-        if sl.start == sl.stop:
-            return
-        self._quiet_evaluated = False
+    def _route(self, lo: int, ev: npt.NDArray[np.int64], sh: npt.NDArray[np.int64],
+               hb: npt.NDArray[np.int64], producers: npt.NDArray[Any], sizes: npt.NDArray[np.int64],
+               fan_out: npt.NDArray[np.int64], routed: RoutedMessages) -> _SpanLoad | None:
+        """Route the messages from ``lo`` to the end of the chunk under the current layout into
+        ``routed`` (filled in place) and return their load, to be accounted event by event
+        (``None`` when there is nothing to route). Keyless messages take the producers' current
+        counters without moving them (:meth:`_commit_round_robin` does, for the messages that
+        stay routed under this layout)."""
+        if lo == len(ev):
+            return None
         layout = self.layout
         assert layout is not None
-        s_hash = sh[sl]
+        s_hash = sh[lo:]
         keyed = s_hash >= 0
-        out = np.empty(len(s_hash), dtype=np.int64)
-        out[keyed] = layout.route_array(s_hash[keyed])
-        if not keyed.all():
-            out[~keyed] = self._round_robin(producers[sl][~keyed])
-        routed.segment_id[sl] = out
-        routed.layout_epoch[sl] = layout.epoch
-        b = np.zeros(len(out), dtype=np.int32)
-        h_b = np.where(hb[sl] >= 0, hb[sl], 0)
-        for sid in np.unique(out):
-            m = out == sid
-            b[m] = bucket_of_array(layout.segments[int(sid)].bucket_splits, h_b[m])
-        routed.bucket_index[sl] = b
-        # Load accounting: the slice lies within one stats period (updates are events).
-        fan_out = self._fan_out_at(ev[sl])
-        for sid, counts in _group_sum(out, sizes[sl], fan_out):
+        if keyed.all():
+            out = layout.route_array(s_hash)
+        else:
+            out = np.empty(len(s_hash), dtype=np.int64)
+            out[keyed] = layout.route_array(s_hash[keyed])
+            out[~keyed] = self._round_robin(producers[lo:][~keyed])
+        routed.segment_id[lo:] = out
+        routed.layout_epoch[lo:] = layout.epoch
+        h_b = np.where(hb[lo:] >= 0, hb[lo:], 0)
+        active = layout.active_segments
+        if len(active) == 1:
+            routed.bucket_index[lo:] = bucket_of_array(next(iter(active.values())).bucket_splits,
+                                                       h_b)
+        else:
+            b = np.zeros(len(out), dtype=np.int32)
+            for sid in np.unique(out):
+                m = out == sid
+                b[m] = bucket_of_array(layout.segments[int(sid)].bucket_splits, h_b[m])
+            routed.bucket_index[lo:] = b
+        return _SpanLoad(lo, out, sizes[lo:], fan_out[lo:])
+
+    def _account(self, span: _SpanLoad | None, i: int, j: int) -> None:
+        """Count the load of messages ``[i, j)`` of the chunk (routed in ``span``). They lie
+        within one stats period: updates are control events."""
+        if span is None or i == j:
+            return
+        self._quiet_evaluated = False
+        for sid, counts in span.between(i, j):
             self.stats.add(sid, *counts)
 
     def _round_robin(self, producers: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """Keyless routing: per producer ``index = counter++ % n`` over active segments sorted by
         range start (reference §1.3). Vectorized over producers: each message's counter is its
         producer's counter plus its rank among that producer's messages of the slice (cost
-        follows messages, not producers)."""
+        follows messages, not producers). The counters do not move here."""
         assert self.layout is not None
         _, ids = self.layout.routing_table()
         names, inverse, counts = np.unique(producers.astype(str), return_inverse=True,
@@ -415,8 +462,17 @@ class TopicController:
             np.cumsum(counts) - counts, counts)
         out: npt.NDArray[np.int64] = np.asarray(ids, dtype=np.int64)[
             (start[inverse] + rank) % len(ids)]
-        self._rr_counters.update(zip(names.tolist(), (start + counts).tolist(), strict=True))
         return out
+
+    def _commit_round_robin(self, sh: npt.NDArray[np.int64], producers: npt.NDArray[Any]) -> None:
+        """Move the producers' keyless counters past the keyless messages (``sh < 0``) of a
+        span routed under one layout."""
+        keyless = sh < 0
+        if not keyless.any():
+            return
+        names, counts = np.unique(producers[keyless].astype(str), return_counts=True)
+        for name, count in zip(names.tolist(), counts.tolist(), strict=True):
+            self._rr_counters[name] = self._rr_counters.get(name, 0) + count
 
     # ---- event loop ---------------------------------------------------------------------------
     def _next_event_ms(self, next_message_ms: int | None, horizon_ms: int) -> int | None:
@@ -496,7 +552,10 @@ class TopicController:
         active = self.layout.active_segments
         for sid in self.stats.loaded:
             rates = self.stats.rates(sid)
-            written = self.reporter.report(sid, rates, t)
+            # Rates change only at stats updates; rates already offered to the gate cannot
+            # be written again (the baseline is them, or they were not a material change).
+            written = self._offered.get(sid) != rates and self.reporter.report(sid, rates, t)
+            self._offered[sid] = rates
             if written or any(rates):
                 last = self.reporter.last_written(sid)
                 assert last is not None
@@ -509,12 +568,13 @@ class TopicController:
             if sid not in active and not self.stats.has_data(sid):
                 self.stats.unload(sid)
                 self.reporter.forget(sid)
+                del self._offered[sid]
 
     def _evaluate(self, t: int, trigger: str) -> None:
         layout = self.layout
         assert layout is not None
         p = self.settings.policy
-        consumers = self.consumers_by_subscription(t)
+        consumers = self._consumers_at(t)
         decision = decide(layout, self.reporter.samples, consumers, p, t, self.last_split_ms,
                           self.last_merge_ms, self.last_rebucket_ms)
         failure = self._apply(decision, t)
@@ -612,16 +672,46 @@ def segment_rows(layout: SegmentLayout) -> list[dict[str, Any]]:
     return rows
 
 
-def _group_sum(ids: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
-               fan_out: npt.NDArray[np.int64]) -> list[tuple[int, tuple[int, int, int, int]]]:
-    """Per segment id (ascending): ``(messages, bytes, messages × fan-out, bytes × fan-out)``
-    summed over its messages (``sizes`` in bytes, ``fan_out`` the subscriptions each message
-    is dispatched to)."""
-    uniq, inv = np.unique(ids, return_inverse=True)
-    sums = [np.bincount(inv, weights=w, minlength=len(uniq)).astype(np.int64)
-            for w in (None, sizes, fan_out, sizes * fan_out)]
-    return [(int(u), (int(a), int(b), int(c), int(d)))
-            for u, a, b, c, d in zip(uniq, *sums, strict=True)]
+class _SpanLoad:
+    """The load of a span of routed messages as prefix sums per segment, so that the load of
+    any sub-span is a difference of two rows (one pass per span, not a grouping per control
+    event).
+
+    ``lo``: the span's first message in the chunk; ``segment_id`` int64 per message;
+    ``sizes`` (bytes) and ``fan_out`` (subscriptions dispatched to) int64 per message."""
+
+    def __init__(self, lo: int, segment_id: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64],
+                 fan_out: npt.NDArray[np.int64]) -> None:
+        self.lo = lo
+        self.keys: npt.NDArray[np.int64] | None = None
+        if (segment_id == segment_id[0]).all():  # one segment (most quiet topics)
+            self.ids = [int(segment_id[0])]
+        else:  # grouped by segment, in chunk order within each: key = segment × n + offset
+            self.ids = np.unique(segment_id).tolist()
+            self.n = len(segment_id)
+            order = np.argsort(segment_id, kind="stable")
+            self.keys = segment_id[order] * self.n + order
+            sizes, fan_out = sizes[order], fan_out[order]
+        # A constant fan-out (no join or leave within the span) needs the bytes' sums only.
+        self.fan_out = int(fan_out[0]) if (fan_out == fan_out[0]).all() else None
+        columns = [sizes] if self.fan_out is not None else [sizes, fan_out, sizes * fan_out]
+        self.cum = [np.concatenate([[0], np.cumsum(c)]) for c in columns]
+
+    def between(self, i: int, j: int) -> list[tuple[int, list[int]]]:
+        """Per segment id (ascending) with messages in chunk positions ``[i, j)``: ``[messages,
+        bytes, messages × fan-out, bytes × fan-out]``."""
+        a, b = i - self.lo, j - self.lo
+        if self.keys is None:
+            starts, ends = np.array([a]), np.array([b])
+        else:
+            bounds = np.searchsorted(self.keys, [[sid * self.n + a, sid * self.n + b]
+                                                 for sid in self.ids])
+            starts, ends = bounds[:, 0], bounds[:, 1]
+        sums = [ends - starts, *(c[ends] - c[starts] for c in self.cum)]
+        if self.fan_out is not None:
+            sums += [sums[0] * self.fan_out, sums[1] * self.fan_out]
+        return [(sid, counts) for sid, *counts in zip(self.ids, *(x.tolist() for x in sums),
+                                                      strict=True) if counts[0]]
 
 
 def _empty_routing() -> RoutedMessages:

@@ -14,7 +14,7 @@ from pipelines.core.controller import (
     TopicController,
     segment_rows,
 )
-from pipelines.core.layout import SegmentLayout
+from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
 from pipelines.core.policy import AutoScaleConfig
 
 RATES = ("msg_rate_in", "bytes_rate_in", "msg_rate_out", "bytes_rate_out")
@@ -86,6 +86,26 @@ def test_keyless_round_robin_counts_each_producers_messages_across_chunks(produc
         expected.append(seen.get(p, 0) % 3)
         seen[p] = seen.get(p, 0) + 1
     assert got == expected
+
+
+def test_keyless_round_robin_continues_each_producers_counter_over_a_new_layout():
+    """Within one chunk, splits (the first at 60 s) re-route the later keyless messages: each
+    producer's n-th message goes to ``n % segments`` over the layout in force at its time
+    (segments by range start), its counter counting every earlier message, under any layout."""
+    c = TopicController("t", ControllerSettings(policy=POLICY))
+    ev, sh, hb = traffic(100, 0, 130_000, keyless=True)
+    producers = np.random.default_rng(1).choice(np.array(["a", "b"]), len(ev))
+    # an odd count before the split: a counter not carried over would pick the other segment
+    assert (producers[ev < 60_000] == "a").sum() % 2 == 1
+    routed = run(c, ev, sh, hb, producers)
+    assert c.layout is not None and change_times(c.layout)[0] == 60_000
+    seen: dict[str, int] = {}
+    expected = []
+    for t, p in zip(ev.tolist(), producers.tolist(), strict=True):
+        _, ids = layout_as_of(c.layout, t).routing_table()
+        expected.append(int(ids[seen.get(p, 0) % len(ids)]))
+        seen[p] = seen.get(p, 0) + 1
+    assert routed.segment_id.tolist() == expected
 
 
 def test_bucket_index_is_bucket_of_hash_b_under_segment_splits():
