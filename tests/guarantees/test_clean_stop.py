@@ -2,7 +2,12 @@
 and its Python workers included, as systemd and Airflow send it), or to the driver alone, stops
 ``topic-replay stream`` / ``run`` after the micro-batch in progress: one status line, exit 0, no
 traceback; a restart then ends with the tables of an uninterrupted run (nothing lost or
-doubled). The replay runs as a subprocess in a session (process group) of its own."""
+doubled). The replay runs as a subprocess in a session (process group) of its own.
+
+The cases are independent subprocess replays on ``local[1]`` (about one core each): the module
+runs the reference and every collected case :data:`STOP_WORKERS` at a time in the background,
+and each test asserts on its own case's outcome. Nothing is timed (the wait for ``batch 0:`` is
+a guard against a hang): a loaded machine only makes the cases slower."""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,11 +56,8 @@ def run_to_end(logs: Path, out: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def reference(logs, tmp_path_factory) -> DeltaStore:
-    out = tmp_path_factory.mktemp("stop_ref")
-    run_to_end(logs, out)
-    return DeltaStore(str(out), engine="delta-rs")
+STOP_WORKERS = 2
+"""Subprocess replays the module runs at once: one per core of a 2-core machine."""
 
 
 def stop_after_first_batch(command: str, logs: Path, out: Path, signum: int,
@@ -84,21 +88,61 @@ def stop_after_first_batch(command: str, logs: Path, out: Path, signum: int,
     return proc.returncode, "".join(seen) + out_text, err_text
 
 
+CASES = {"stream_group_sigterm": ("stream", signal.SIGTERM, True),
+         "run_group_sigint": ("run", signal.SIGINT, True),
+         "run_driver_sigterm": ("run", signal.SIGTERM, False)}
+"""Case id -> (command, signal, to the whole process group?)."""
+
+
+def stop_and_restart(logs: Path, out: Path, command: str, signum: int,
+                     group: bool) -> tuple[int, str, str]:
+    """:func:`stop_after_first_batch`'s ``(exit code, stdout, stderr)``; then, if the stop
+    exited 0, the restart run to the end into the same ``out``."""
+    stopped = stop_after_first_batch(command, logs, out, signum, group)
+    if stopped[0] == 0:
+        run_to_end(logs, out)
+    return stopped
+
+
+@pytest.fixture(scope="module")
+def outcomes(request, logs, tmp_path_factory) -> Iterator[dict[str | None, tuple[Path, Future]]]:
+    """The uninterrupted reference (key ``None``) and every collected case (by id): its output
+    folder and the future of its outcome, :data:`STOP_WORKERS` at a time, the reference first.
+    A failed run raises its ``AssertionError`` in the tests that wait on it."""
+    name = test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables.__name__
+    ids = [item.callspec.id for item in request.session.items
+           if isinstance(item, pytest.Function) and item.originalname == name]
+    with ThreadPoolExecutor(max_workers=STOP_WORKERS, thread_name_prefix="stop") as pool:
+        out = tmp_path_factory.mktemp("stop_ref")
+        runs: dict[str | None, tuple[Path, Future]] = {
+            None: (out, pool.submit(run_to_end, logs, out))}
+        for case in ids:
+            out = tmp_path_factory.mktemp(f"stop_{case}")
+            runs[case] = (out, pool.submit(stop_and_restart, logs, out, *CASES[case]))
+        try:
+            yield runs
+        finally:  # a session stopped early (-x) does not start the cases still queued
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def reference(outcomes) -> DeltaStore:
+    out, done = outcomes[None]
+    done.result()
+    return DeltaStore(str(out), engine="delta-rs")
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(("command", "signum", "group"), [
-    ("stream", signal.SIGTERM, True),
-    ("run", signal.SIGINT, True),
-    ("run", signal.SIGTERM, False),
-], ids=["stream_group_sigterm", "run_group_sigint", "run_driver_sigterm"])
+@pytest.mark.parametrize("case", list(CASES))
 def test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables(
-        logs, reference, tmp_path, command, signum, group):
-    code, out, err = stop_after_first_batch(command, logs, tmp_path, signum, group)
+        outcomes, reference, case):
+    out_dir, done = outcomes[case]
+    code, out, err = done.result()  # the stop's; the restart has run when it exited 0
     assert code == 0, err[-3000:]
     status = [x for x in out.splitlines() if x.startswith("stopped; ")]
-    assert len(status) == 1 and f"tables under {tmp_path} are current up to batch" in status[0]
+    assert len(status) == 1 and f"tables under {out_dir} are current up to batch" in status[0]
     assert "Traceback" not in err and "Py4J" not in err and "Exception" not in err, err[-3000:]
-    run_to_end(logs, tmp_path)
-    store = DeltaStore(str(tmp_path), engine="delta-rs")
+    store = DeltaStore(str(out_dir), engine="delta-rs")
     diffs = diff_runs(reference, "stop", "stop", store_b=store, tables=TABLES)
     assert {d.table: (d.only_a, d.only_b) for d in diffs if not d.identical} == {}
     assert len(store.read("messages", "stop")) == 1500

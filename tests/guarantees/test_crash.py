@@ -7,6 +7,12 @@ commit, and at several points of end-of-input finalization. It is restarted with
 arguments; every table must then equal that of an uninterrupted run (delta-rs's, whichever
 engine the interrupted run writes with) (``pipelines.analysis.diff``: same
 rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
+
+Each case is two subprocess replays on ``local[1]`` (about one core each), independent of the
+others: the module runs the reference and every case it collects :data:`CRASH_WORKERS` at a
+time in the background (each in its own folder), and each test asserts on its own case's
+outcome, so a 2-core machine does the cases in about half the time. Nothing is timed: a
+loaded machine only makes the cases slower.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -63,10 +71,48 @@ def run_replay(logs: Path, out: Path, fault: str | None = None, engine: str = "d
     return done.returncode
 
 
+CRASH_WORKERS = 2
+"""Subprocess replays the module runs at once: one per core of a 2-core machine (each driver
+is on ``local[1]``; more would only queue for the cores)."""
+
+
+def kill_and_restart(logs: Path, out: Path, fault: str, engine: str) -> tuple[int, int]:
+    """The exit codes of a replay killed at ``fault`` and of its restart, both into ``out``."""
+    return run_replay(logs, out, fault, engine), run_replay(logs, out, engine=engine)
+
+
+def _collected_cases(session: pytest.Session) -> list[tuple[str, str]]:
+    """The ``(fault, engine)`` of every crash case this session runs (not deselected, not
+    skipped by a ``skipif`` mark: delta-spark without its jars)."""
+    name = test_replay_killed_and_restarted_ends_with_the_uninterrupted_tables.__name__
+    return [(item.callspec.params["fault"], item.callspec.params["engine"])
+            for item in session.items
+            if isinstance(item, pytest.Function) and item.originalname == name
+            and not any(m.args and m.args[0] for m in item.iter_markers("skipif"))]
+
+
 @pytest.fixture(scope="module")
-def reference(logs, tmp_path_factory) -> DeltaStore:
-    out = tmp_path_factory.mktemp("crash_ref")
-    assert run_replay(logs, out) == 0
+def outcomes(request, logs, tmp_path_factory) -> Iterator[dict[object, tuple[Path, Future]]]:
+    """The uninterrupted reference (key ``None``) and every collected case (key ``(fault,
+    engine)``): its output folder and the future of its exit codes, run
+    :data:`CRASH_WORKERS` at a time, the reference first. A failed run raises its
+    ``AssertionError`` (with the replay's stderr) in the tests that wait on it."""
+    with ThreadPoolExecutor(max_workers=CRASH_WORKERS, thread_name_prefix="crash") as pool:
+        out = tmp_path_factory.mktemp("crash_ref")
+        runs: dict[object, tuple[Path, Future]] = {None: (out, pool.submit(run_replay, logs, out))}
+        for fault, engine in _collected_cases(request.session):
+            out = tmp_path_factory.mktemp(f"crash_{fault.replace(':', '_')}_{engine}")
+            runs[fault, engine] = (out, pool.submit(kill_and_restart, logs, out, fault, engine))
+        try:
+            yield runs
+        finally:  # a session stopped early (-x) does not start the cases still queued
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="module")
+def reference(outcomes) -> DeltaStore:
+    out, done = outcomes[None]
+    assert done.result() == 0
     return DeltaStore(str(out), engine="delta-rs")
 
 
@@ -84,11 +130,11 @@ CASES = [pytest.param(f, "delta-rs", id=f"{f}-delta-rs") for f in FAULT_POINTS] 
 @pytest.mark.slow
 @pytest.mark.parametrize(("fault", "engine"), CASES)
 def test_replay_killed_and_restarted_ends_with_the_uninterrupted_tables(
-        logs, reference, tmp_path, fault, engine):
+        outcomes, reference, fault, engine):
     # the reference is delta-rs's: a delta-spark restart must also end with the same tables
-    assert run_replay(logs, tmp_path, fault, engine) == -signal.SIGKILL
-    assert run_replay(logs, tmp_path, engine=engine) == 0
-    store = DeltaStore(str(tmp_path), engine="delta-rs")
+    out, done = outcomes[fault, engine]
+    assert done.result() == (-signal.SIGKILL, 0)  # killed at the fault point, then finished
+    store = DeltaStore(str(out), engine="delta-rs")
     # a delta-spark run's `runs` row names its engine (config, versions): its counts must match
     tables = [t for t in table_names() if engine == "delta-rs" or t != "runs"]
     diffs = diff_runs(reference, "crash", "crash", tables=tables, store_b=store)

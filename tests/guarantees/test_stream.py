@@ -112,27 +112,39 @@ def _log_lines(start_s: int, stop_s: int) -> str:
                                "payload_size": 100}) + "\n" for s in range(start_s, stop_s))
 
 
-@pytest.mark.parametrize("writing", ["c.json.tmp", "_c.json", ".c.json", "c.json._COPYING_"])
-def test_file_written_in_steps_then_renamed_arrives_exactly_once(streaming, writing):
+WRITING_NAMES = ["c.json.tmp", "_c.json", ".c.json", "c.json._COPYING_"]
+"""Names a file has while it is written (docs/guarantees.md): each is one the replay never
+reads (a temporary suffix, Hadoop's hidden prefixes, ``hdfs dfs -put``'s ``._COPYING_``)."""
+
+
+def test_files_written_in_steps_then_renamed_arrive_exactly_once(streaming):
     """The contract for files still being written (docs/guarantees.md): a name the replay
     never reads, then a rename. The stream processes everything available between each step
-    of the writing; no record may be read early (part-way) or twice."""
+    of the writing; no record may be read early (part-way) or twice. One stream receives a
+    file under each of :data:`WRITING_NAMES`, each written in steps while the others sit
+    renamed before it, so a name read early or twice shows in the counts as soon as it is."""
     logs, replay, store = streaming
-    partial = logs / writing
-    for start in (0, 40, 80):  # the file grows in three steps, the stream looking each time
-        with partial.open("a") as fh:
-            fh.write(_log_lines(start, start + 40))
+    seconds = 120  # each file: 120 s of log time, one message a second
+    for n, writing in enumerate(WRITING_NAMES):
+        partial, first = logs / writing, n * seconds
+        for start in range(first, first + seconds, 40):  # three steps, the stream looking each
+            with partial.open("a") as fh:
+                fh.write(_log_lines(start, start + 40))
+            replay.query.processAllAvailable()
+            # nothing of the file being written is read; every file renamed before it is, once
+            assert replay.state.counts.get("accepted", 0) == first, writing
+        partial.rename(logs / f"c{n}.json")
         replay.query.processAllAvailable()
-        assert replay.state.counts.get("accepted", 0) == 0
-    partial.rename(logs / "c.json")
-    replay.query.processAllAvailable()
-    write_log(logs / "d.json", 120, 240)  # moves the watermark past every record of c.json
+        assert replay.state.counts.get("accepted", 0) == first + seconds, writing
+    end = len(WRITING_NAMES) * seconds
+    write_log(logs / "d.json", end, end + 120)  # moves the watermark past every renamed record
     replay.query.processAllAvailable()
 
     published = finalized_messages(store)["publish_time"]
-    assert replay.state.counts["accepted"] == 240
+    assert replay.state.counts["accepted"] == end + 120
     assert replay.state.counts.get("quarantined", 0) == 0
-    assert sorted(published) == [T0 + pd.Timedelta(seconds=s) for s in range(240 - LATENESS_S)]
+    assert sorted(published) == [T0 + pd.Timedelta(seconds=s)
+                                 for s in range(end + 120 - LATENESS_S)]
 
 
 def test_stream_command_stops_cleanly_on_sigterm(tmp_path):
