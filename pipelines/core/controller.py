@@ -97,9 +97,9 @@ ACTION_SPLIT, ACTION_MERGE, ACTION_REBUCKET, ACTION_NONE = DECISION_ACTIONS
 CREATED_BY: tuple[str, ...] = ("initial", "split", "merge", "rebucket")
 """Every ``created_by`` of a segment row (``segments.created_by``)."""
 OPERATION_FAILED_PREFIX = "operation-failed: "
+"""Prefix of the ``suppressed_by`` item recorded when applying a decision failed."""
 _LIST_MAX = 1 << 16
 """Longest chunk whose event times are copied to a list for the event loop's look-ups."""
-"""Prefix of the ``suppressed_by`` item recorded when applying a decision failed."""
 
 
 class Trigger(StrEnum):
