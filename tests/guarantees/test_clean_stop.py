@@ -5,9 +5,10 @@ traceback; a restart then ends with the tables of an uninterrupted run (nothing 
 doubled). The replay runs as a subprocess in a session (process group) of its own.
 
 The cases are independent subprocess replays on ``local[1]`` (about one core each): the module
-runs the reference and every collected case :data:`STOP_WORKERS` at a time in the background,
-and each test asserts on its own case's outcome. Nothing is timed (the wait for ``batch 0:`` is
-a guard against a hang): a loaded machine only makes the cases slower."""
+runs the reference and every collected case two at a time in the background
+(``tests.guarantees.background``), and each test asserts on its own case's outcome. Nothing
+is timed (the wait for ``batch 0:`` is a guard against a hang): a loaded machine only makes
+the cases slower."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,7 @@ from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
+from tests.guarantees.background import collected, run_in_background
 from tests.guarantees.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
@@ -54,10 +57,6 @@ def run_to_end(logs: Path, out: Path) -> None:
     done = subprocess.run(_args("run", logs, out), cwd=REPO, capture_output=True, text=True,
                           timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
-
-
-STOP_WORKERS = 2
-"""Subprocess replays the module runs at once: one per core of a 2-core machine."""
 
 
 def stop_after_first_batch(command: str, logs: Path, out: Path, signum: int,
@@ -107,22 +106,15 @@ def stop_and_restart(logs: Path, out: Path, command: str, signum: int,
 @pytest.fixture(scope="module")
 def outcomes(request, logs, tmp_path_factory) -> Iterator[dict[str | None, tuple[Path, Future]]]:
     """The uninterrupted reference (key ``None``) and every collected case (by id): its output
-    folder and the future of its outcome, :data:`STOP_WORKERS` at a time, the reference first.
-    A failed run raises its ``AssertionError`` in the tests that wait on it."""
-    name = test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables.__name__
-    ids = [item.callspec.id for item in request.session.items
-           if isinstance(item, pytest.Function) and item.originalname == name]
-    with ThreadPoolExecutor(max_workers=STOP_WORKERS, thread_name_prefix="stop") as pool:
-        out = tmp_path_factory.mktemp("stop_ref")
-        runs: dict[str | None, tuple[Path, Future]] = {
-            None: (out, pool.submit(run_to_end, logs, out))}
-        for case in ids:
-            out = tmp_path_factory.mktemp(f"stop_{case}")
-            runs[case] = (out, pool.submit(stop_and_restart, logs, out, *CASES[case]))
-        try:
-            yield runs
-        finally:  # a session stopped early (-x) does not start the cases still queued
-            pool.shutdown(wait=True, cancel_futures=True)
+    folder and the future of its outcome
+    (:func:`~tests.guarantees.background.run_in_background`). A failed run raises its
+    ``AssertionError`` in the tests that wait on it."""
+    ids = [item.callspec.id for item in collected(
+        request.session, test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables)]
+    with run_in_background(tmp_path_factory, "stop", partial(run_to_end, logs),
+                           [(case, case, lambda out, c=CASES[case]: stop_and_restart(logs, out, *c))
+                            for case in ids]) as runs:
+        yield runs
 
 
 @pytest.fixture(scope="module")

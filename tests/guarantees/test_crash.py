@@ -9,10 +9,10 @@ engine the interrupted run writes with) (``pipelines.analysis.diff``: same
 rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
 
 Each case is two subprocess replays on ``local[1]`` (about one core each), independent of the
-others: the module runs the reference and every case it collects :data:`CRASH_WORKERS` at a
-time in the background (each in its own folder), and each test asserts on its own case's
-outcome, so a 2-core machine does the cases in about half the time. Nothing is timed: a
-loaded machine only makes the cases slower.
+others: the module runs the reference and every case it collects two at a time in the
+background (``tests.guarantees.background``, each in its own folder), and each test asserts
+on its own case's outcome, so a 2-core machine does the cases in about half the time. Nothing
+is timed: a loaded machine only makes the cases slower.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -33,6 +34,7 @@ from pipelines.analysis.diff import diff_runs
 from pipelines.contract.schemas import table_names
 from pipelines.storage.delta import DeltaStore
 from tests.conftest import ENGINES
+from tests.guarantees.background import collected, run_in_background
 from tests.guarantees.conftest import ORDERS_LOG_SETS, write_orders_log
 
 pytestmark = pytest.mark.spark
@@ -71,42 +73,25 @@ def run_replay(logs: Path, out: Path, fault: str | None = None, engine: str = "d
     return done.returncode
 
 
-CRASH_WORKERS = 2
-"""Subprocess replays the module runs at once: one per core of a 2-core machine (each driver
-is on ``local[1]``; more would only queue for the cores)."""
-
-
 def kill_and_restart(logs: Path, out: Path, fault: str, engine: str) -> tuple[int, int]:
     """The exit codes of a replay killed at ``fault`` and of its restart, both into ``out``."""
     return run_replay(logs, out, fault, engine), run_replay(logs, out, engine=engine)
 
 
-def _collected_cases(session: pytest.Session) -> list[tuple[str, str]]:
-    """The ``(fault, engine)`` of every crash case this session runs (not deselected, not
-    skipped by a ``skipif`` mark: delta-spark without its jars)."""
-    name = test_replay_killed_and_restarted_ends_with_the_uninterrupted_tables.__name__
-    return [(item.callspec.params["fault"], item.callspec.params["engine"])
-            for item in session.items
-            if isinstance(item, pytest.Function) and item.originalname == name
-            and not any(m.args and m.args[0] for m in item.iter_markers("skipif"))]
-
-
 @pytest.fixture(scope="module")
 def outcomes(request, logs, tmp_path_factory) -> Iterator[dict[object, tuple[Path, Future]]]:
     """The uninterrupted reference (key ``None``) and every collected case (key ``(fault,
-    engine)``): its output folder and the future of its exit codes, run
-    :data:`CRASH_WORKERS` at a time, the reference first. A failed run raises its
+    engine)``): its output folder and the future of its exit codes
+    (:func:`~tests.guarantees.background.run_in_background`). A failed run raises its
     ``AssertionError`` (with the replay's stderr) in the tests that wait on it."""
-    with ThreadPoolExecutor(max_workers=CRASH_WORKERS, thread_name_prefix="crash") as pool:
-        out = tmp_path_factory.mktemp("crash_ref")
-        runs: dict[object, tuple[Path, Future]] = {None: (out, pool.submit(run_replay, logs, out))}
-        for fault, engine in _collected_cases(request.session):
-            out = tmp_path_factory.mktemp(f"crash_{fault.replace(':', '_')}_{engine}")
-            runs[fault, engine] = (out, pool.submit(kill_and_restart, logs, out, fault, engine))
-        try:
-            yield runs
-        finally:  # a session stopped early (-x) does not start the cases still queued
-            pool.shutdown(wait=True, cancel_futures=True)
+    cases = [(item.callspec.params["fault"], item.callspec.params["engine"]) for item in
+             collected(request.session,
+                       test_replay_killed_and_restarted_ends_with_the_uninterrupted_tables)]
+    with run_in_background(
+            tmp_path_factory, "crash", lambda out: run_replay(logs, out),
+            [((f, e), f"{f.replace(':', '_')}_{e}",
+              partial(kill_and_restart, logs, fault=f, engine=e)) for f, e in cases]) as runs:
+        yield runs
 
 
 @pytest.fixture(scope="module")
