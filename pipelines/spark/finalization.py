@@ -4,7 +4,7 @@ their tables committed.
 A window is the staged messages from the finalized horizon up to a bound (emulated ms,
 exclusive; ``None`` = +∞, the end of input). A streaming replay finalizes a window each time
 the horizon advances; a batch replay finalizes everything at end of input, cut into windows of
-at most :data:`FINALIZE_WINDOW_MESSAGES` messages (:func:`final_windows`) run
+at most :data:`FINALIZE_WINDOW_MESSAGES` messages of any one topic bin (:func:`final_windows`) run
 :data:`FINALIZE_WINDOWS_PER_JOB` at a time (:meth:`Finalizer.run`: one Spark job, one commit
 per table and run). Memory is bounded by the window, not the input; the tables do not depend
 on the windows (the core is chunking-invariant).
@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import pyarrow.dataset as ds
 from pyspark.sql import SparkSession
@@ -47,31 +48,43 @@ is bounded by one window whatever the count, since each operator reads its windo
 itself. A crash recomputes at most this many windows (about 32 M messages)."""
 
 FINALIZE_WINDOW_MESSAGES = 500_000
-"""A batch replay finalizes at most about this many staged messages per window. Memory bound:
-a Python worker holds its topic's messages of one window (as pandas, about 0.5 KB a message);
-the driver and the JVM hold only per-topic states (the stage's rows go to files)."""
+"""A batch replay finalizes at most about this many staged messages of one topic bin per
+window. Memory bound: a Python worker holds one key's window at a time, i.e. one bin's
+messages of the window (as pandas, about 0.5 KB a message); the driver and the JVM hold only
+per-topic states (the stage's rows go to files). Counted per bin, not over all bins: every
+window touches each of its topics' states in each operator (issue #30: with 10,000 topics the
+per-topic work of a window, not its messages, set the cost), so windows are only as many as
+the largest bin needs."""
 
 
 def final_windows(staging: str) -> list[int | None]:
     """Upper bounds (emulated ms, exclusive) of the end-of-input windows, ``None`` (= +∞)
     last. Computed from ALL staged messages (so the same on a restart): event time is cut
-    into at most 4096 equal bins (:func:`pipelines.storage.staging.staged_histogram`, read by
-    the driver a column chunk at a time) and consecutive bins are packed greedily into windows
-    of at most :data:`FINALIZE_WINDOW_MESSAGES` messages (a bin holding more is one window)."""
+    into at most 4096 equal bins (:func:`pipelines.storage.staging.staged_histogram`, per topic
+    bin, read by the driver a column chunk at a time) and consecutive time bins are packed
+    greedily into windows holding at most :data:`FINALIZE_WINDOW_MESSAGES` messages of any one
+    topic bin (a time bin holding more is one window)."""
     histogram = staged_histogram(staging, 4096)
-    limit = FINALIZE_WINDOW_MESSAGES
-    if histogram is None or int(histogram[2].sum()) <= limit:
+    if histogram is None:
         return [None]
-    lo, width, counts = histogram
-    bounds: list[int | None] = []
-    total = 0
-    for b in np.flatnonzero(counts).tolist():
-        n = int(counts[b])
-        if total and total + n > limit:
-            bounds.append(lo + b * width)
-            total = 0
-        total += n
-    return [*bounds, None]
+    return [*window_cuts(*histogram, FINALIZE_WINDOW_MESSAGES), None]
+
+
+def window_cuts(lo: int, width: int, counts: npt.NDArray[np.int64], limit: int) -> list[int]:
+    """Where to cut event time (emulated ms) so that no window holds more than ``limit``
+    messages of any one row of ``counts`` (int64, shape ``(topic bins, time bins)``: time bin
+    ``i`` starts at ``lo + i * width``): time bins packed greedily in order, a cut before the
+    first time bin that would take a topic bin past ``limit`` (a time bin holding more than
+    ``limit`` of one topic bin is a window of its own). Ascending; ``[]`` for one window."""
+    cuts: list[int] = []
+    total = np.zeros(counts.shape[0], dtype=np.int64)
+    for i in np.flatnonzero(counts.sum(axis=0)).tolist():
+        column = counts[:, i]
+        if total.any() and (total + column > limit).any():
+            cuts.append(lo + i * width)
+            total[:] = 0
+        total += column
+    return cuts
 
 
 def key_profiles_dir(work_dir: str, run_id: str) -> str:

@@ -364,7 +364,8 @@ class Replay:
         """End of input: finalize everything left, in bounded event-time windows.
 
         The staged messages are cut into windows of at most about
-        ``finalization.FINALIZE_WINDOW_MESSAGES`` messages (``finalization.final_windows``),
+        ``finalization.FINALIZE_WINDOW_MESSAGES`` messages of any one topic bin
+        (``finalization.final_windows``),
         finalized ``finalization.FINALIZE_WINDOWS_PER_JOB`` at a time (:meth:`Finalizer.run`:
         one Spark job and one commit per table, with the version ``FINAL_VERSION + i`` of the
         group's last window ``i``); the state is saved after each group, so a restart

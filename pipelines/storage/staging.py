@@ -205,6 +205,13 @@ def write_staging(batches: Iterable[Any], folder: str, part: int,
 def staged_files(folder: str) -> Iterator[Any]:
     """Open pyarrow ``ParquetFile``s of the staged files under ``folder`` (recursively, path
     order; hidden and temporary files skipped), one at a time."""
+    for _, pf in _staged_files_with_bins(folder):
+        yield pf
+
+
+def _staged_files_with_bins(folder: str) -> Iterator[tuple[int, Any]]:
+    """:func:`staged_files` with each file's topic bin (its ``topic_bin=<b>`` folder; -1 for a
+    file outside one)."""
 
     fs, path = arrow_filesystem(folder)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
@@ -213,8 +220,10 @@ def staged_files(folder: str) -> Iterator[Any]:
         if (info.type != pafs.FileType.File or not name.endswith(".parquet")
                 or name.startswith((".", "_"))):
             continue
+        part = f"/{STAGING_TOPIC_COLUMN}="
+        b = (int(info.path.rsplit(part, 1)[1].split("/", 1)[0]) if part in info.path else -1)
         with fs.open_input_file(info.path) as f:
-            yield pq.ParquetFile(f)
+            yield b, pq.ParquetFile(f)
 
 
 def _event_ms_ranges(pf: Any) -> Iterator[tuple[int, int, int]]:
@@ -249,23 +258,26 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
 
 def staged_histogram(staging: str, bins: int) -> tuple[int, int, npt.NDArray[Any]] | None:
     """Every staged message's ``event_ms`` (all batches under ``staging``) counted in ``bins``
-    equal bins: ``(lo, width, counts)`` — bin ``i`` holds ``lo + i * width <= event_ms <
-    lo + (i + 1) * width`` (``lo`` the smallest ``event_ms``, ``width = (max - lo) // bins +
-    1``); ``counts``: int64 array of length ``bins``. ``None`` when nothing is staged. The
-    range comes from the footers' statistics, the counts from one row group's ``event_ms``
-    at a time, read on this thread: memory does not grow with the messages (a dataset scan's
+    equal time bins per topic bin: ``(lo, width, counts)`` — time bin ``i`` holds ``lo + i *
+    width <= event_ms < lo + (i + 1) * width`` (``lo`` the smallest ``event_ms``, ``width =
+    (max - lo) // bins + 1``); ``counts``: int64 array of shape ``(topic bins, bins)``, a row
+    per topic bin with staged files, in bin order. ``None`` when nothing is staged. The range
+    comes from the footers' statistics, the counts from one row group's ``event_ms`` at a
+    time, read on this thread: memory does not grow with the messages (a dataset scan's
     read-ahead left the driver 95 MB larger at 10 M messages)."""
-    ranges = [(lo, hi) for pf in staged_files(staging) for _, lo, hi in _event_ms_ranges(pf)]
+    ranges = [(lo, hi) for _, pf in _staged_files_with_bins(staging)
+              for _, lo, hi in _event_ms_ranges(pf)]
     if not ranges:
         return None
     lo = min(r[0] for r in ranges)
     width = (max(r[1] for r in ranges) - lo) // bins + 1
-    counts = np.zeros(bins, dtype=np.int64)
-    for pf in staged_files(staging):
+    rows: dict[int, npt.NDArray[np.int64]] = {}
+    for b, pf in _staged_files_with_bins(staging):
         for i, _, _ in _event_ms_ranges(pf):
             values = pf.read_row_group(i, columns=["event_ms"], use_threads=False).column(0)
-            counts += np.bincount((values.to_numpy() - lo) // width, minlength=bins)
-    return lo, width, counts
+            row = rows.setdefault(b, np.zeros(bins, dtype=np.int64))
+            row += np.bincount((values.to_numpy() - lo) // width, minlength=bins)
+    return lo, width, np.stack([rows[b] for b in sorted(rows)])
 
 
 def staged_dataset(staging: str) -> Any:

@@ -173,11 +173,19 @@ def test_staged_batch_stats_of_a_batch_without_files_is_empty(tmp_path: Path) ->
 
 
 def test_staged_histogram_counts_every_batch_in_equal_bins(tmp_path: Path) -> None:
-    _stage(tmp_path, 0, [("a", 100), ("b", 107), ("a", 103)])
-    _stage(tmp_path, 1, [("a", 110), ("b", 100)])
+    _stage(tmp_path, 0, [("a/b", 100), ("a/b", 107), ("a/b", 103)])
+    _stage(tmp_path, 1, [("a/b", 110), ("a/b", 100)])
     lo, width, counts = staged_histogram(str(tmp_path), 4)
     assert (lo, width) == (100, 3)  # (110 - 100) // 4 + 1
-    assert counts.tolist() == [2, 1, 1, 1]  # [100, 103), [103, 106), [106, 109), [109, 112)
+    assert counts.tolist() == [[2, 1, 1, 1]]  # [100, 103), [103, 106), [106, 109), [109, 112)
+
+
+def test_staged_histogram_counts_each_topic_bin_in_its_own_row(tmp_path: Path) -> None:
+    _stage(tmp_path, 0, [("a/b", 100), ("other", 107), ("a/b", 103)])
+    _stage(tmp_path, 1, [("other", 110), ("a/b", 100)])
+    lo, width, counts = staged_histogram(str(tmp_path), 4)
+    rows = {topic_bin("a/b", BINS): [2, 1, 0, 0], topic_bin("other", BINS): [0, 0, 1, 1]}
+    assert counts.tolist() == [rows[b] for b in sorted(rows)]
 
 
 def test_staged_histogram_of_nothing_staged_is_none(tmp_path: Path) -> None:
