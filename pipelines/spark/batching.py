@@ -75,7 +75,7 @@ class BatchingProcessor(WindowLoop):
         layouts = files.read_layouts()
         msg, entries, blobs = stages.batch_topics(
             routed, {t: states.get(t) for t in topics}, settings.batching(),
-            {t: layouts.get(t) for t in topics}, hi, final)
+            {t: layouts.get(t) for t in topics}, hi, final, keep_state=not final)
         for topic, blob in blobs.items():
             states.put(topic, blob)
         frame = stages.entry_frame(None, entries, settings.speed)

@@ -78,7 +78,7 @@ class ControlProcessor(WindowLoop):
             return set()
         routed, controllers = stages.control_topics(pdf, {t: states.get(t) for t in topics},
                                                     settings, hi, final)
-        result = stages.control_outputs(controllers, settings.speed)
+        result = stages.control_outputs(controllers, settings.speed, keep_state=not final)
         for topic, blob in result.states.items():
             states.put(topic, blob)
         files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window))

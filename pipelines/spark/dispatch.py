@@ -72,6 +72,8 @@ class DispatchProcessor(WindowLoop):
                   if t in layouts]
         if not topics:
             return
+        if final:  # every topic's state is read: the map's batched iterator, not a call each
+            states.all_topics()
         blobs = {}
         for topic in topics:
             blob = states.get(topic)
@@ -81,7 +83,8 @@ class DispatchProcessor(WindowLoop):
         if len(topics) < len(active):  # entries of a topic without a layout: not dispatched
             entries = entries[entries["topic"].isin(topics)]
         frames, blobs = stages.dispatch_topics(entries, blobs, settings,
-                                               {t: layouts[t] for t in topics}, hi, final)
+                                               {t: layouts[t] for t in topics}, hi, final,
+                                               keep_state=not final)
         for topic, blob in blobs.items():
             states.put(topic, blob)
         outputs.writer(version).write(f"bin-{b}\x00{d}", frames)

@@ -19,7 +19,8 @@ plane writes every message of it on one core). File names depend only on (run, t
 dispatcher, window) — never per topic: the files grow with bins, not topics — and a re-run of
 a micro-batch rewrites the same files whole. Operator state is one ``(format, blob)`` value per
 topic in a ``MapState`` keyed by topic (:data:`STATE_KEY_DDL`, :data:`STATE_DDL`), read only
-for the topics a window touches (:class:`TopicStates`); a format it does not know is refused.
+for the topics a window touches (:class:`TopicStates`) and not written back after the final
+window (the end of input: nothing reads it after); a format it does not know is refused.
 """
 
 from __future__ import annotations

@@ -108,7 +108,8 @@ def _per_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
 
 def _multi_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
                  windows: list[tuple[int | None, int | None, bool]]) -> list[dict[str, object]]:
-    """Each window through the multi-topic stages, all its topics in one call each."""
+    """Each window through the multi-topic stages, all its topics in one call each, as the
+    Spark operators call them (no state kept after the final window)."""
     ctl_s: dict[str, bytes | None] = {}
     bat_s: dict[str, bytes | None] = {}
     dis_s: dict[str, bytes] = {}
@@ -119,17 +120,19 @@ def _multi_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
         topics = sorted(active | (set(ctl_s) if final else set()))
         routed, controllers = stages.control_topics(rows, {t: ctl_s.get(t) for t in topics},
                                                     settings, hi, final)
-        ctl_s.update({t: pickle.dumps(c) for t, c in controllers.items()})
+        ctl_s.update(stages.control_outputs(controllers, settings.speed, not final).states)
         layouts = {t: c.layout for t, c in controllers.items()}
         msg, ent, blobs = stages.batch_topics(routed, {t: bat_s.get(t) for t in topics},
-                                              settings.batching(), layouts, hi, final)
+                                              settings.batching(), layouts, hi, final,
+                                              keep_state=not final)
         bat_s.update(blobs)
         ent = stages.entry_frame(None, ent, settings.speed)
         fed = [t for t in topics if layouts[t] is not None
                and (final or (ent["topic"] == t).any())]
         frames, blobs = stages.dispatch_topics(
             ent, {t: dis_s.get(t, pickle.dumps((stages.new_dispatchers(settings), -1)))
-                  for t in fed}, settings, {t: layouts[t] for t in fed}, hi, final)
+                  for t in fed}, settings, {t: layouts[t] for t in fed}, hi, final,
+            keep_state=not final)
         dis_s.update(blobs)
         out.append({"routed": routed, "messages": msg, "entries": ent, **frames})
     return out
@@ -171,3 +174,27 @@ def test_no_topics_dispatch_nothing() -> None:
         ("entry_id", "int64"), ("entry_hash_min", "int64"), ("num_messages", "int64"),
         ("payload_bytes", "int64"), ("emu_publish_ms", "int64")]})
     assert stages.dispatch_topics(entries, {}, settings, {}, None, True) == ({}, {})
+
+
+def test_the_final_window_makes_no_state_and_the_same_rows() -> None:
+    """``keep_state=False`` (the operators' end of input) pickles nothing, rows unchanged."""
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    msgs = _messages()
+    topics = sorted(set(msgs["topic"].astype(object)))
+    routed, ctls = stages.control_topics(msgs, dict.fromkeys(topics), settings, None, True)
+    layouts = {t: c.layout for t, c in ctls.items()}
+    kept = stages.control_outputs(ctls, settings.speed)
+    assert set(kept.states) == set(topics)
+    assert stages.control_outputs(ctls, settings.speed, keep_state=False).states == {}
+    batched = [stages.batch_topics(routed, dict.fromkeys(topics), settings.batching(), layouts,
+                                   None, True, keep_state=keep) for keep in (True, False)]
+    assert set(batched[0][2]) == set(topics) and batched[1][2] == {}
+    assert batched[0][0].equals(batched[1][0])
+    pd.testing.assert_frame_equal(batched[0][1], batched[1][1])
+    ent = stages.entry_frame(None, batched[0][1], settings.speed)
+    blob = pickle.dumps((stages.new_dispatchers(settings), -1))
+    dispatched = [stages.dispatch_topics(ent, dict.fromkeys(topics, blob), settings, layouts,
+                                         None, True, keep_state=keep) for keep in (True, False)]
+    assert set(dispatched[0][1]) == set(topics) and dispatched[1][1] == {}
+    for kind, frame in dispatched[0][0].items():
+        pd.testing.assert_frame_equal(dispatched[1][0][kind], frame)

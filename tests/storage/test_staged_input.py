@@ -183,7 +183,7 @@ def test_staged_histogram_counts_every_batch_in_equal_bins(tmp_path: Path) -> No
 def test_staged_histogram_counts_each_topic_bin_in_its_own_row(tmp_path: Path) -> None:
     _stage(tmp_path, 0, [("a/b", 100), ("other", 107), ("a/b", 103)])
     _stage(tmp_path, 1, [("other", 110), ("a/b", 100)])
-    lo, width, counts = staged_histogram(str(tmp_path), 4)
+    _, _, counts = staged_histogram(str(tmp_path), 4)
     rows = {topic_bin("a/b", BINS): [2, 1, 0, 0], topic_bin("other", BINS): [0, 0, 1, 1]}
     assert counts.tolist() == [rows[b] for b in sorted(rows)]
 
