@@ -140,8 +140,14 @@ test-unit: setup ## Pure tests, no Spark (the inner loop, about a minute; the co
 test: setup ## The test suite: unit tests and component tests with small Spark work; prints the slowest
 	$(PY) -m pytest -m "$(COMPONENT)" -q --durations=15
 
-test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantees (tests/guarantees/), no slow ones
-	$(PY) -m pytest -m "(replay or guarantee) and not slow" -q --durations=15
+# Two pytest workers (pytest-xdist) for the whole replays: a replay leaves much of a core idle
+# (JVM and py4j round trips, micro-batch triggers, Delta commits, subprocess starts), so two
+# overlap; each worker has its own local[1] session (tests/conftest.py). --dist loadfile keeps a
+# module's tests on one worker, so module-scoped replays and the Kafka broker start once.
+XDIST := -n 2 --dist loadfile
+
+test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantees (tests/guarantees/), no slow ones; two pytest workers
+	$(PY) -m pytest -m "(replay or guarantee) and not slow" -q --durations=15 $(XDIST)
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
 # `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 8 minutes).
