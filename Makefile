@@ -137,11 +137,20 @@ COMPONENT := not replay and not guarantee and not slow
 test-unit: setup ## Pure tests, no Spark (the inner loop, about a minute; the costliest properties draw a quarter of their examples)
 	TOPIC_REPLAY_QUICK_PROPERTIES=1 $(PY) -m pytest -m "$(UNIT)" -q --durations=5
 
-test: setup ## The test suite: unit tests and component tests with small Spark work; prints the slowest
-	$(PY) -m pytest -m "$(COMPONENT)" -q --durations=15
+# Two pytest workers (pytest-xdist) for make test and make test-replays: the pure tests are one
+# busy core each, and a whole replay leaves much of a core idle (JVM and py4j round trips,
+# micro-batch triggers, Delta commits, subprocess starts), so two overlap; each worker has its
+# own local[1] session (tests/conftest.py). --dist loadfile keeps a module's tests on one worker,
+# so module- and session-scoped replays and the Kafka broker start once per worker at most.
+# make test-slow stays serial: its crash and clean-stop cases already run two at a time and the
+# memory test measures the driver's RSS.
+XDIST := -n 2 --dist loadfile
 
-test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantees (tests/guarantees/), no slow ones
-	$(PY) -m pytest -m "(replay or guarantee) and not slow" -q --durations=15
+test: setup ## The test suite: unit tests and component tests with small Spark work, two pytest workers; prints the slowest
+	$(PY) -m pytest -m "$(COMPONENT)" -q --durations=15 $(XDIST)
+
+test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantees (tests/guarantees/), no slow ones; two pytest workers
+	$(PY) -m pytest -m "(replay or guarantee) and not slow" -q --durations=15 $(XDIST)
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
 # `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 8 minutes).

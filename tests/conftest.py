@@ -1,6 +1,7 @@
 """Shared pytest fixtures.
 
-``spark``: ONE SparkSession for the whole test session (starting one takes ~5 s): ``local[2]``,
+``spark``: ONE SparkSession for the whole test session (starting one takes ~5 s; one per
+pytest-xdist worker): ``local[2]`` (``local[1]`` per worker under ``-n 2``),
 2 shuffle partitions, UI off, UTC, Arrow on, workers on the driver's interpreter, the Delta
 jars of ``make setup`` when present (all via ``pipelines.spark.session.build_session``). Tests
 that use it should be marked ``spark``.
@@ -123,13 +124,21 @@ def _signal_handlers_restored() -> Iterator[None]:
         signal.signal(sig, handler)
 
 
+def spark_test_master() -> str:
+    """The session's master: ``local[2]`` (the 2-core machine), or ``local[1]`` in each of
+    several pytest-xdist workers (``-n 2``: ``PYTEST_XDIST_WORKER_COUNT``), so that two
+    workers' sessions do not ask for four cores; ``TOPIC_REPLAY_TEST_MASTER`` overrides it."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    return os.environ.get("TOPIC_REPLAY_TEST_MASTER", "local[1]" if workers > 1 else "local[2]")
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     from pipelines.spark.session import build_session  # noqa: PLC0415 - see above
 
     session = build_session(
         app_name="topic-replay-tests",
-        master="local[2]",
+        master=spark_test_master(),
         shuffle_partitions=2,
         extra_conf={
             "spark.ui.enabled": "false",
