@@ -142,9 +142,8 @@ test-unit: setup ## Pure tests, no Spark (the inner loop, about a minute; the co
 # micro-batch triggers, Delta commits, subprocess starts), so two overlap; each worker has its
 # own local[1] session (tests/conftest.py). --dist loadfile keeps a module's tests on one worker,
 # so module- and session-scoped replays and the Kafka broker start once per worker at most.
-# make test-slow too, but for the memory test, which measures the driver's RSS and runs alone
-# after the others (the crash and clean-stop modules run their cases two at a time on their
-# worker, while the other worker takes the cluster, late-data, Spark Connect and Airflow files).
+# make test-slow stays serial: its crash and clean-stop cases already run two at a time and the
+# memory test measures the driver's RSS.
 XDIST := -n 2 --dist loadfile
 
 test: setup ## The test suite: unit tests and component tests with small Spark work, two pytest workers; prints the slowest
@@ -158,12 +157,9 @@ test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantee
 MEMORY_SIZES ?= 200000,1000000
 MEMORY_WINDOW ?= 100000
 
-MEMORY_TEST := tests/guarantees/test_memory.py
-
-test-slow: setup pulsar-standalone ## Run the long tests only (crash/restart, multi-run determinism, real cluster, real Pulsar on two pytest workers; then memory alone)
-	$(PY) -m pytest -m slow -q --durations=15 $(XDIST) --ignore=$(MEMORY_TEST)
+test-slow: setup pulsar-standalone ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster, real Pulsar)
 	TOPIC_REPLAY_MEMORY_SIZES=$(MEMORY_SIZES) TOPIC_REPLAY_MEMORY_WINDOW=$(MEMORY_WINDOW) \
-	  $(PY) -m pytest -m slow -q $(MEMORY_TEST)
+	  $(PY) -m pytest -m slow -q --durations=15
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed
