@@ -549,8 +549,10 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     still = np.flatnonzero(r.entry_seq < 0)
     open_rows = rows.iloc[still].reset_index(drop=True)
     open_topic = topic_of[codes_all[still]]
+    if not keep_state:
+        return conform_messages(messages), entries, {}
     out = {}
-    for i, (t, st) in enumerate(zip(topics, states, strict=True) if keep_state else ()):
+    for i, (t, st) in enumerate(zip(topics, states, strict=True)):
         lo, hi = int(offsets[i]), int(offsets[i + 1])
         st.producers = names[lo:hi]
         st.next_ordinal = merged.next_ordinal[lo:hi]
