@@ -37,7 +37,7 @@ from pipelines.spark.replay_state import ReplayState
 from pipelines.spark.stopwatch import Stopwatch
 from pipelines.storage import fs as storage
 from pipelines.storage.commits import TableCommits
-from pipelines.storage.frames import CONTROL_KINDS, KEY_PROFILE_KIND, STAGE_KINDS
+from pipelines.storage.frames import APPENDED_KINDS, KEY_PROFILE_KIND, SNAPSHOT_KINDS
 from pipelines.storage.staging import staged_histogram
 
 FINALIZE_WINDOWS_PER_JOB = 64
@@ -159,12 +159,11 @@ class Finalizer:
         for r, counts in receipt.counts.items():
             for name, n in counts.items():
                 state.lane(r).add(name, n)
-        # the control plane's tables are small (topics × samples): committed as rows
-        for kind, table in CONTROL_KINDS.items():
+        # a snapshot table replaces each run's rows (a row per segment: read back as rows)
+        for kind, table in SNAPSHOT_KINDS.items():
             self.commits.rows(table, {r: read_rows(storage.join(f, kind))
-                                      for r, f in out.items()}, version,
-                              replace=table == "segments")
-        for kind, table in STAGE_KINDS.items():
+                                      for r, f in out.items()}, version, replace=True)
+        for kind, table in APPENDED_KINDS.items():
             self.commits.files(table, {r: storage.join(f, kind) for r, f in out.items()},
                                version)
         for r, f in out.items():  # kept for the answers at the end (the files, no commit)

@@ -33,6 +33,16 @@ CONTROL_KINDS = {"sample": "segment_load", "decision": "autoscale_decisions",
 """Kinds of the control plane's tables (:class:`pipelines.engine.stages.ControlResult`'s frames)
 → their tables."""
 
+SNAPSHOT_KINDS = {"segment": "segments"}
+"""Kinds whose table holds a snapshot: each commit replaces the run's rows (read back and
+committed as rows). Every other kind is appended, its files adopted as they are."""
+
+APPENDED_KINDS = {k: t for k, t in {**STAGE_KINDS, **CONTROL_KINDS}.items()
+                  if k not in SNAPSHOT_KINDS}
+"""Kinds whose files are appended to their tables as they are (the data plane's, dispatch's
+and the control plane's load samples and decisions: at 10,000 topics ``segment_load`` has
+about half as many rows as messages, too many to read back on the driver)."""
+
 KEY_PROFILE_KIND = "key_profile"
 """The control plane's key statistics at end of input: one row per topic with the
 ``topic_profile`` columns they give (:func:`pipelines.engine.stages.key_profile_row`). Not
