@@ -18,7 +18,8 @@ the next operator; Parquet's encoding cost five times as much to write (a hot to
 plane writes every message of it on one core). File names depend only on (run, topic, shard or
 dispatcher, window) — never per topic: the files grow with bins, not topics — and a re-run of
 a micro-batch rewrites the same files whole. Operator state is one ``(format, blob)`` value per
-topic in a ``MapState`` keyed by topic (:data:`STATE_KEY_DDL`, :data:`STATE_DDL`), read only
+topic in a ``MapState`` keyed by topic (:data:`pipelines.spark.window_loop.STATE_KEY_DDL`,
+:data:`pipelines.spark.window_loop.STATE_DDL`), read only
 for the topics a window touches (:class:`TopicStates`) and not written back after the final
 window (the end of input: nothing reads it after); a format it does not know is refused.
 """
@@ -51,11 +52,6 @@ consumers' ``leave_how`` (issue #29); a dispatcher keeps its last emitted window
 ``consumer_load`` / ``subscription_stats``, issue #30). 4: a topic's ``KeyStats`` makes its
 HyperLogLog registers only once its distinct keys outgrow the exact set (``None`` before)."""
 
-STATE_DDL = "format int, blob binary"
-"""Schema of every operator's state values: the blob's format and the blob."""
-
-STATE_KEY_DDL = "topic string"
-"""Schema of the operators' ``MapState`` keys: the topic."""
 
 ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string()),
                             ("segment_id", pa.int64()),
@@ -73,10 +69,10 @@ class StateFormatError(RuntimeError):
 
 class TopicStates:
     """The per-topic state blobs of one operator key, over a ``MapState`` (topic →
-    :data:`STATE_DDL`): read lazily, one round trip per topic a window touches
-    (:meth:`get`), or all at once with the map's batched iterator (:meth:`all_topics`, the
-    final window); :meth:`save` writes back only the topics given a new blob. A value of
-    another :data:`STATE_FORMAT` raises :class:`StateFormatError`."""
+    :data:`pipelines.spark.window_loop.STATE_DDL`): read lazily, one round trip per topic a
+    window touches (:meth:`get`), or all at once with the map's batched iterator
+    (:meth:`all_topics`, the final window); :meth:`save` writes back only the topics given a
+    new blob. A value of another :data:`STATE_FORMAT` raises :class:`StateFormatError`."""
 
     def __init__(self, state: Any) -> None:
         self.state = state

@@ -11,13 +11,18 @@ writes back the states the windows changed, and yields the operator's rows
 
 Imports of pandas, pyarrow, the stages and the config are inside the methods, here and in the
 operator modules (issue #31): Spark unpickles each processor on the driver at planning time,
-in a Python process of its own, only to learn its state schema; importing the module must not
-load what only the windows use (1.7-3 s of imports per operator module on this machine under
-load, ``python -X importtime``; 16 ms now beyond pyspark's own).
+in a Python process of its own, and calls its ``init`` only to learn its state schema;
+importing the module must not load what only the windows use (1.7-3 s of imports per operator
+module on this machine under load, ``python -X importtime``; 16 ms now beyond pyspark's own).
+For the same reason the processor carries its settings pickled (unpickling a
+:class:`~pipelines.engine.stages.StageSettings` imports the stages, pandas, pyarrow and the
+config: about 0.5 s of CPU per operator, three times per start of the emulation query) and
+the state's schema is defined here, not in :mod:`pipelines.spark.handover` (pandas, pyarrow).
 """
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -29,6 +34,12 @@ if TYPE_CHECKING:
 
     from pipelines.engine.stages import StageSettings
     from pipelines.spark.handover import Outputs, TopicStates
+
+STATE_DDL = "format int, blob binary"
+"""Schema of every operator's state values: the blob's format and the blob."""
+
+STATE_KEY_DDL = "topic string"
+"""Schema of the operators' ``MapState`` keys: the topic."""
 
 
 class WindowLoop(StatefulProcessor):
@@ -45,11 +56,19 @@ class WindowLoop(StatefulProcessor):
     """Output columns cast before yielding (a nullable bound as a nullable long)."""
 
     def __init__(self, settings: Mapping[str, StageSettings], emulation: str) -> None:
-        self.settings = dict(settings)
+        self._settings_blob = pickle.dumps(dict(settings))  # see the module: unpickled on use
+        self._settings: dict[str, StageSettings] | None = None
         self.emulation = emulation
 
+    @property
+    def settings(self) -> dict[str, StageSettings]:
+        """run_id → :class:`~pipelines.engine.stages.StageSettings`, unpickled on first use
+        (in a task, not when Spark's planner unpickles the processor)."""
+        if self._settings is None:
+            self._settings = pickle.loads(self._settings_blob)
+        return self._settings
+
     def init(self, handle: Any) -> None:
-        from pipelines.spark.handover import STATE_DDL, STATE_KEY_DDL  # noqa: PLC0415
         self.state = handle.getMapState(self.STATE, STATE_KEY_DDL, STATE_DDL)
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],

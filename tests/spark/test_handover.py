@@ -20,7 +20,7 @@ from pipelines.spark.replay_state import REPLAY_STATE_FORMAT, ReplayState, read_
 
 
 class FakeMapState:
-    """A ``MapState`` (topic → :data:`handover.STATE_DDL`) in memory that counts its calls."""
+    """A ``MapState`` (topic → :data:`window_loop.STATE_DDL`) in memory that counts its calls."""
 
     def __init__(self, values: dict[str, tuple[int, bytes]] | None = None) -> None:
         self.values = dict(values or {})
