@@ -45,6 +45,7 @@ COMPONENT_MODULES = {
     "analysis/test_recommend.py": "three local replays",
     "analysis/test_windows.py": "two local replays",
     "engine/test_findings.py": "a local replay per finding",
+    "spark/test_window_loop.py": "an interpreter per operator, as Spark's planner starts",
 }
 """Modules without Spark that still cost seconds a test (what they start or replay): marked
 ``component``, run by ``make test`` but not by ``make test-unit``."""

@@ -68,6 +68,10 @@ class WindowLoop(StatefulProcessor):
             self._settings = pickle.loads(self._settings_blob)
         return self._settings
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the unpickled settings (the blob carries them)."""
+        return {**self.__dict__, "_settings": None}
+
     def init(self, handle: Any) -> None:
         self.state = handle.getMapState(self.STATE, STATE_KEY_DDL, STATE_DDL)
 
