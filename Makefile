@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 OUT ?= out/sample
 
 .DEFAULT_GOAL := help
-.PHONY: help setup class-archive delta-jars s3a-jars kafka-jars kafka-broker pulsar-standalone run test-unit test test-replays test-slow test-dags airflow-demo lint docs bench clean
+.PHONY: help setup class-archive delta-jars s3a-jars kafka-jars kafka-broker pulsar-standalone run test-unit test test-replays test-slow airflow-venv test-dags airflow-demo lint docs bench clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -178,6 +178,8 @@ $(AIRFLOW_STAMP): pyproject.toml
 	  "$$(grep -o 'apache-airflow-providers-apache-spark==[^"]*' pyproject.toml)" \
 	  "$$(grep -o 'pytest==[^"]*' pyproject.toml)"
 	touch $(AIRFLOW_STAMP)
+
+airflow-venv: $(AIRFLOW_STAMP) ## Create .venv-airflow (Airflow and its Spark provider, for test-dags and airflow-demo)
 
 test-dags: $(AIRFLOW_STAMP) ## DAG-integrity test in its own Airflow venv (.venv-airflow; Airflow's pins clash with ours)
 	$(AIRFLOW_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dags/test_dags.py
