@@ -1,8 +1,6 @@
 """Independent subprocess replays of a guarantee module, run a few at a time in the background
 (the crash and clean-stop cases: each case is its own pair of ``local[1]`` replays in its own
-folder, about one core each), as many at a time as the module's share of the cores, so a
-serial session on 2 cores does them in about half the time and two pytest-xdist workers do not
-make four replays fight for 2 cores. Each test
+folder, about one core each), so a 2-core machine does them in about half the time. Each test
 then waits for its own case and asserts on its outcome; nothing is timed."""
 
 from __future__ import annotations
@@ -15,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 
 def pool_size(cores: int | None = None, xdist_workers: str | None = None) -> int:
     """Replays one module runs at once: its share of the cores (``os.cpu_count()``) among the

@@ -5,9 +5,8 @@ traceback; a restart then ends with the tables of an uninterrupted run (nothing 
 doubled). The replay runs as a subprocess in a session (process group) of its own.
 
 The cases are independent subprocess replays on ``local[1]`` (about one core each): the module
-runs the reference and every collected case in the background, as many at a time as its
-share of the cores (``tests.guarantees.background``: two serial on 2 cores, one on each of
-``make test-slow``'s two workers), and each test asserts on its own case's outcome. Nothing
+runs the reference and every collected case two at a time in the background
+(``tests.guarantees.background``), and each test asserts on its own case's outcome. Nothing
 is timed (the wait for ``batch 0:`` is a guard against a hang): a loaded machine only makes
 the cases slower."""
 

@@ -9,11 +9,10 @@ engine the interrupted run writes with) (``pipelines.analysis.diff``: same
 rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
 
 Each case is two subprocess replays on ``local[1]`` (about one core each), independent of the
-others: the module runs the reference and every case it collects in the background, as many
-at a time as its share of the cores (``tests.guarantees.background``: two serial on 2 cores,
-one on each of ``make test-slow``'s two workers; each case in its own folder), and each test
-asserts on its own case's outcome. Nothing is timed: a loaded machine only makes the cases
-slower.
+others: the module runs the reference and every case it collects two at a time in the
+background (``tests.guarantees.background``, each in its own folder), and each test asserts
+on its own case's outcome, so a 2-core machine does the cases in about half the time. Nothing
+is timed: a loaded machine only makes the cases slower.
 """
 
 from __future__ import annotations
