@@ -142,6 +142,8 @@ test-unit: setup ## Pure tests, no Spark (the inner loop, about a minute; the co
 # micro-batch triggers, Delta commits, subprocess starts), so two overlap; each worker has its
 # own local[1] session (tests/conftest.py). --dist loadfile keeps a module's tests on one worker,
 # so module- and session-scoped replays and the Kafka broker start once per worker at most.
+# make test-slow stays serial: its crash and clean-stop cases already run two at a time and the
+# memory test measures the driver's RSS.
 XDIST := -n 2 --dist loadfile
 
 test: setup ## The test suite: unit tests and component tests with small Spark work, two pytest workers; prints the slowest
@@ -155,18 +157,9 @@ test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantee
 MEMORY_SIZES ?= 200000,1000000
 MEMORY_WINDOW ?= 100000
 
-# make test-slow runs on two workers too (a module per worker, the biggest first: xdist's
-# loadscope reorder), then the memory test alone, since it measures the driver's RSS. Its crash
-# and clean-stop cases run one at a time per worker (tests/guarantees/background.py: the
-# cores shared among the workers), so their replays never make four JVMs fight for 2 cores;
-# the fixtures that mostly wait (the standalone cluster, Pulsar, Airflow, the Spark Connect
-# server starting) overlap with the other worker's replays.
-MEMORY_TEST := tests/guarantees/test_memory.py
-
-test-slow: setup pulsar-standalone ## Run the long tests only (crash/restart, multi-run determinism, real cluster, real Pulsar) on two workers, then the memory test alone
-	$(PY) -m pytest -m slow -q --durations=15 $(XDIST) --ignore=$(MEMORY_TEST)
+test-slow: setup pulsar-standalone ## Run the long tests only (crash/restart, multi-run determinism, memory, real cluster, real Pulsar)
 	TOPIC_REPLAY_MEMORY_SIZES=$(MEMORY_SIZES) TOPIC_REPLAY_MEMORY_WINDOW=$(MEMORY_WINDOW) \
-	  $(PY) -m pytest -m slow -q --durations=5 $(MEMORY_TEST)
+	  $(PY) -m pytest -m slow -q --durations=15
 
 AIRFLOW_VENV := .venv-airflow
 AIRFLOW_STAMP := $(AIRFLOW_VENV)/.installed

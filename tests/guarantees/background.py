@@ -5,7 +5,6 @@ then waits for its own case and asserts on its outcome; nothing is timed."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -14,19 +13,8 @@ from typing import Any
 
 import pytest
 
-def pool_size(cores: int | None = None, xdist_workers: str | None = None) -> int:
-    """Replays one module runs at once: its share of the cores (``os.cpu_count()``) among the
-    pytest-xdist workers (``PYTEST_XDIST_WORKER_COUNT``, unset when serial), at least one. So a
-    serial session on 2 cores runs two cases at a time, and each of ``make test-slow``'s two
-    workers one, so the crash and clean-stop cases never make four replays fight for 2 cores."""
-    cores = cores if cores is not None else os.cpu_count() or 1
-    if xdist_workers is None:
-        xdist_workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")
-    return max(1, cores // max(1, int(xdist_workers)))
-
-
-WORKERS = pool_size()
-"""Replays run at once in this process (:func:`pool_size`): more would only queue for a core."""
+WORKERS = 2
+"""Replays run at once: one per core of a 2-core machine (more would only queue)."""
 
 
 def collected(session: pytest.Session, test: Callable[..., Any]) -> list[pytest.Function]:
