@@ -134,8 +134,8 @@ run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print th
 UNIT := not spark and not component and not replay and not guarantee and not slow
 COMPONENT := not replay and not guarantee and not slow
 
-test-unit: setup ## Pure tests, no Spark (the inner loop, about a minute; the costliest properties draw a quarter of their examples)
-	TOPIC_REPLAY_QUICK_PROPERTIES=1 $(PY) -m pytest -m "$(UNIT)" -q --durations=5
+test-unit: setup ## Pure tests, no Spark, two pytest workers (the inner loop, about a minute; the costliest properties draw a quarter of their examples)
+	TOPIC_REPLAY_QUICK_PROPERTIES=1 $(PY) -m pytest -m "$(UNIT)" -q --durations=5 $(XDIST)
 
 # Two pytest workers (pytest-xdist) for make test and make test-replays: the pure tests are one
 # busy core each, and a whole replay leaves much of a core idle (JVM and py4j round trips,
