@@ -545,12 +545,12 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"})
     entries.insert(0, "producer_name", names[r.entries["producer"]])
     entries.insert(0, "topic", np.asarray(topics, dtype=object)[topic_of[r.entries["producer"]]])
+    if not keep_state:  # the open containers and counters only matter to a next window
+        return conform_messages(messages), entries, {}
     merged.next_entry = merged.next_entry + r.entries_per_producer
     still = np.flatnonzero(r.entry_seq < 0)
     open_rows = rows.iloc[still].reset_index(drop=True)
     open_topic = topic_of[codes_all[still]]
-    if not keep_state:
-        return conform_messages(messages), entries, {}
     out = {}
     for i, (t, st) in enumerate(zip(topics, states, strict=True)):
         lo, hi = int(offsets[i]), int(offsets[i + 1])
