@@ -470,9 +470,15 @@ def build_session(  # noqa: C901
         # 300 collections and 25 full ones stopped the JVM for 2.7 s of a 30 s replay), and
         # 128 MB more to start the old one, which grows with live data (530 → 580 MB; GC 1.4 s).
         # Like spark.driver.memory, no effect under spark-submit.
+        # -XX:TieredStopAtLevel=1: the client compiler only. A replay's JVM work is short
+        # plans and glue around Python; HotSpot's C2 compiler threads spent 13.9 of the driver
+        # JVM's 44 CPU s on a 1 M-message replay (and C1 5.5 s). Without C2, back to back:
+        # 1 k messages 51-52 → 35-37 CPU s, 1 M 63-75 → 48-58 CPU s; 10 M 161 → 166 CPU s
+        # (docs/performance.md, "The JIT compiler").
         "spark.driver.extraJavaOptions": ("-XX:+UseSerialGC -Xms256m -Xmn128m "
                                           "-XX:MaxHeapFreeRatio=30 "
-                                          "-XX:MinHeapFreeRatio=10"),
+                                          "-XX:MinHeapFreeRatio=10 "
+                                          "-XX:TieredStopAtLevel=1"),
     }
     if shuffle_partitions is not None:
         settings["spark.sql.shuffle.partitions"] = str(int(shuffle_partitions))
