@@ -18,7 +18,7 @@ from pipelines.analysis.validation import END_OF_RUN_VALIDATION_ID, validate_run
 from pipelines.app.errors import UsageError
 from pipelines.app.inputs import config_and_spec, kafka_source
 from pipelines.app.outputs import check_run_output
-from pipelines.app.spark_options import check_remote, spark_log
+from pipelines.app.spark_options import check_spark_options, spark_log
 from pipelines.contract.config import ReplayConfig
 from pipelines.contract.presets import InputSpec
 from pipelines.engine.local import check_spec, resolve_local_spec, run_local
@@ -43,7 +43,7 @@ def stream(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace, stream: bool) -> int:
-    check_remote(args)
+    check_spark_options(args)
     cfg, spec = config_and_spec(args, kafka_ok=True)
     kafka = kafka_source(args, cfg)
     run_id = args.run_id or "default"

@@ -1,5 +1,5 @@
 """Spark options of the commands, checked before Spark starts: Spark Connect against
-``--master`` and the local engine, and where Spark's own log goes."""
+``--master`` and the local engine, the shuffle partitions, and where Spark's own log goes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,16 @@ from pathlib import Path
 
 from pipelines.app.errors import UsageError
 from pipelines.storage.fs import is_remote
+
+
+def check_spark_options(args: argparse.Namespace) -> None:
+    """Every Spark option's check before any Spark work: :func:`check_remote`, and
+    ``--shuffle-partitions`` at least 1 (``UsageError``: Spark itself fails the first query
+    with 0, and pyspark 4.1.1 then loops converting the error instead of raising it)."""
+    check_remote(args)
+    partitions = getattr(args, "shuffle_partitions", None)
+    if partitions is not None and partitions < 1:
+        raise UsageError(f"--shuffle-partitions must be >= 1, got {partitions}")
 
 
 def check_remote(args: argparse.Namespace) -> None:

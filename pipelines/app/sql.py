@@ -9,7 +9,7 @@ import sys
 
 from pipelines.app.errors import UsageError
 from pipelines.app.outputs import require_output, require_tables
-from pipelines.app.spark_options import check_remote, spark_log
+from pipelines.app.spark_options import check_spark_options, spark_log
 from pipelines.spark.command_session import quiet_session
 from pipelines.spark.delta_spark import open_store
 from pipelines.spark.sql import QueryError, format_rows, maintain_tables, register_tables, run_query
@@ -17,7 +17,7 @@ from pipelines.spark.sql import QueryError, format_rows, maintain_tables, regist
 
 def sql(args: argparse.Namespace) -> int:
     """``topic-replay sql``: one query, its rows printed (``--limit`` at most)."""
-    check_remote(args)
+    check_spark_options(args)
     require_output(args.output)
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")

@@ -33,7 +33,7 @@ from pipelines.app.outputs import (
     check_output_location,
     check_sweep_run_output,
 )
-from pipelines.app.spark_options import check_remote, spark_log
+from pipelines.app.spark_options import check_spark_options, spark_log
 from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S
 from pipelines.spark.command_session import replay_session
 from pipelines.spark.ingest import resolve_input_spec
@@ -46,7 +46,7 @@ from pipelines.storage.fs import is_dir, join
 def compare(args: argparse.Namespace) -> int:
     """``topic-replay compare``: a replay per ``--scenario`` (run_id = its name), the metrics
     side by side, the report at ``--html``."""
-    check_remote(args)
+    check_spark_options(args)
     prepared: list[PreparedScenario] = []
     for text in args.scenarios:
         scenario = _parse_scenario(text)
@@ -77,7 +77,7 @@ def compare(args: argparse.Namespace) -> int:
 def sweep(args: argparse.Namespace) -> int:
     """``topic-replay sweep``: the grid's and the named scenarios from one ingest, the
     ``sweeps`` rows, the metrics side by side, the recommendations, the page at ``--html``."""
-    check_remote(args)
+    check_spark_options(args)
     window, scenarios = _sweep_scenarios(args)
     cfg, spec = config_and_spec(args)
     prepared = [PreparedScenario(s, *config_and_spec(args, s.sets, what=f"scenario {s.name}: "))

@@ -1,6 +1,7 @@
-"""Spark Connect's command-line checks (issue #21): ``--master`` combined with ``--remote`` /
-``SPARK_REMOTE``, and ``--remote`` with ``run --engine local``, are refused with one sentence and
-exit 2 before Spark starts. The replay through a Spark Connect server is tested in
+"""The Spark options' command-line checks: ``--master`` combined with ``--remote`` /
+``SPARK_REMOTE``, and ``--remote`` with ``run --engine local`` (Spark Connect, issue #21), and
+``--shuffle-partitions`` below 1 are refused with one sentence and exit 2 before Spark starts.
+The replay through a Spark Connect server is tested in
 ``tests/guarantees/test_spark_connect.py``."""
 
 from __future__ import annotations
@@ -76,3 +77,17 @@ def test_spark_remote_does_not_concern_the_local_engine(
     monkeypatch.setenv("SPARK_REMOTE", "sc://h:15002")
     assert _cli(tmp_path, "run", "--engine", "local", "--run-id", "r1") == 0
     assert "run r1: finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("command", "partitions"),
+                         [("run", "0"), ("stream", "-3"), ("compare", "0")])
+def test_shuffle_partitions_below_one_are_refused_in_one_sentence_before_spark(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        no_spark: None, command: str, partitions: str) -> None:
+    # Spark fails the first query with 0 partitions, and pyspark 4.1.1 then loops while
+    # converting the error: the run hung instead of failing.
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    code = _cli(tmp_path, command, "--shuffle-partitions", partitions)
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err == f"topic-replay: error: --shuffle-partitions must be >= 1, got {partitions}\n"
