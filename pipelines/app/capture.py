@@ -31,7 +31,9 @@ def capture(args: argparse.Namespace) -> int:
             stop_at_ms=(None if args.stop_at is None
                         else cap.parse_time_ms(args.stop_at, "--stop-at")),
             max_messages=args.max_messages, until_end=args.until_end,
-            roll_bytes=max(1, int(args.roll_mb * 1024 * 1024)), roll_seconds=args.roll_seconds)
+            # a tiny positive --roll-mb rolls at every row; zero or less is refused
+            roll_bytes=max(1, int(args.roll_mb * 1024 * 1024)) if args.roll_mb > 0 else 0,
+            roll_seconds=args.roll_seconds)
         cap.load_state(Path(args.output))  # an unreadable state file: before connecting
         auth = cap.PulsarAuth(
             token=cap.read_token(args.token_file, os.environ, args.token_env),

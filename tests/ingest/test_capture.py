@@ -344,6 +344,8 @@ def test_admin_url_defaults_beside_the_service_url(service, admin):
     (["--until-end"], "one way"),
     (["--topic", "a", "--stop-at", "yesterday"], "ISO-8601"),
     (["--topic", "a", "--token-file", "/no/such/file"], "does not exist"),
+    (["--topic", "a", "--roll-mb", "-1"], "--roll-mb and --roll-seconds must be > 0"),
+    (["--topic", "a", "--roll-mb", "0"], "--roll-mb and --roll-seconds must be > 0"),
 ])
 def test_capture_usage_errors_exit_2_with_one_sentence(tmp_path, capsys, args, problem):
     code = main(["capture", "--service-url", "pulsar://127.0.0.1:1", "--output",
