@@ -321,9 +321,10 @@ def fig_decisions(tables: RunTables) -> go.Figure:
     x = ``eval_time``, y = topic, symbol per action (▲ split, ▼ merge, ■ rebucket, × suppressed).
     Hover: reason, ``suppressed_by``, trigger, segments, counts at ``eval_time``, the rates of
     the segments it named (:func:`decision_rates`) and the thresholds of the topic's resolved
-    policy that the action uses (:data:`ACTION_THRESHOLDS`). One trace per action; ``customdata``
-    = the row's index in ``autoscale_decisions``. Source: ``autoscale_decisions``,
-    ``segment_load``, ``runs.config``."""
+    policy that the action uses (:data:`ACTION_THRESHOLDS`). One trace per action, named with
+    its counts by reason (suppressed ones: by ``suppressed_by``); ``customdata`` = the row's
+    index in ``autoscale_decisions``. Source: ``autoscale_decisions``, ``segment_load``,
+    ``runs.config``."""
     title = f"{tables.run_id}: auto-scale decisions (hover: reason, rates, thresholds)"
     d = tables.decisions
     if d.empty:
@@ -335,7 +336,9 @@ def fig_decisions(tables: RunTables) -> go.Figure:
         a = d[d["action"] == action]
         if a.empty:
             continue
-        counts = a["reason"].value_counts()
+        # a suppressed evaluation's reason is always no-candidate: what held it back says more
+        counts = (a["suppressed_by"].fillna("none") if action == "none" else a["reason"]
+                  ).value_counts()
         reasons = ", ".join(f"{k} ×{v}" for k, v in counts.items())
         label = "suppressed" if action == "none" else action
         fig.add_trace(go.Scatter(

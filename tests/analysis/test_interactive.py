@@ -285,17 +285,18 @@ def test_decision_rates_are_the_highest_of_its_segments_in_the_last_sample_at_ev
 
 
 def test_decisions_figure_marks_each_action_with_reason_rates_and_thresholds(tables):
+    # the legend counts actions by reason, suppressed evaluations by what held them back
     fig = fig_decisions(tables)
     by_name = {t.name: t for t in fig.data}
     assert set(by_name) == {"split (msgRateIn ×1)", "merge (cold ×1)",
-                            "suppressed (no-candidate ×1)"}
+                            "suppressed (merge-cooldown ×1)"}
     split = by_name["split (msgRateIn ×1)"].hovertext[0]
     assert "reason: msgRateIn" in split
     assert "msg_rate_in 30" in split
     assert "split_msg_rate_in 15" in split
     merge = by_name["merge (cold ×1)"].hovertext[0]
     assert "merge_msg_rate_in 3" in merge and "msg_rate_in 2" in merge
-    assert "suppressed by merge-cooldown" in by_name["suppressed (no-candidate ×1)"].hovertext[0]
+    assert "suppressed by merge-cooldown" in by_name["suppressed (merge-cooldown ×1)"].hovertext[0]
 
 
 def test_rates_figure_draws_each_segment_and_the_topics_thresholds(tables):
