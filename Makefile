@@ -134,10 +134,12 @@ run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print th
 	@$(VENV)/bin/topic-replay run --input data/sample --conf conf/sample.yaml --output $(OUT) --run-id sample
 
 # The test pyramid (docs/development.md, "Tests"): the marks come from tests/conftest.py (the
-# folder for replay / guarantee, the spark fixture for spark, a list for component); slow is
-# marked in the tests.
-UNIT := not spark and not component and not replay and not guarantee and not slow
-COMPONENT := not replay and not guarantee and not slow
+# folder for replay / guarantee, the spark fixture for spark, a list for component); slow and
+# heavy are marked in the tests. A heavy test (tens of seconds of Spark work in a module test)
+# runs with the replays, so that make test stays the quick suite.
+UNIT := not spark and not component and not replay and not guarantee and not heavy and not slow
+COMPONENT := not replay and not guarantee and not heavy and not slow
+REPLAYS := (replay or guarantee or heavy) and not slow
 
 test-unit: setup ## Pure tests, no Spark, two pytest workers (the inner loop, about a minute; the costliest properties draw a quarter of their examples)
 	TOPIC_REPLAY_QUICK_PROPERTIES=1 $(PY) -m pytest -m "$(UNIT)" -q --durations=5 $(XDIST)
@@ -154,8 +156,8 @@ XDIST := -n 2 --dist loadfile
 test: setup ## The test suite: unit tests and component tests with small Spark work, two pytest workers; prints the slowest
 	$(PY) -m pytest -m "$(COMPONENT)" -q --durations=15 $(XDIST)
 
-test-replays: setup kafka-broker ## Whole replays (tests/replays/) and guarantees (tests/guarantees/), no slow ones; two pytest workers
-	$(PY) -m pytest -m "(replay or guarantee) and not slow" -q --durations=15 $(XDIST)
+test-replays: setup kafka-broker ## Whole replays (tests/replays/), guarantees (tests/guarantees/) and heavy module tests, no slow ones; two pytest workers
+	$(PY) -m pytest -m "$(REPLAYS)" -q --durations=15 $(XDIST)
 
 # The memory test's sizes: CI-sized by default; the issue's 1 M vs 5 M check is
 # `make test-slow MEMORY_SIZES=1000000,5000000 MEMORY_WINDOW=500000` (about 8 minutes).

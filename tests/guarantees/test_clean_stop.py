@@ -4,6 +4,10 @@ and its Python workers included, as systemd and Airflow send it), or to the driv
 traceback; a restart then ends with the tables of an uninterrupted run (nothing lost or
 doubled). The replay runs as a subprocess in a session (process group) of its own.
 
+The uninterrupted run they are compared with is the in-process reference replay (``run --engine
+local``), whose tables the differential test ``tests/replays/test_local_engine.py`` holds equal to
+Spark's: a few seconds instead of a Spark replay.
+
 The cases are independent subprocess replays on ``local[1]`` (about one core each): the module
 runs the reference and every collected case two at a time in the background
 (``tests.guarantees.background``), and each test asserts on its own case's outcome. Nothing
@@ -19,7 +23,6 @@ import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -47,15 +50,16 @@ def logs(tmp_path_factory) -> Path:
     return write_orders_log(tmp_path_factory.mktemp("stop_logs"), 5)
 
 
-def _args(command: str, logs: Path, out: Path) -> list[str]:
+def _args(command: str, logs: Path, out: Path, *where: str) -> list[str]:
+    where = where or ("--master", "local[1]", "--shuffle-partitions", "2")
     return [sys.executable, "-m", "jobs.replay", command, "--input", str(logs), "--output",
-            str(out), "--run-id", "stop", "--master", "local[1]", "--shuffle-partitions", "2",
-            *[a for s in SETS for a in ("--set", s)]]
+            str(out), "--run-id", "stop", *where, *[a for s in SETS for a in ("--set", s)]]
 
 
-def run_to_end(logs: Path, out: Path) -> None:
-    done = subprocess.run(_args("run", logs, out), cwd=REPO, capture_output=True, text=True,
-                          timeout=900, check=False)
+def run_to_end(logs: Path, out: Path, *where: str) -> None:
+    """``run`` to the end into ``out``: on ``local[1]``, or with the options ``where``."""
+    done = subprocess.run(_args("run", logs, out, *where), cwd=REPO, capture_output=True,
+                          text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -105,13 +109,15 @@ def stop_and_restart(logs: Path, out: Path, command: str, signum: int,
 
 @pytest.fixture(scope="module")
 def outcomes(request, logs, tmp_path_factory) -> Iterator[dict[str | None, tuple[Path, Future]]]:
-    """The uninterrupted reference (key ``None``) and every collected case (by id): its output
+    """The uninterrupted reference (key ``None``, by the local engine) and every collected case
+    (by id): its output
     folder and the future of its outcome
     (:func:`~tests.guarantees.background.run_in_background`). A failed run raises its
     ``AssertionError`` in the tests that wait on it."""
     ids = [item.callspec.id for item in collected(
         request.session, test_stopped_replay_exits_cleanly_and_resumes_to_the_uninterrupted_tables)]
-    with run_in_background(tmp_path_factory, "stop", partial(run_to_end, logs),
+    with run_in_background(tmp_path_factory, "stop",
+                           lambda out: run_to_end(logs, out, "--engine", "local"),
                            [(case, case, lambda out, c=CASES[case]: stop_and_restart(logs, out, *c))
                             for case in ids]) as runs:
         yield runs

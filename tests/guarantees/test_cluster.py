@@ -1,7 +1,9 @@
 """The replay on a real cluster (issue #16): a Spark standalone master and two one-core
 workers, each a JVM of its own with its own Python workers (``standalone_cluster``), run
 ``topic-replay run --master spark://127.0.0.1:<port>`` on the sample; every table must equal
-that of the same replay on ``local[2]``.
+that of the same replay in process (``run --engine local``, the reference the differential test
+``tests/replays/test_local_engine.py`` holds equal to a ``local[*]`` Spark replay, table by
+table: a seventh of a Spark replay's CPU).
 
 Both replays run as ``topic-replay`` subprocesses from the same scratch folder with a relative
 ``--input`` (a copy of ``data/sample``) and ``--output`` (as ``make run`` gives them): executors
@@ -39,26 +41,27 @@ def topic_replay() -> list[str]:
     return [script] if script else [sys.executable, "-m", "jobs.replay"]
 
 
-def replay(master: str, cwd: Path, output: str, env: dict[str, str] | None = None) -> str:
+def replay(where: list[str], cwd: Path, output: str, env: dict[str, str] | None = None) -> str:
     """``topic-replay run`` of ``cwd/sample`` under ``conf/sample.yaml`` into ``cwd/output``
-    (both relative), run id ``sample``; returns its output, fails the test when it fails."""
+    (both relative), run id ``sample``, with the options ``where`` (``--master …`` or ``--engine
+    local``); returns its output, fails the test when it fails."""
     done = subprocess.run(
         [*topic_replay(), "run", "--input", "sample", "--conf",
-         str(REPO / "conf" / "sample.yaml"), "--output", output, "--run-id", "sample",
-         "--master", master],
+         str(REPO / "conf" / "sample.yaml"), "--output", output, "--run-id", "sample", *where],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert done.returncode == 0, f"replay on {master} failed:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"replay {where} failed:\n{done.stderr[-4000:]}"
     return done.stdout
 
 
 @pytest.fixture(scope="module")
 def runs(standalone_cluster, tmp_path_factory) -> tuple[Path, str]:
-    """The sample replayed on ``local[2]`` into ``<dir>/local`` and on the cluster into
+    """The sample replayed by the local engine into ``<dir>/local`` and on the cluster into
     ``<dir>/cluster``; returns ``(dir, the cluster run's console output)``."""
     cwd = tmp_path_factory.mktemp("cluster_runs")
     shutil.copytree(SAMPLE, cwd / "sample")
-    replay("local[2]", cwd, "local")
-    printed = replay(standalone_cluster.master_url, cwd, "cluster", standalone_cluster.env())
+    replay(["--engine", "local"], cwd, "local")
+    printed = replay(["--master", standalone_cluster.master_url], cwd, "cluster",
+                     standalone_cluster.env())
     return cwd, printed
 
 

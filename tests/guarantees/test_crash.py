@@ -6,7 +6,10 @@ after a micro-batch's Delta commit, between the replay's state commit and Spark'
 commit, and at several points of end-of-input finalization. It is restarted with the same
 arguments; every table must then equal that of an uninterrupted run (delta-rs's, whichever
 engine the interrupted run writes with) (``pipelines.analysis.diff``: same
-rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ).
+rows, no duplicates, no gaps; only the wall-clock columns of ``runs`` may differ). The
+uninterrupted run is the in-process reference replay (``run --engine local``), whose tables the
+differential test ``tests/replays/test_local_engine.py`` holds equal to Spark's: a few seconds
+instead of a Spark replay.
 
 Each case is two subprocess replays on ``local[1]`` (about one core each), independent of the
 others: the module runs the reference and every case it collects two at a time in the
@@ -73,6 +76,19 @@ def run_replay(logs: Path, out: Path, fault: str | None = None, engine: str = "d
     return done.returncode
 
 
+def run_reference(logs: Path, out: Path) -> int:
+    """The uninterrupted run of the same input and settings by the local engine (no Spark)."""
+    args = [sys.executable, "-m", "jobs.replay", "run", "--engine", "local", "--input", str(logs),
+            "--output", str(out), "--run-id", "crash",
+            *[a for s in [*SETS, "output.engine=delta-rs"] for a in ("--set", s)]]
+    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"reference replay failed ({done.returncode}):\n"
+                             f"{done.stderr[-3000:]}")
+    return done.returncode
+
+
 def kill_and_restart(logs: Path, out: Path, fault: str, engine: str) -> tuple[int, int]:
     """The exit codes of a replay killed at ``fault`` and of its restart, both into ``out``."""
     return run_replay(logs, out, fault, engine), run_replay(logs, out, engine=engine)
@@ -80,15 +96,15 @@ def kill_and_restart(logs: Path, out: Path, fault: str, engine: str) -> tuple[in
 
 @pytest.fixture(scope="module")
 def outcomes(request, logs, tmp_path_factory) -> Iterator[dict[object, tuple[Path, Future]]]:
-    """The uninterrupted reference (key ``None``) and every collected case (key ``(fault,
-    engine)``): its output folder and the future of its exit codes
+    """The uninterrupted reference (key ``None``, :func:`run_reference`) and every collected
+    case (key ``(fault, engine)``): its output folder and the future of its exit codes
     (:func:`~tests.guarantees.background.run_in_background`). A failed run raises its
     ``AssertionError`` (with the replay's stderr) in the tests that wait on it."""
     cases = [(item.callspec.params["fault"], item.callspec.params["engine"]) for item in
              collected(request.session,
                        test_replay_killed_and_restarted_ends_with_the_uninterrupted_tables)]
     with run_in_background(
-            tmp_path_factory, "crash", lambda out: run_replay(logs, out),
+            tmp_path_factory, "crash", partial(run_reference, logs),
             [((f, e), f"{f.replace(':', '_')}_{e}",
               partial(kill_and_restart, logs, fault=f, engine=e)) for f, e in cases]) as runs:
         yield runs

@@ -1,6 +1,7 @@
 """Output on an S3-compatible object store (docs/storage.md): a replay into ``s3a://bucket/…``
 — tables, streaming checkpoint, manifest, state, staging, window and quarantine files — gives
-the same tables as into a local folder, with either Delta engine. The store is moto's server
+the same tables as a replay into a local folder (the local engine's), with either Delta
+engine. The store is moto's server
 mode, started as its own process on 127.0.0.1 (``moto_server``); Spark reaches it through
 hadoop-aws (``make s3a-jars``), delta-rs and pyarrow through the ``AWS_*`` variables."""
 
@@ -18,6 +19,7 @@ from pipelines.analysis.diff import diff_frames
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.contract.schemas import table_names
+from pipelines.engine.local import run_local
 from pipelines.spark.replay import Replay
 from pipelines.spark.session import s3a_jars
 from pipelines.storage import fs as storage
@@ -92,9 +94,15 @@ def replay(spark, log_dir: Path, output: str, engine: str, run_id: str = "s3") -
 
 
 @pytest.fixture(scope="module")
-def local_tables(spark, log_dir, tmp_path_factory) -> DeltaStore:
-    """The reference: the same replay into a local folder (delta-rs)."""
-    return replay(spark, log_dir, str(tmp_path_factory.mktemp("local") / "out"), "delta-rs")
+def local_tables(log_dir, tmp_path_factory) -> DeltaStore:
+    """The reference: the same replay into a local folder (delta-rs), by the local engine (whose
+    tables the differential test ``tests/replays/test_local_engine.py`` holds equal to Spark's:
+    a few seconds instead of a Spark replay)."""
+    output = str(tmp_path_factory.mktemp("local") / "out")
+    cfg = load_config(None, [*SETS, "output.engine=delta-rs"])
+    spec = get_preset("contract").replace(format="json", speed=1.0)
+    run_local(cfg, spec, [str(log_dir)], output, "s3", progress=lambda _: None)
+    return DeltaStore(output, engine="delta-rs")
 
 
 def _objects(endpoint: str, bucket: str) -> list[str]:

@@ -120,23 +120,24 @@ reads (a temporary suffix, Hadoop's hidden prefixes, ``hdfs dfs -put``'s ``._COP
 def test_files_written_in_steps_then_renamed_arrive_exactly_once(streaming):
     """The contract for files still being written (docs/guarantees.md): a name the replay
     never reads, then a rename. The stream processes everything available between each step
-    of the writing; no record may be read early (part-way) or twice. One stream receives a
-    file under each of :data:`WRITING_NAMES`, each written in steps while the others sit
-    renamed before it, so a name read early or twice shows in the counts as soon as it is."""
+    of the writing; no record may be read early (part-way) or twice. One stream watches a file
+    being written under each of :data:`WRITING_NAMES`, side by side in three steps (a name read
+    early shows in the counts at the step it is read), then every file renamed (one micro-batch
+    for all four; a file read twice shows in the counts then, or at the next file)."""
     logs, replay, store = streaming
     seconds = 120  # each file: 120 s of log time, one message a second
-    for n, writing in enumerate(WRITING_NAMES):
-        partial, first = logs / writing, n * seconds
-        for start in range(first, first + seconds, 40):  # three steps, the stream looking each
-            with partial.open("a") as fh:
-                fh.write(_log_lines(start, start + 40))
-            replay.query.processAllAvailable()
-            # nothing of the file being written is read; every file renamed before it is, once
-            assert replay.state.counts.get("accepted", 0) == first, writing
-        partial.rename(logs / f"c{n}.json")
+    for start in range(0, seconds, 40):  # three steps, the stream looking after each
+        for n, writing in enumerate(WRITING_NAMES):
+            with (logs / writing).open("a") as fh:
+                fh.write(_log_lines(n * seconds + start, n * seconds + start + 40))
         replay.query.processAllAvailable()
-        assert replay.state.counts.get("accepted", 0) == first + seconds, writing
+        # nothing of a file being written is read
+        assert replay.state.counts.get("accepted", 0) == 0, start
+    for n, writing in enumerate(WRITING_NAMES):
+        (logs / writing).rename(logs / f"c{n}.json")
+    replay.query.processAllAvailable()
     end = len(WRITING_NAMES) * seconds
+    assert replay.state.counts.get("accepted", 0) == end  # every renamed record, once
     write_log(logs / "d.json", end, end + 120)  # moves the watermark past every renamed record
     replay.query.processAllAvailable()
 

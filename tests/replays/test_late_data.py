@@ -17,6 +17,7 @@ import pytest
 from pipelines.analysis.diff import diff_runs
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
+from pipelines.engine.local import run_local
 from pipelines.engine.summary import run_summary
 from pipelines.spark.ingest import read_raw_batch
 from pipelines.spark.replay import Replay
@@ -62,10 +63,15 @@ def replay_in_order(spark, logs: Path, out: Path, run_id: str, order: list[str])
 
 @pytest.fixture(scope="module")
 def out(spark, logs, tmp_path_factory) -> DeltaStore:
-    """Run ``in_order``, and run ``shuffled``: f2b before f2a (within the lateness bound),
-    then a file of records older than the finalized horizon."""
+    """Run ``in_order``: every file but ``late`` read at once by the local engine (the tables of
+    the log as it should be, which the differential test ``tests/replays/test_local_engine.py``
+    holds equal to a Spark replay's, and the determinism tests whatever the micro-batches); and
+    run ``shuffled`` through the streaming replay's handler: f2b before f2a (within the lateness
+    bound), then a file of records older than the finalized horizon."""
     out = tmp_path_factory.mktemp("late_out")
-    replay_in_order(spark, logs, out, "in_order", ["f1", "f2a", "f2b", "f3"])
+    run_local(load_config(None, SETS), get_preset("contract").replace(format="json"),
+              [str(logs / f"{name}.json") for name in ("f1", "f2a", "f2b", "f3")], str(out),
+              "in_order", progress=lambda _: None)
     return replay_in_order(spark, logs, out, "shuffled", ["f1", "f2b", "f2a", "f3", "late"])
 
 

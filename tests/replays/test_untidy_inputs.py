@@ -11,7 +11,9 @@ Spark starts. No case prints a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -145,34 +147,55 @@ def folder(tmp_path: Path) -> Path:
     return tmp_path / "in"
 
 
+@pytest.fixture(scope="module")
+def readable_runs(spark, tmp_path_factory) -> dict[tuple[str, str], tuple[int, str, str,
+                                                                           DeltaStore]]:
+    """Each :data:`READABLE` case run on each engine, on first use: ``(case, engine)`` → (exit
+    code, what it printed, what it printed on stderr, its output). The truncated-gzip prefix
+    test reads the ``truncated_json_gz`` run instead of replaying the same folder again."""
+
+    class Runs(dict):
+        def __missing__(self, key: tuple[str, str]) -> tuple[int, str, str, DeltaStore]:
+            case, engine = key
+            root = tmp_path_factory.mktemp(f"untidy_{case}_{engine}")
+            make, fmt, *_ = READABLE[case]
+            (root / "in").mkdir()
+            make(root / "in")
+            out, err = io.StringIO(), io.StringIO()
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = _run(root, fmt, engine)
+            self[key] = (code, out.getvalue(), err.getvalue(),
+                         DeltaStore(str(root / "out"), engine="delta-rs"))
+            return self[key]
+
+    return Runs()
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("case", sorted(READABLE))
-def test_untidy_folder_replays_what_can_be_read_and_records_the_rest(
-        spark, tmp_path, folder, capsys, case, engine):
-    make, fmt, accepted, files, skipped = READABLE[case]
-    make(folder)
+def test_untidy_folder_replays_what_can_be_read_and_records_the_rest(readable_runs, case,
+                                                                      engine):
+    _, _, accepted, files, skipped = READABLE[case]
 
-    code = _run(tmp_path, fmt, engine)
+    code, out, err, store = readable_runs[case, engine]
 
-    out = capsys.readouterr()
-    store = DeltaStore(str(tmp_path / "out"), engine="delta-rs")
-    assert code == 0, out.err
-    assert "Traceback" not in out.out + out.err
+    assert code == 0, err
+    assert "Traceback" not in out + err
     n = _accepted(store)
     assert (n == accepted) if isinstance(accepted, int) else (accepted[0] <= n <= accepted[1])
     assert _files(store) == files
     assert _counts(store).get("bad_files", 0) == len(files)
     assert _counts(store)["accepted"] + _counts(store)["quarantined"] == n + len(files)
-    assert (f"input: skipping {skipped} empty file(s)" in out.out) == bool(skipped)
+    assert (f"input: skipping {skipped} empty file(s)" in out) == bool(skipped)
     if files:
-        assert f"files     unreadable {len(files)}" in out.out
+        assert f"files     unreadable {len(files)}" in out
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_truncated_gzip_keeps_a_prefix_of_its_records(spark, tmp_path, folder, capsys, engine):
-    _truncated_json_gz(folder)
-    assert _run(tmp_path, "json", engine) == 0
-    keys = DeltaStore(str(tmp_path / "out"), engine="delta-rs").read("messages", "untidy")["key"]
+def test_truncated_gzip_keeps_a_prefix_of_its_records(readable_runs, engine):
+    code, _, err, store = readable_runs["truncated_json_gz", engine]
+    assert code == 0, err
+    keys = store.read("messages", "untidy")["key"]
     cut = sorted(int(k[1:]) for k in keys if int(k[1:]) < N_GZ)
     assert cut == list(range(len(cut))) and 0 < len(cut) < N_GZ
 
