@@ -120,8 +120,9 @@ replays run as subprocesses, the brokers, the cluster's daemons, the Spark Conne
 client compiler only. A test's JVM lives seconds to minutes on a few thousand records, where the
 optimizing compiler's work never pays back: about a third less CPU for a subprocess replay and a
 quarter less for a module of in-process replays (2026-11-27, back to back on the shared 2-core
-machine). Compilation changes how fast, never what, the JVM computes; the product's JVMs keep
-the default."""
+machine). Compilation changes how fast, never what, the JVM computes. The product's driver
+JVM takes the same option (``pipelines.spark.session.build_session``); this reaches the JVMs it
+does not start (brokers, a cluster's daemons and executors, a Connect server)."""
 
 
 @pytest.fixture(scope="session", autouse=True)
