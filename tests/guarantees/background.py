@@ -5,6 +5,7 @@ then waits for its own case and asserts on its outcome; nothing is timed."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -13,8 +14,9 @@ from typing import Any
 
 import pytest
 
-WORKERS = 2
-"""Replays run at once: one per core of a 2-core machine (more would only queue)."""
+WORKERS = max(1, min(2, os.cpu_count() or 1))
+"""Replays run at once: one per core, at most two (each case's JVM and Python workers take
+about a core; more at once would only queue, and hold their memory meanwhile)."""
 
 
 def collected(session: pytest.Session, test: Callable[..., Any]) -> list[pytest.Function]:

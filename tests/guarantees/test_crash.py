@@ -62,15 +62,22 @@ def logs(tmp_path_factory) -> Path:
     return write_orders_log(tmp_path_factory.mktemp("crash_logs"), 4)
 
 
+def _run(logs: Path, out: Path, options: list[str], engine: str,
+         env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``run`` of ``logs`` into ``out`` (run id ``crash``, the module's settings, Delta engine
+    ``engine``) as a subprocess, with the options ``options``."""
+    args = [sys.executable, "-m", "jobs.replay", "run", "--input", str(logs), "--output",
+            str(out), "--run-id", "crash", *options,
+            *[a for s in [*SETS, f"output.engine={engine}"] for a in ("--set", s)]]
+    return subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+
+
 def run_replay(logs: Path, out: Path, fault: str | None = None, engine: str = "delta-rs") -> int:
     env = {k: v for k, v in os.environ.items() if k != "TOPIC_REPLAY_FAULT"}
     if fault is not None:
         env["TOPIC_REPLAY_FAULT"] = fault
-    args = [sys.executable, "-m", "jobs.replay", "run", "--input", str(logs), "--output",
-            str(out), "--run-id", "crash", "--master", "local[1]", "--shuffle-partitions", "2",
-            *[a for s in [*SETS, f"output.engine={engine}"] for a in ("--set", s)]]
-    done = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
+    done = _run(logs, out, ["--master", "local[1]", "--shuffle-partitions", "2"], engine, env)
     if done.returncode not in (0, -signal.SIGKILL):
         raise AssertionError(f"replay failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return done.returncode
@@ -78,11 +85,7 @@ def run_replay(logs: Path, out: Path, fault: str | None = None, engine: str = "d
 
 def run_reference(logs: Path, out: Path) -> int:
     """The uninterrupted run of the same input and settings by the local engine (no Spark)."""
-    args = [sys.executable, "-m", "jobs.replay", "run", "--engine", "local", "--input", str(logs),
-            "--output", str(out), "--run-id", "crash",
-            *[a for s in [*SETS, "output.engine=delta-rs"] for a in ("--set", s)]]
-    done = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=900,
-                          check=False)
+    done = _run(logs, out, ["--engine", "local"], "delta-rs")
     if done.returncode != 0:
         raise AssertionError(f"reference replay failed ({done.returncode}):\n"
                              f"{done.stderr[-3000:]}")

@@ -12,6 +12,7 @@ Spark starts. No case prints a traceback.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import io
 import json
@@ -148,36 +149,35 @@ def folder(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def readable_runs(spark, tmp_path_factory) -> dict[tuple[str, str], tuple[int, str, str,
-                                                                           DeltaStore]]:
-    """Each :data:`READABLE` case run on each engine, on first use: ``(case, engine)`` → (exit
-    code, what it printed, what it printed on stderr, its output). The truncated-gzip prefix
-    test reads the ``truncated_json_gz`` run instead of replaying the same folder again."""
+def readable_run(spark, tmp_path_factory) -> Callable[[str, str], tuple[int, str, str,
+                                                                      DeltaStore]]:
+    """Each :data:`READABLE` case run once per engine, on first use: ``(case, engine)`` →
+    (exit code, what it printed, what it printed on stderr, its output). The truncated-gzip
+    prefix test reads the ``truncated_json_gz`` run instead of replaying the same folder
+    again."""
 
-    class Runs(dict):
-        def __missing__(self, key: tuple[str, str]) -> tuple[int, str, str, DeltaStore]:
-            case, engine = key
-            root = tmp_path_factory.mktemp(f"untidy_{case}_{engine}")
-            make, fmt, *_ = READABLE[case]
-            (root / "in").mkdir()
-            make(root / "in")
-            out, err = io.StringIO(), io.StringIO()
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = _run(root, fmt, engine)
-            self[key] = (code, out.getvalue(), err.getvalue(),
-                         DeltaStore(str(root / "out"), engine="delta-rs"))
-            return self[key]
+    @functools.cache
+    def run(case: str, engine: str) -> tuple[int, str, str, DeltaStore]:
+        root = tmp_path_factory.mktemp(f"untidy_{case}_{engine}")
+        make, fmt, *_ = READABLE[case]
+        (root / "in").mkdir()
+        make(root / "in")
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = _run(root, fmt, engine)
+        return code, out.getvalue(), err.getvalue(), DeltaStore(str(root / "out"),
+                                                                 engine="delta-rs")
 
-    return Runs()
+    return run
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("case", sorted(READABLE))
-def test_untidy_folder_replays_what_can_be_read_and_records_the_rest(readable_runs, case,
+def test_untidy_folder_replays_what_can_be_read_and_records_the_rest(readable_run, case,
                                                                       engine):
     _, _, accepted, files, skipped = READABLE[case]
 
-    code, out, err, store = readable_runs[case, engine]
+    code, out, err, store = readable_run(case, engine)
 
     assert code == 0, err
     assert "Traceback" not in out + err
@@ -192,8 +192,8 @@ def test_untidy_folder_replays_what_can_be_read_and_records_the_rest(readable_ru
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_truncated_gzip_keeps_a_prefix_of_its_records(readable_runs, engine):
-    code, _, err, store = readable_runs["truncated_json_gz", engine]
+def test_truncated_gzip_keeps_a_prefix_of_its_records(readable_run, engine):
+    code, _, err, store = readable_run("truncated_json_gz", engine)
     assert code == 0, err
     keys = store.read("messages", "untidy")["key"]
     cut = sorted(int(k[1:]) for k in keys if int(k[1:]) < N_GZ)
