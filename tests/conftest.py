@@ -39,7 +39,7 @@ FOLDER_MARKS = {"replays": "replay", "guarantees": "guarantee"}
 
 COMPONENT_MODULES = {
     "project/test_layout.py": "an interpreter importing every module without Spark",
-    "analysis/test_interactive_browser.py": "a headless chromium and local replays",
+    "analysis/test_page_browser.py": "a headless chromium and local replays",
     "analysis/test_validation.py": "Great Expectations",
     "analysis/test_report.py": "a local replay and every figure drawn",
     "analysis/test_recommend.py": "three local replays",

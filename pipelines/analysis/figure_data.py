@@ -1,7 +1,7 @@
 """What the report's two figure sets show, computed once: which topics a figure draws, the
 thresholds in force for a topic, the segment DAG's edges, timestamps ready to plot, and the
-colours both use. :mod:`pipelines.analysis.static_figures` (matplotlib) and
-:mod:`pipelines.analysis.interactive` (Plotly) draw from these; neither imports the other's
+colours both use. :mod:`pipelines.analysis.figures` (matplotlib) and
+:mod:`pipelines.analysis.page` (Plotly) draw from these; neither imports the other's
 figures for them."""
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from pipelines.analysis.diff import diff_runs, format_diff, run_ids
-from pipelines.analysis.interactive import write_report
+from pipelines.analysis.page import write_report
 from pipelines.analysis.run_tables import metrics_frame
 from pipelines.analysis.validation import format_validation, validate_run
 from pipelines.analysis.whatif.scenarios import format_comparison

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from pipelines.analysis.interactive import PageError, write_report, write_sweep_page
+from pipelines.analysis.page import PageError, write_report, write_sweep_page
 from pipelines.analysis.run_tables import metrics_frame
 from pipelines.analysis.whatif.recommend import format_recommendations, recommend
 from pipelines.analysis.whatif.scenarios import (

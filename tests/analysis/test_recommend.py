@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipelines.analysis.interactive import write_sweep_page
+from pipelines.analysis.page import write_sweep_page
 from pipelines.analysis.whatif.recommend import (
     RUN_SCOPE,
     _choose,

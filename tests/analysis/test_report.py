@@ -14,7 +14,8 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
-from pipelines.analysis.interactive import write_report
+from pipelines.analysis.figures import build_figures, figure_has_data, topic_table
+from pipelines.analysis.page import write_report
 from pipelines.analysis.run_tables import (
     RunTables,
     consumer_shares,
@@ -22,7 +23,6 @@ from pipelines.analysis.run_tables import (
     layout_timeline,
     run_metrics,
 )
-from pipelines.analysis.static_figures import build_figures, figure_has_data, topic_table
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.engine.local import run_local

@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from pipelines.analysis.figures import _window_cells, fig_consumers
 from pipelines.analysis.run_tables import RunTables, consumer_shares
-from pipelines.analysis.static_figures import _window_cells, fig_consumers
 from pipelines.analysis.windows import WindowSettings, fill_idle_windows, window_settings
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset

@@ -10,5 +10,5 @@
 - :mod:`~pipelines.analysis.whatif.recommend` — a sweep's recommended scenario per topic and for
   the run;
 - the sweep's page (heat maps, Pareto views) is drawn with the run pages, in
-  :mod:`pipelines.analysis.interactive`.
+  :mod:`pipelines.analysis.page`.
 """

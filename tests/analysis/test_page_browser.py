@@ -19,7 +19,7 @@ import pandas as pd
 import pytest
 from playwright.sync_api import sync_playwright
 
-from pipelines.analysis.interactive import write_run_page, write_sweep_page
+from pipelines.analysis.page import write_run_page, write_sweep_page
 from pipelines.analysis.whatif.scenarios import Scenario
 from pipelines.analysis.whatif.sweep import sweep_rows, write_sweep_rows
 from pipelines.contract.config import load_config

@@ -1,4 +1,4 @@
-"""The Plotly figure builders of ``pipelines.analysis.interactive`` on small hand-built frames (no
+"""The Plotly figure builders of ``pipelines.analysis.page`` on small hand-built frames (no
 Spark, no browser): what each figure holds — the Pareto front's scenarios, a heat map's z matrix, a
 segment's bar, the DAG's edges, a decision's hover with its reason, rates and thresholds."""
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from deltalake import write_deltalake
 
-from pipelines.analysis.interactive import (
+from pipelines.analysis.page import (
     SWEEP_METRICS,
     PageError,
     decision_rates,

@@ -2,8 +2,8 @@
 more runs read back from their tables (:class:`pipelines.analysis.run_tables.RunTables`; no Spark),
 and the report's HTML tables.
 
-The report page (:func:`pipelines.analysis.interactive.write_report`) shows the Plotly figures
-of :mod:`pipelines.analysis.interactive` for the layout, DAG, decisions and rates, and those of
+The report page (:func:`pipelines.analysis.page.write_report`) shows the Plotly figures
+of :mod:`pipelines.analysis.page` for the layout, DAG, decisions and rates, and those of
 these figures that have no Plotly view (consumers, handoffs, drain, batching) as embedded PNG;
 ``--png-dir`` saves every figure below as PNG. This module imports no page code. Figures (each
 a function returning a ``matplotlib.figure.Figure``):

@@ -18,7 +18,7 @@ defaults and every mark has a hover label.
   ``customdata`` holds the run_id) jumps there.
 
 The figures the Plotly views do not cover (consumers, handoffs, drain, batching) stay the
-matplotlib figures of :mod:`pipelines.analysis.static_figures`, embedded as PNG.
+matplotlib figures of :mod:`pipelines.analysis.figures`, embedded as PNG.
 :func:`write_report` is ``topic-replay report``.
 """
 
@@ -49,8 +49,7 @@ from pipelines.analysis.figure_data import (
     topic_policy,
     topics_by_segments,
 )
-from pipelines.analysis.run_tables import METRICS, RunTables, metrics_frame, run_metrics
-from pipelines.analysis.static_figures import (
+from pipelines.analysis.figures import (
     _CSS,
     ReportFigure,
     build_figures,
@@ -62,6 +61,7 @@ from pipelines.analysis.static_figures import (
     table_html,
     topic_table,
 )
+from pipelines.analysis.run_tables import METRICS, RunTables, metrics_frame, run_metrics
 from pipelines.analysis.whatif.recommend import RUN_SCOPE, Recommendation, recommend
 from pipelines.engine.findings import ordered_findings
 from pipelines.storage.delta import DeltaStore
@@ -658,7 +658,7 @@ def _png(fig: ReportFigure) -> str:
 def static_figures(tables: RunTables) -> list[ReportFigure]:
     """The matplotlib figures of one run that have no Plotly counterpart: consumers, bucket
     handoffs, sealed-segment drain, batching (keys as in
-    :func:`pipelines.analysis.static_figures.build_figures`, batching keyed
+    :func:`pipelines.analysis.figures.build_figures`, batching keyed
     ``batching-<run_id>``)."""
     r = tables
     return [
@@ -779,7 +779,7 @@ def write_run_page(store: DeltaStore, run_ids: Sequence[str], path: str | Path,
     :func:`run_section` per run, then (several runs) the batching figure of all runs.
 
     ``png_dir``: also save every matplotlib figure of
-    :func:`pipelines.analysis.static_figures.build_figures` there as ``<key>.png``. Returns
+    :func:`pipelines.analysis.figures.build_figures` there as ``<key>.png``. Returns
     ``{"html": path, "figures": figures on the page, "interactive": Plotly figures, "images":
     PNG figures, "metrics": {run_id: run_metrics}}``. Raises :class:`PageError` when
     ``run_ids`` is empty.
@@ -818,11 +818,11 @@ def write_report(output: str, run_ids: Sequence[str], html_path: str | Path,
                  png_dir: str | Path | None = None) -> dict[str, Any]:
     """``topic-replay report``: render the report of ``run_ids`` (tables under ``output``, read
     with delta-rs) to ``html_path`` with :func:`write_run_page` (Plotly figures of the layout,
-    DAG, decisions and rates; the other figures of :mod:`pipelines.analysis.static_figures` as
+    DAG, decisions and rates; the other figures of :mod:`pipelines.analysis.figures` as
     PNG).
 
     ``png_dir``: also save every matplotlib figure of
-    :func:`pipelines.analysis.static_figures.build_figures` there as ``<key>.png``. Returns
+    :func:`pipelines.analysis.figures.build_figures` there as ``<key>.png``. Returns
     ``{"html": path, "figures": n on the page, "interactive": n, "images": n, "metrics":
     {run_id: run_metrics}}``; :class:`PageError` as :func:`write_run_page`.
     """
