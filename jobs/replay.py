@@ -5,7 +5,7 @@ else. A user mistake (bad argument, missing input, invalid config) exits with co
 sentence (``pipelines.app.errors.UsageError``) before any Spark work starts.
 
 Only the chosen command's module is imported (:data:`COMMANDS`): they pull in pyspark, pandas,
-Delta or matplotlib (1–5 s each), which ``--help`` and a usage error must not pay.
+Delta or Plotly (1–5 s each), which ``--help`` and a usage error must not pay.
 """
 
 from __future__ import annotations

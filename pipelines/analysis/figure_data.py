@@ -1,8 +1,6 @@
-"""What the report's two figure sets show, computed once: which topics a figure draws, the
-thresholds in force for a topic, the segment DAG's edges, timestamps ready to plot, and the
-colours both use. :mod:`pipelines.analysis.figures` (matplotlib) and
-:mod:`pipelines.analysis.page` (Plotly) draw from these; neither imports the other's
-figures for them."""
+"""What the report's figures (:mod:`pipelines.analysis.figures`) show, computed apart from how
+they are drawn: which topics a figure draws, the thresholds in force for a topic, the segment
+DAG's edges, timestamps ready to plot, and the colours of what created a segment."""
 
 from __future__ import annotations
 
@@ -18,11 +16,11 @@ MAX_TOPICS = 6
 
 CREATED_BY_COLOR = {"initial": "#c7c7c7", "split": "#f4a582", "merge": "#92c5de",
                     "rebucket": "#a6dba0"}
-"""A segment's colour by ``created_by``, in both figure sets."""
+"""A segment's colour by ``created_by``."""
 
 
 def naive_utc(ts: Any) -> Any:
-    """UTC timestamps (Series or scalar) as naive UTC datetimes (what matplotlib and Plotly's
+    """UTC timestamps (Series or scalar) as naive UTC datetimes (what Plotly's
     date axes read without shifting them to a local zone)."""
     if isinstance(ts, pd.Series):
         return ts.dt.tz_convert("UTC").dt.tz_localize(None) if ts.dt.tz is not None else ts
@@ -69,14 +67,6 @@ def topic_policy(config: dict[str, Any], topic: str) -> dict[str, Any]:
         return {f: getattr(policy, f) for f in type(policy).field_names()}
     except Exception:
         return {k: v for k, v in config.get("policy", {}).items() if not isinstance(v, dict)}
-
-
-def rate_thresholds(config: dict[str, Any], topic: str) -> tuple[float | None, float | None]:
-    """``(split_msg_rate_in, merge_msg_rate_in)`` in force for ``topic`` (msg/s; None when the
-    config has none)."""
-    policy = topic_policy(config, topic)
-    split, merge = policy.get("split_msg_rate_in"), policy.get("merge_msg_rate_in")
-    return (None if split is None else float(split), None if merge is None else float(merge))
 
 
 def dag_edges(segments: pd.DataFrame) -> list[tuple[int, int]]:

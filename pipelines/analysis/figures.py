@@ -1,59 +1,53 @@
-"""The static figure set of ``topic-replay report``: matplotlib figures (Agg backend) of one or
-more runs read back from their tables (:class:`pipelines.analysis.run_tables.RunTables`; no Spark),
-and the report's HTML tables.
+"""The report's one figure set: Plotly figures of one or more runs read back from their tables
+(:class:`pipelines.analysis.run_tables.RunTables`; no Spark).
 
-The report page (:func:`pipelines.analysis.page.write_report`) shows the Plotly figures
-of :mod:`pipelines.analysis.page` for the layout, DAG, decisions and rates, and those of
-these figures that have no Plotly view (consumers, handoffs, drain, batching) as embedded PNG;
-``--png-dir`` saves every figure below as PNG. This module imports no page code. Figures (each
-a function returning a ``matplotlib.figure.Figure``):
+The report page (:mod:`pipelines.analysis.page`) draws them interactive (zoom, pan, a hover label
+on every mark); ``topic-replay report --png-dir`` renders the same figures as PNG with kaleido
+(:func:`write_pngs`; it drives a headless Chrome or Chromium). Each ``fig_*`` returns a
+``plotly.graph_objects.Figure``; a figure whose table is empty holds no trace, only a "no …"
+note (:func:`figure_has_data`). One run (:func:`run_figures`, in page order):
 
-- :func:`fig_layout` — active segments and entry buckets over time, with auto-scale decisions
-  (split / merge / rebucket markers, suppressed evaluations, reasons);
-- :func:`fig_rates` — per-segment ``msg_rate_in`` (msg/s) against the split and merge thresholds;
-- :func:`fig_dag` — the segment DAG: each segment a box over its lifetime × hash range, arrows
-  from parents to children, coloured by ``created_by``;
-- :func:`fig_batching` — batch-size distribution and entries per message per batching mode (one
-  series per run);
+- :func:`fig_segments` — segments over time: each segment's hash range ``[range_start,
+  range_end]`` as a bar from ``created_at`` to ``sealed_at``;
+- :func:`fig_layout` — active segments and entry buckets per topic over time (step lines), with
+  the auto-scale decisions at the topic's segment count;
+- :func:`fig_dag` — the segment DAG (parents → children);
+- :func:`fig_decisions` — auto-scale decisions over time (hover: Pulsar's reason, the thresholds
+  of the topic's resolved policy and the rates of the segments at ``eval_time``);
+- :func:`fig_rates` — per-segment ``msg_rate_in`` (msg/s) against the split / merge thresholds;
 - :func:`fig_consumers` — consumer load share, busy / idle time, messages per window;
 - :func:`fig_handoffs` — bucket withheld time during handoffs (draining, PIP-379);
-- :func:`fig_drain` — sealed-segment drain times (PIP-486 use case 1).
+- :func:`fig_drain` — sealed-segment drain times (PIP-486 use case 1);
+- :func:`fig_batching` — batch-size distribution and entries per message (one series per run;
+  also drawn over all runs of a page).
 
-The summary table is :func:`pipelines.analysis.run_tables.run_metrics` (the same numbers as
-``topic-replay compare``), side by side when several runs are given.
+The figures of a policy sweep are :mod:`pipelines.analysis.sweep_figures`.
 """
 
 from __future__ import annotations
 
-import html
-import io
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-from pipelines.analysis.run_tables import format_cell
-
-matplotlib.use("Agg")
-
-import matplotlib.dates as mdates
-import matplotlib.ticker as mticker
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+import plotly.graph_objects as go
+import plotly.io as pio
+from kaleido.errors import ChromeNotFoundError
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
 
 from pipelines.analysis.figure_data import (
     CREATED_BY_COLOR,
     busiest_topics,
     dag_edges,
     naive_utc,
-    rate_thresholds,
     rate_topics,
+    topic_policy,
     topics_by_segments,
 )
 from pipelines.analysis.run_tables import (
@@ -61,355 +55,458 @@ from pipelines.analysis.run_tables import (
     consumer_shares,
     drain_times,
     layout_timeline,
+    total_timeline,
     withheld_intervals,
 )
 
-ACTION_STYLE = {"split": ("^", "tab:red"), "merge": ("v", "tab:blue"),
-                "rebucket": ("s", "tab:green")}
+ACTION_MARKERS = {"split": ("triangle-up", "#d62728"), "merge": ("triangle-down", "#1f77b4"),
+                  "rebucket": ("square", "#2ca02c"), "none": ("x", "#7f7f7f")}
+"""Marker symbol and colour per ``autoscale_decisions.action`` (none = suppressed)."""
+
+ACTION_THRESHOLDS = {
+    "split": ("split_msg_rate_in", "split_bytes_rate_in", "split_msg_rate_out",
+              "split_bytes_rate_out", "split_cooldown_s", "max_segments", "max_dag_depth"),
+    "merge": ("merge_msg_rate_in", "merge_bytes_rate_in", "merge_msg_rate_out",
+              "merge_bytes_rate_out", "merge_window_s", "merge_cooldown_s", "min_segments"),
+    "rebucket": ("split_vs_rebucket_min_msg_rate_in", "max_buckets_per_segment",
+                 "rebucket_cooldown_s"),
+    "none": ("split_cooldown_s", "merge_cooldown_s", "rebucket_cooldown_s", "max_segments",
+             "min_segments"),
+}
+"""The policy fields shown in a decision's hover, per action."""
+
+HASH_TICKS = {"tickvals": [0, 16384, 32768, 49152, 65535],
+              "ticktext": ["0", "16384", "32768", "49152", "65535"]}
+"""y ticks of a segment_hash axis (quarters of the 16-bit range)."""
+
+RATE_COLUMNS = ("msg_rate_in", "bytes_rate_in", "msg_rate_out", "bytes_rate_out")
+
+PALETTE = qualitative.Plotly
+"""Colours of per-topic (or per-run) series, by position: the same topic keeps its colour in
+every panel of a figure."""
+
+PNG_WIDTH = 1100
+"""Width (px) of a PNG of :func:`write_pngs`; each figure sets its own height."""
+
+
+class PageError(ValueError):
+    """A page or an image cannot be made from what the tables hold (an unknown sweep_id, no run
+    to report, no browser to render PNG); the message is one sentence naming the problem."""
 
 
 @dataclass
 class ReportFigure:
-    """One figure of the report: a title, a one-line caption and the matplotlib figure."""
+    """One figure of the report: a key (the PNG's file name, ``<kind>-<run_id>``), a title, a
+    one-line caption and the Plotly figure."""
 
     key: str
     title: str
     caption: str
-    figure: Figure
+    figure: go.Figure
 
 
-def _subplots(*args: Any, figsize: tuple[float, float], **kwargs: Any) -> tuple[Figure, Any]:
-    """``(figure, axes)`` like ``pyplot.subplots`` but a bare ``Figure`` (Agg canvas): not kept
-    by pyplot, so nothing to close and no global state."""
-    fig = Figure(figsize=figsize)
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots(*args, **kwargs)
+# ---- helpers ---------------------------------------------------------------------------------
+
+def _iso(ts: Any) -> Any:
+    """UTC timestamps (Series or scalar) as naive ISO strings Plotly reads as dates."""
+    if isinstance(ts, pd.Series):
+        return [None if pd.isna(t) else pd.Timestamp(t).isoformat() for t in naive_utc(ts)]
+    return None if ts is None or pd.isna(ts) else pd.Timestamp(naive_utc(ts)).isoformat()
 
 
-def _time_axis(ax: Any) -> None:
-    locator = mdates.AutoDateLocator(minticks=3, maxticks=8)
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-    ax.set_xlabel("publish time (UTC)")
+def number_text(v: Any) -> str:
+    """A number for hover text: ``-`` for none, thousands separators, 4 significant digits."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool | str):
+        return str(v)
+    if isinstance(v, int | np.integer):
+        return f"{int(v):,}"
+    return f"{float(v):,.4g}"
 
 
-def _zero_based(ax: Any, top: float) -> None:
-    """y from 0 with headroom; a flat-zero series still gets a readable 0..1 axis."""
-    top = top if top > 0 else 1.0
-    ax.set_ylim(-0.05 * top, top * 1.2)
+def _of_topics(shown: int, total: int) -> str:
+    return "" if shown >= total else f" ({shown} of {total} topics)"
 
 
-def _run_span(ax: Any, tables: RunTables) -> None:
-    """x axis over the run's time span (first segment creation to the end of the run)."""
+def _empty(title: str, note: str) -> go.Figure:
+    fig = go.Figure()
+    fig.add_annotation(text=note, showarrow=False, x=0.5, y=0.5, xref="paper", yref="paper",
+                       font={"color": "#666"})
+    fig.update_layout(title=title, height=240, xaxis={"visible": False},
+                      yaxis={"visible": False})
+    return fig
+
+
+def _segment_hover(g: pd.DataFrame) -> list[str]:
+    out = []
+    for r in g.itertuples():
+        sealed = "active" if pd.isna(r.sealed_at) else f"sealed {_iso(r.sealed_at)}"
+        out.append(f"<b>{r.topic} segment {r.segment_id}</b> ({r.created_by})<br>"
+                   f"range [{r.range_start}, {r.range_end}]<br>"
+                   f"buckets {r.bucket_count}<br>epoch {r.created_at_epoch}"
+                   f"{'' if r.sealed_at_epoch < 0 else f' → {r.sealed_at_epoch}'}<br>"
+                   f"created {_iso(r.created_at)}<br>{sealed}")
+    return out
+
+
+def _color(i: int) -> str:
+    return str(PALETTE[i % len(PALETTE)])
+
+
+def _run_range(tables: RunTables) -> list[Any] | None:
+    """x range over the run's time span (first segment creation to the end of the run, 2 %
+    padding) as ISO strings; None when unknown."""
     start = tables.segments["created_at"].min() if len(tables.segments) else None
     end = tables.end_time
-    if start is not None and end is not None and pd.notna(start) and end > start:
-        pad = (end - start) * 0.02
-        ax.set_xlim(naive_utc(start - pad), naive_utc(end + pad))
+    if start is None or end is None or pd.isna(start) or not end > start:
+        return None
+    pad = (end - start) * 0.02
+    return [_iso(start - pad), _iso(end + pad)]
 
 
-def _empty_note(ax: Any, text: str) -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.4")
-    ax.set_xticks([])
-    ax.set_yticks([])
+def _zero_based(top: float) -> list[float]:
+    """A y range from 0 with headroom; a flat-zero series still gets a readable 0..1 axis."""
+    top = top if top > 0 else 1.0
+    return [-0.05 * top, top * 1.2]
 
 
-# ---- figures ---------------------------------------------------------------------------------
+# ---- one run ---------------------------------------------------------------------------------
 
-def fig_layout(tables: RunTables) -> Figure:
-    """Active segments (top) and entry buckets (bottom) per topic over time, step lines, plus
-    the total over all topics; auto-scale decisions as markers on the top panel (▲ split,
-    ▼ merge, ■ rebucket at the topic's new segment count; × suppressed evaluations, at 0),
-    labelled with Pulsar's reason when there are few. Source: ``segments``,
-    ``autoscale_decisions``."""
-    fig, (ax_s, ax_b) = _subplots(2, 1, figsize=(11, 6.5), sharex=True,
-                                     gridspec_kw={"height_ratios": [3, 2]})
-    timeline = layout_timeline(tables.segments)
+def fig_segments(tables: RunTables) -> go.Figure:
+    """Segments over time, one panel per topic (the
+    :data:`~pipelines.analysis.figure_data.MAX_TOPICS` with most segments): each segment a
+    horizontal bar over its lifetime (``created_at`` → ``sealed_at``, or the run's end while
+    active) and its inclusive ``segment_hash`` range (y, 0..65535), coloured by
+    ``created_by``. Hover: segment id, range, bucket count, layout epochs, times. One bar trace
+    per (topic, created_by); ``customdata`` = segment_id. Source: ``segments``."""
+    title = f"{tables.run_id}: segments over time (hash range × lifetime)"
+    seg = tables.segments
+    if seg.empty:
+        return _empty(title, "no segments")
+    topics = topics_by_segments(tables)
     end = tables.end_time
-    if timeline.empty:
-        _empty_note(ax_s, "no segments")
-        return fig
-    topics = busiest_topics(tables)
-    all_topics = sorted(set(timeline["topic"]))
-
-    def stepped(g: pd.DataFrame, col: str) -> tuple[Any, Any]:
-        x = list(naive_utc(g["time"]))
-        y = list(g[col])
-        if end is not None:
-            x.append(naive_utc(end))
-            y.append(y[-1])
-        return x, y
-
-    for i, topic in enumerate(topics):  # earlier topics drawn thicker: equal lines stay visible
-        g = timeline[timeline["topic"] == topic]
-        for ax, col in ((ax_s, "active_segments"), (ax_b, "buckets")):
-            ax.step(*stepped(g, col), where="post", label=topic,
-                    lw=1.4 + 1.2 * (len(topics) - 1 - i))
-    if len(all_topics) > 1:
-        wide = timeline.pivot_table(index="time", columns="topic",
-                                    values=["active_segments", "buckets"], aggfunc="last")
-        wide = wide.sort_index().ffill().fillna(0)
-        total = pd.DataFrame({"time": wide.index,
-                              "active_segments": wide["active_segments"].sum(axis=1).values,
-                              "buckets": wide["buckets"].sum(axis=1).values})
-        label = f"all {len(all_topics)} topics"
-        for ax, col in ((ax_s, "active_segments"), (ax_b, "buckets")):
-            ax.step(*stepped(total, col), where="post", color="black", lw=2.2, alpha=0.6,
-                    label=label)
-    if len(tables.decisions):
-        _draw_decisions(ax_s, tables.decisions, timeline)
-    ax_s.set_ylabel("active segments")
-    ax_b.set_ylabel("entry buckets")
-    ax_s.set_ylim(bottom=-0.3)
-    ax_b.set_ylim(bottom=0)
-    ax_s.legend(fontsize=7, loc="upper left", ncol=2)
-    ax_s.set_title(f"{tables.run_id}: segments and buckets over time, with auto-scale decisions")
-    _time_axis(ax_b)
-    fig.tight_layout()
+    fig = make_subplots(rows=len(topics), cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        subplot_titles=[f"topic {t}" for t in topics])
+    shown: set[str] = set()
+    for row, topic in enumerate(topics, start=1):
+        g = seg[seg["topic"] == topic].sort_values("segment_id")
+        for created_by, h in g.groupby("created_by", sort=False):
+            stop = h["sealed_at"].fillna(end) if end is not None else h["sealed_at"]
+            dur_ms = ((stop - h["created_at"]).dt.total_seconds() * 1000).clip(lower=1)
+            fig.add_trace(go.Bar(
+                orientation="h", base=_iso(h["created_at"]), x=dur_ms.tolist(),
+                y=((h["range_start"] + h["range_end"] + 1) / 2).tolist(),
+                width=(h["range_end"] + 1 - h["range_start"]).tolist(),
+                name=str(created_by), legendgroup=str(created_by),
+                showlegend=str(created_by) not in shown,
+                marker={"color": CREATED_BY_COLOR.get(str(created_by), "#dddddd"),
+                        "line": {"color": "black", "width": 1}},
+                text=[f"{s} · N={n}" for s, n in zip(h["segment_id"], h["bucket_count"],
+                                                      strict=True)],
+                textposition="inside", insidetextanchor="middle",
+                customdata=h["segment_id"].tolist(),
+                hovertext=_segment_hover(h), hoverinfo="text"), row=row, col=1)
+            shown.add(str(created_by))
+        fig.update_yaxes(range=[0, 65536], title_text="segment_hash", row=row, col=1,
+                         **HASH_TICKS)
+        fig.update_xaxes(type="date", row=row, col=1)
+    fig.update_xaxes(title_text="publish time (UTC)", row=len(topics), col=1)
+    fig.update_layout(title=title + _of_topics(len(topics), seg["topic"].nunique()),
+                      barmode="overlay", bargap=0, height=190 * len(topics) + 150,
+                      legend_title_text="created_by", uniformtext_minsize=8,
+                      uniformtext_mode="hide")
     return fig
 
 
-def _draw_decisions(ax: Axes, decisions: pd.DataFrame, timeline: pd.DataFrame) -> None:
-    """:func:`fig_layout`'s decision markers on ``ax``: one series per action at the topic's
-    segment count (each point labelled when there are few), suppressed evaluations at 0."""
-    acted = decisions[decisions["action"] != "none"]
-    for action, (marker, color) in ACTION_STYLE.items():
-        d = acted[acted["action"] == action]
-        if d.empty:
+def _creating_decision(tables: RunTables) -> dict[tuple[str, int], str]:
+    """(topic, segment_id) → the decision that created the segment, as hover text ("split:
+    msgRateIn (tick)"); matched on topic, ``eval_time`` = ``created_at`` and action =
+    ``created_by``."""
+    d = tables.decisions
+    out: dict[tuple[str, int], str] = {}
+    if d.empty or tables.segments.empty:
+        return out
+    acted = d[d["action"] != "none"]
+    key = {(str(r.topic), r.eval_time, str(r.action)): f"{r.action}: {r.reason} ({r.trigger})"
+           for r in acted.itertuples()}
+    for s in tables.segments.itertuples():
+        why = key.get((str(s.topic), s.created_at, str(s.created_by)))
+        if why is not None:
+            out[(str(s.topic), int(s.segment_id))] = why
+    return out
+
+
+def fig_dag(tables: RunTables) -> go.Figure:
+    """The segment DAG, one panel per topic: a node per segment at (``created_at``, middle of
+    its hash range), an edge from each parent to each child (split: one to two, merge: two to
+    one, rebucket: one to one). Node hover: segment, range, buckets, created / sealed times and
+    why it was created (``created_by`` and the reason of the decision that made it).
+    ``customdata`` = segment_id. Source: ``segments``, ``autoscale_decisions``."""
+    title = f"{tables.run_id}: segment DAG (parents → children)"
+    seg = tables.segments
+    if seg.empty:
+        return _empty(title, "no segments")
+    topics = topics_by_segments(tables)
+    why = _creating_decision(tables)
+    fig = make_subplots(rows=len(topics), cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=[f"topic {t}" for t in topics])
+    shown: set[str] = set()
+    for row, topic in enumerate(topics, start=1):
+        g = seg[seg["topic"] == topic].sort_values("segment_id")
+        pos = {int(r.segment_id): (_iso(r.created_at), (r.range_start + r.range_end) / 2)
+               for r in g.itertuples()}
+        ex: list[Any] = []
+        ey: list[Any] = []
+        for parent, child in dag_edges(g):
+            (x0, y0), (x1, y1) = pos[parent], pos[child]
+            ex += [x0, x1, None]
+            ey += [y0, y1, None]
+        fig.add_trace(go.Scatter(x=ex, y=ey, mode="lines", line={"color": "#555", "width": 1},
+                                 hoverinfo="skip", showlegend=False), row=row, col=1)
+        for created_by, h in g.groupby("created_by", sort=False):
+            hover = [f"{t}<br>why: {why.get((topic, int(s)), str(created_by))}"
+                     for t, s in zip(_segment_hover(h), h["segment_id"], strict=True)]
+            fig.add_trace(go.Scatter(
+                x=_iso(h["created_at"]), y=((h["range_start"] + h["range_end"]) / 2).tolist(),
+                mode="markers+text", text=h["segment_id"].astype(str).tolist(),
+                textposition="middle right", name=str(created_by), legendgroup=str(created_by),
+                showlegend=str(created_by) not in shown,
+                marker={"size": 14, "color": CREATED_BY_COLOR.get(str(created_by), "#ddd"),
+                        "line": {"color": "black", "width": 1}},
+                customdata=h["segment_id"].tolist(), hovertext=hover, hoverinfo="text"),
+                row=row, col=1)
+            shown.add(str(created_by))
+        fig.update_yaxes(range=[-2000, 67536], title_text="segment_hash", row=row, col=1,
+                         **HASH_TICKS)
+        fig.update_xaxes(type="date", row=row, col=1)
+    fig.update_layout(title=title + _of_topics(len(topics), seg["topic"].nunique()),
+                      height=200 * len(topics) + 150, legend_title_text="created_by")
+    return fig
+
+
+def decision_rates(tables: RunTables) -> pd.DataFrame:
+    """Per decision (index aligned with ``tables.decisions``): the highest of each rate of
+    :data:`RATE_COLUMNS` (msg/s, bytes/s) over its ``segment_ids`` in the latest load sample at
+    or before ``eval_time``; NaN when the decision names no segment or no sample precedes it."""
+    d, load = tables.decisions, tables.segment_load
+    out = pd.DataFrame(np.nan, index=d.index, columns=list(RATE_COLUMNS))
+    if d.empty or load.empty:
+        return out
+    exploded = d[["topic", "eval_time", "segment_ids"]].explode("segment_ids").dropna()
+    if exploded.empty:
+        return out
+    left = exploded.rename(columns={"segment_ids": "segment_id"}).astype({"segment_id": "int64"})
+    left = left.reset_index().sort_values("eval_time", kind="stable")
+    right = load[["topic", "segment_id", "sample_time", *RATE_COLUMNS]].sort_values(
+        "sample_time", kind="stable")
+    m = pd.merge_asof(left, right, left_on="eval_time", right_on="sample_time",
+                      by=["topic", "segment_id"], direction="backward")
+    got = m.groupby("index")[list(RATE_COLUMNS)].max()
+    out.loc[got.index, list(RATE_COLUMNS)] = got.to_numpy()
+    return out
+
+
+def _decision_hover(tables: RunTables) -> list[str]:
+    d = tables.decisions
+    rates = decision_rates(tables)
+    config = tables.config
+    policies = {str(t): topic_policy(config, str(t)) for t in d["topic"].unique()}
+    out = []
+    for (_, r), rate in zip(d.iterrows(), rates.itertuples(index=False), strict=True):
+        action = str(r["action"])
+        policy = policies[str(r["topic"])]
+        lines = [f"<b>{r['topic']}: {'suppressed' if action == 'none' else action}</b> "
+                 f"at {_iso(r['eval_time'])}",
+                 f"reason: {r['reason']}" + (f" · suppressed by {r['suppressed_by']}"
+                                             if pd.notna(r["suppressed_by"]) else ""),
+                 f"trigger: {r['trigger']} · segments {list(map(int, r['segment_ids']))}"
+                 + (f" · new bucket count {int(r['new_bucket_count'])}"
+                    if pd.notna(r["new_bucket_count"]) else ""),
+                 f"active segments {r['active_segments']} · consumers {r['consumers']}"
+                 f" · bucket capacity {r['bucket_capacity']} · epoch {r['layout_epoch']}"]
+        if not all(pd.isna(v) for v in rate):
+            lines.append("rates: " + " · ".join(f"{c} {number_text(v)}" for c, v in
+                                                zip(RATE_COLUMNS, rate, strict=True)))
+        shown = [f for f in ACTION_THRESHOLDS.get(action, ()) if f in policy]
+        if shown:
+            lines.append("policy: " + " · ".join(f"{f} {number_text(policy[f])}" for f in shown))
+        out.append("<br>".join(lines))
+    return out
+
+
+def fig_decisions(tables: RunTables) -> go.Figure:
+    """Auto-scale decisions over time: one marker per evaluation that acted or was suppressed,
+    x = ``eval_time``, y = topic, symbol per action (▲ split, ▼ merge, ■ rebucket, × suppressed).
+    Hover: reason, ``suppressed_by``, trigger, segments, counts at ``eval_time``, the rates of
+    the segments it named (:func:`decision_rates`) and the thresholds of the topic's resolved
+    policy that the action uses (:data:`ACTION_THRESHOLDS`). One trace per action, named with
+    its counts by reason (suppressed ones: by ``suppressed_by``); ``customdata`` = the row's
+    index in ``autoscale_decisions``. Source: ``autoscale_decisions``, ``segment_load``,
+    ``runs.config``."""
+    title = f"{tables.run_id}: auto-scale decisions (hover: reason, rates, thresholds)"
+    d = tables.decisions
+    if d.empty:
+        return _empty(title, "no auto-scale decisions")
+    hover = pd.Series(_decision_hover(tables), index=d.index)
+    topics = sorted(map(str, d["topic"].unique()))
+    fig = go.Figure()
+    for action, (symbol, color) in ACTION_MARKERS.items():
+        a = d[d["action"] == action]
+        if a.empty:
             continue
-        ys = [_count_at(timeline, r.topic, r.eval_time) for r in d.itertuples()]
-        reasons = ", ".join(f"{r} ×{n}" for r, n in d["reason"].value_counts().items())
-        ax.scatter(naive_utc(d["eval_time"]), ys, marker=marker, s=70, color=color,
-                   edgecolor="black", zorder=5, label=f"{action} ({reasons})")
-        if len(acted) <= 12:
-            _label_decisions(ax, d, ys, color)
-    sup = decisions[decisions["action"] == "none"]
-    if len(sup):
-        by = ", ".join(f"{r} ×{n}" for r, n in
-                       sup["suppressed_by"].fillna("none").value_counts().items())
-        ax.scatter(naive_utc(sup["eval_time"]), np.zeros(len(sup)), marker="x", s=25,
-                   color="0.45", zorder=4, label=f"suppressed ({by})")
+        # a suppressed evaluation's reason is always no-candidate: what held it back says more
+        counts = (a["suppressed_by"].fillna("none") if action == "none" else a["reason"]
+                  ).value_counts()
+        reasons = ", ".join(f"{k} ×{v}" for k, v in counts.items())
+        label = "suppressed" if action == "none" else action
+        fig.add_trace(go.Scatter(
+            x=_iso(a["eval_time"]), y=a["topic"].astype(str).tolist(), mode="markers",
+            name=f"{label} ({reasons})",
+            marker={"symbol": symbol, "size": 13, "color": color,
+                    "line": {"color": "black", "width": 1}},
+            customdata=a.index.tolist(), hovertext=hover[a.index].tolist(), hoverinfo="text"))
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=topics,
+                     title_text="topic")
+    fig.update_xaxes(type="date", title_text="eval_time (UTC)")
+    fig.update_layout(title=title, height=max(280, 40 * len(topics) + 200),
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
+                      margin={"t": 110}, hoverlabel={"align": "left"})
+    return fig
 
 
-def _label_decisions(ax: Axes, d: pd.DataFrame, ys: Sequence[int], color: str) -> None:
-    """One label per decision point ``(eval_time, ys[i])``: its topics (topics acting together
-    share it) and reason."""
-    labels: dict[tuple[Any, int, str], list[str]] = {}
-    for r, y in zip(d.itertuples(), ys, strict=True):
-        labels.setdefault((r.eval_time, y, r.reason), []).append(str(r.topic))
-    for (when, y, reason), names in labels.items():
-        ax.annotate(f"{', '.join(names)}: {reason}", (naive_utc(when), y),
-                    xytext=(4, 6), textcoords="offset points", fontsize=7,
-                    rotation=20, color=color)
-
-
-def _count_at(timeline: pd.DataFrame, topic: str, when: Any) -> int:
-    g = timeline[(timeline["topic"] == topic) & (timeline["time"] <= when)]
-    return int(g["active_segments"].iloc[-1]) if len(g) else 0
-
-
-def fig_rates(tables: RunTables, max_topics: int = 4) -> Figure:
+def fig_rates(tables: RunTables, max_topics: int = 4) -> go.Figure:
     """Per-segment ``msg_rate_in`` (msg/s, per stats period, every load sample) of the busiest
-    topics, one panel per topic, with the topic's split threshold (red) and merge threshold
-    (blue) of its resolved policy. Source: ``segment_load``, ``runs.config``."""
+    topics, one panel per topic, with the split (red dashed) and merge (blue dotted) thresholds
+    of the topic's resolved policy. Hover: segment, time, all four rates. Source:
+    ``segment_load``, ``runs.config``."""
+    title = f"{tables.run_id}: per-segment msg_rate_in against the split / merge thresholds"
     load = tables.segment_load
     topics = rate_topics(tables, max_topics)
-    n = max(1, len(topics))
-    fig, axes = _subplots(n, 1, figsize=(11, 2.6 * n + 0.6), sharex=True, squeeze=False)
     if not topics:
-        _empty_note(axes[0][0], "no load samples")
-        return fig
+        return _empty(title, "no load samples")
     config = tables.config
-    for ax, topic in zip(axes[:, 0], topics, strict=True):
-        g = load[load["topic"] == topic].sort_values("sample_time")
-        segs = sorted(g["segment_id"].unique())
-        for sid in segs:
-            s = g[g["segment_id"] == sid]
-            ax.plot(naive_utc(s["sample_time"]), s["msg_rate_in"], lw=1.1, label=f"segment {sid}")
-        split, merge = rate_thresholds(config, topic)
-        if split is not None:
-            ax.axhline(split, color="tab:red", ls="--", lw=1.2, label=f"split > {split:g}")
-        if merge is not None:
-            ax.axhline(merge, color="tab:blue", ls=":", lw=1.2, label=f"merge < {merge:g}")
+    fig = make_subplots(rows=len(topics), cols=1, shared_xaxes=True, vertical_spacing=0.07,
+                        subplot_titles=[f"topic {t}" for t in topics])
+    for row, topic in enumerate(topics, start=1):
+        g = load[load["topic"] == topic].sort_values(["segment_id", "sample_time"])
+        for sid, s in g.groupby("segment_id"):
+            custom = s[list(RATE_COLUMNS[1:])].to_numpy().tolist()
+            fig.add_trace(go.Scatter(
+                x=_iso(s["sample_time"]), y=s["msg_rate_in"].tolist(), mode="lines",
+                name=f"{topic} segment {sid}", customdata=custom,
+                hovertemplate=(f"{topic} segment {sid}<br>%{{x}}<br>msg_rate_in %{{y:,.4g}}"
+                               "<br>bytes_rate_in %{customdata[0]:,.4g}<br>msg_rate_out "
+                               "%{customdata[1]:,.4g}<br>bytes_rate_out %{customdata[2]:,.4g}"
+                               "<extra></extra>")), row=row, col=1)
+        policy = topic_policy(config, topic)
         top = float(g["msg_rate_in"].max()) if len(g) else 1.0
-        if split is not None and split > 3 * top:
-            ax.set_ylim(0, top * 1.3)  # keep the curves readable; the split line is off-scale
-            ax.text(0.01, 0.95, f"split threshold {split:g} msg/s (off scale)", ha="left",
-                    va="top", transform=ax.transAxes, fontsize=7, color="tab:red")
-        ax.set_ylabel("msg_rate_in (msg/s)")
-        ax.set_title(f"topic {topic}", fontsize=9, loc="left")
-        ax.legend(fontsize=7, loc="upper right", ncol=min(4, len(segs) + 2)
-                  ) if len(segs) <= 12 else None
-    fig.suptitle(f"{tables.run_id}: per-segment msg_rate_in against the split / merge thresholds")
-    _time_axis(axes[-1][0])
-    fig.tight_layout()
+        for field, color, dash in (("split_msg_rate_in", "#d62728", "dash"),
+                                   ("merge_msg_rate_in", "#1f77b4", "dot")):
+            value = policy.get(field)
+            if value is None:
+                continue
+            fig.add_hline(y=float(value), line={"color": color, "dash": dash, "width": 1.5},
+                          annotation_text=f"{field.split('_')[0]} threshold {float(value):g}",
+                          annotation_position="top left", row=row, col=1)
+        split = policy.get("split_msg_rate_in")
+        if split is not None and float(split) > 3 * top:  # keep the curves readable
+            fig.update_yaxes(range=[0, max(top, float(policy.get("merge_msg_rate_in") or 0))
+                                    * 1.3 or 1], row=row, col=1)
+        fig.update_yaxes(title_text="msg/s", row=row, col=1)
+    fig.update_layout(title=title, height=230 * len(topics) + 150, showlegend=False)
     return fig
 
 
-def fig_dag(tables: RunTables, max_topics: int = 3) -> Figure:
-    """The segment DAG of the topics with the most segments: each segment a box spanning its
-    lifetime (created_at → sealed_at, or the end) × its hash range (``range_start`` ..
-    ``range_end``), coloured by ``created_by``, labelled ``id`` and bucket count ``N``; arrows
-    join parents to children (split: one to two, merge: two to one, rebucket: one to one).
-    Source: ``segments``."""
-    segments = tables.segments
-    topics = topics_by_segments(tables, max_topics)
-    n = max(1, len(topics))
-    fig, axes = _subplots(1, n, figsize=(4.2 * n + 1.5, 4.4), squeeze=False)
-    if not topics:
-        _empty_note(axes[0][0], "no segments")
-        return fig
+def fig_layout(tables: RunTables) -> go.Figure:
+    """Active segments (top) and entry buckets (bottom) per topic over time, step lines, for the
+    busiest :data:`~pipelines.analysis.figure_data.MAX_TOPICS` topics plus the total over all
+    topics; auto-scale decisions as markers on the top panel (▲ split, ▼ merge, ■ rebucket at
+    the topic's segment count at ``eval_time``; × suppressed evaluations at 0), each action's
+    legend entry counting them by reason (suppressed: by ``suppressed_by``). Source:
+    ``segments``, ``autoscale_decisions``."""
+    title = f"{tables.run_id}: segments and buckets over time, with auto-scale decisions"
+    timeline = layout_timeline(tables.segments)
+    if timeline.empty:
+        return _empty(title, "no segments")
+    topics = busiest_topics(tables)
+    all_topics = sorted(set(timeline["topic"]))
     end = tables.end_time
-    for ax, topic in zip(axes[0], topics, strict=True):
-        g = segments[segments["topic"] == topic].set_index("segment_id")
-        x0 = mdates.date2num(naive_utc(g["created_at"]))
-        stop = g["sealed_at"].fillna(end) if end is not None else g["sealed_at"]
-        x1 = mdates.date2num(naive_utc(stop))
-        span = max(float(np.nanmax(x1) - np.nanmin(x0)), 1e-9)
-        for (sid, row), a, b in zip(g.iterrows(), x0, x1, strict=True):
-            ax.add_patch(Rectangle((a, row["range_start"]), max(b - a, span * 0.004),
-                                   row["range_end"] + 1 - row["range_start"],
-                                   facecolor=CREATED_BY_COLOR.get(row["created_by"], "#dddddd"),
-                                   edgecolor="black", lw=0.8))
-            if (b - a) > span * 0.06:
-                ax.text((a + b) / 2, (row["range_start"] + row["range_end"]) / 2,
-                        f"{sid}\nN={row['bucket_count']}", ha="center", va="center",
-                        fontsize=7)
-        mid = {sid: (row["range_start"] + row["range_end"]) / 2 for sid, row in g.iterrows()}
-        start = dict(zip(g.index, x0, strict=True))
-        for parent, sid in dag_edges(g.reset_index()):
-            t = start[sid]
-            ax.annotate("", xy=(t + span * 0.01, mid[sid]), xytext=(t - span * 0.01, mid[parent]),
-                        arrowprops={"arrowstyle": "->", "color": "0.2", "lw": 0.9})
-        ax.set_xlim(np.nanmin(x0) - span * 0.02, np.nanmax(x1) + span * 0.02)
-        ax.set_ylim(0, 65536)
-        ax.set_yticks([0, 16384, 32768, 49152, 65536])
-        ax.set_ylabel("segment_hash range")
-        ax.set_title(f"topic {topic}: {len(g)} segments", fontsize=9, loc="left")
-        ax.xaxis_date()
-        _time_axis(ax)
-    handles = [Rectangle((0, 0), 1, 1, facecolor=c, edgecolor="black", label=k)
-               for k, c in CREATED_BY_COLOR.items()]
-    fig.legend(handles=handles, loc="upper right", fontsize=7, ncol=4, title="created_by",
-               title_fontsize=7)
-    fig.suptitle(f"{tables.run_id}: segment DAG (time × hash range)", x=0.02, ha="left")
-    fig.tight_layout(rect=(0, 0, 1, 0.93))
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.6, 0.4],
+                        vertical_spacing=0.06)
+
+    def stepped(g: pd.DataFrame, name: str, color: str, width: float) -> None:
+        x, ys = _iso(g["time"]), {c: g[c].tolist() for c in ("active_segments", "buckets")}
+        if end is not None:  # the last counts hold to the end of the run
+            x = [*x, _iso(end)]
+            ys = {c: [*v, v[-1]] for c, v in ys.items()}
+        for row, col in ((1, "active_segments"), (2, "buckets")):
+            fig.add_trace(go.Scatter(
+                x=x, y=ys[col], mode="lines", name=name, legendgroup=name, showlegend=row == 1,
+                line={"shape": "hv", "color": color, "width": width},
+                hovertemplate=f"{name}<br>%{{x}}<br>{col} %{{y}}<extra></extra>"),
+                row=row, col=1)
+
+    for i, topic in enumerate(topics):  # earlier topics drawn thicker: equal lines stay visible
+        stepped(timeline[timeline["topic"] == topic], topic, _color(i),
+                1.4 + 1.2 * (len(topics) - 1 - i))
+    if len(all_topics) > 1:
+        stepped(total_timeline(timeline), f"all {len(all_topics)} topics",
+                "rgba(0,0,0,0.6)", 2.2)
+    _decision_markers(fig, tables.decisions, timeline)
+    fig.update_yaxes(title_text="active segments", rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text="entry buckets", rangemode="tozero", row=2, col=1)
+    fig.update_xaxes(type="date", row=1, col=1)
+    fig.update_xaxes(type="date", title_text="publish time (UTC)", row=2, col=1)
+    fig.update_layout(title=title, height=560, hoverlabel={"align": "left"})
     return fig
 
 
-def fig_batching(runs: Sequence[RunTables]) -> Figure:
-    """Left: distribution of entry sizes (``num_messages`` per entry, log-spaced bins, share of
-    entries) per run and batching mode. Right: entries per message per topic (busiest topics)
-    per run. Source: ``entries``, ``runs.config``."""
-    fig, (ax_h, ax_e) = _subplots(1, 2, figsize=(11, 4.2))
-    top = max((int(r.entries["num_messages"].max()) for r in runs if len(r.entries)), default=1)
-    bins = np.unique(np.round(np.logspace(0, np.log10(max(top, 2)) + 0.05, 25)).astype(int))
-    bins = np.append(bins, bins[-1] + 1)
-    topics = busiest_topics(runs[0], 8) if runs else []
-    width = 0.8 / max(1, len(runs))
-    drawn = False
-    for i, r in enumerate(runs):
-        e = r.entries
-        if e.empty:
+def segments_at(timeline: pd.DataFrame, topics: pd.Series,
+                times: pd.Series) -> npt.NDArray[np.int64]:
+    """Active segments of ``topics[i]`` at ``times[i]`` (the :func:`layout_timeline` count in
+    force then; 0 before the topic's first segment). Shape ``(len(topics),)``, int64."""
+    if not len(topics):
+        return np.zeros(0, dtype=np.int64)
+    ns = "datetime64[ns, UTC]"  # the tables' timestamps come as us or ns
+    left = pd.DataFrame({"topic": topics.astype(str).to_numpy(), "time": times.astype(ns),
+                         "_i": np.arange(len(topics))}).sort_values("time", kind="stable")
+    right = timeline.assign(topic=timeline["topic"].astype(str),
+                            time=timeline["time"].astype(ns)).sort_values("time")
+    m = pd.merge_asof(left, right[["topic", "time", "active_segments"]], on="time", by="topic",
+                      direction="backward")
+    counts: npt.NDArray[np.int64] = (m.sort_values("_i")["active_segments"].fillna(0)
+                                     .to_numpy(dtype=np.int64))
+    return counts
+
+
+def _decision_markers(fig: go.Figure, decisions: pd.DataFrame, timeline: pd.DataFrame) -> None:
+    """:func:`fig_layout`'s decision markers on its top panel: one trace per action at the
+    topic's segment count, suppressed evaluations at 0."""
+    for action, (symbol, color) in ACTION_MARKERS.items():
+        d = decisions[decisions["action"] == action] if len(decisions) else decisions
+        if d.empty:
             continue
-        mode = r.config.get("batching", {}).get("mode", "?")
-        epm = len(e) / e["num_messages"].sum()
-        weights = np.full(len(e), 1.0 / len(e))
-        ax_h.hist(e["num_messages"], bins=bins, weights=weights, histtype="step", lw=1.8,
-                  label=f"{r.run_id} ({mode}): {epm:.4f} entries/msg, "
-                        f"mean batch {e['num_messages'].mean():.2f} msgs")
-        per_topic = e.groupby("topic").agg(n=("num_messages", "size"),
-                                           m=("num_messages", "sum"))
-        vals = [per_topic.loc[t, "n"] / per_topic.loc[t, "m"] if t in per_topic.index
-                else np.nan for t in topics]
-        ax_e.bar(np.arange(len(topics)) + i * width, vals, width=width,
-                 label=f"{r.run_id} ({mode})")
-        drawn = True
-    if not drawn:
-        _empty_note(ax_h, "no entries")
-        return fig
-    if top > 20:  # wide range: log-spaced bins on a log axis
-        ax_h.set_xscale("log")
-        ax_h.xaxis.set_major_formatter(mticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax_h.xaxis.set_minor_formatter(mticker.NullFormatter())
-    else:
-        ax_h.xaxis.set_major_locator(mticker.MaxNLocator(integer=True))
-    ax_h.set_xlabel("messages per entry (batch size)")
-    ax_h.set_ylabel("share of entries")
-    ax_h.legend(fontsize=7, loc="center right")
-    ax_h.set_title("batch-size distribution per batching mode", fontsize=9)
-    ax_e.set_xticks(np.arange(len(topics)) + width * (len(runs) - 1) / 2)
-    ax_e.set_xticklabels(topics, rotation=30, ha="right", fontsize=8)
-    ax_e.axhline(1.0, color="0.5", ls=":", lw=1)
-    ax_e.set_ylabel("entries per message")
-    ax_e.set_title("entries per message per topic (1 = no batching)", fontsize=9)
-    ax_e.legend(fontsize=7)
-    fig.tight_layout()
-    return fig
+        # a suppressed evaluation's reason is always no-candidate: what held it back says more
+        counts = (d["suppressed_by"].fillna("none") if action == "none" else d["reason"]
+                  ).value_counts()
+        label = "suppressed" if action == "none" else action
+        ys = (np.zeros(len(d), dtype=np.int64) if action == "none"
+              else segments_at(timeline, d["topic"], d["eval_time"]))
+        fig.add_trace(go.Scatter(
+            x=_iso(d["eval_time"]), y=ys.tolist(), mode="markers",
+            name=f"{label} ({', '.join(f'{k} ×{v}' for k, v in counts.items())})",
+            marker={"symbol": symbol, "size": 11 if action != "none" else 7, "color": color,
+                    "line": {"color": "black", "width": 1}},
+            hovertext=[f"{t}: {label} ({r})" for t, r in zip(d["topic"], d["reason"],
+                                                            strict=True)],
+            hoverinfo="text+x"), row=1, col=1)
 
 
-def fig_consumers(tables: RunTables) -> Figure:
-    """Left: each consumer's share of its subscription's messages (the dotted line is the fair
-    share 1/consumers). Middle: busy and idle time per consumer (minutes, over the windows it
-    was connected). Right: messages per consumer per ``consumer_load`` window (white = none).
-    Source: ``consumer_load``."""
-    fig, (ax_s, ax_i, ax_m) = _subplots(1, 3, figsize=(12, 4.2),
-                                           gridspec_kw={"width_ratios": [1, 1, 1.6]})
-    shares = consumer_shares(tables)
-    if shares.empty:
-        _empty_note(ax_s, "no consumer load")
-        return fig
-    multi = shares["subscription"].nunique() > 1
-    labels = [f"{s}/{c}" if multi else c for s, c in
-              zip(shares["subscription"], shares["consumer_name"], strict=True)]
-    y = np.arange(len(shares))
-    ax_s.barh(y, shares["share"], color="tab:purple")
-    for sub, g in shares.groupby("subscription"):
-        fair = 1 / len(g)
-        idx = [i for i, s in enumerate(shares["subscription"]) if s == sub]
-        ax_s.vlines(fair, min(idx) - 0.4, max(idx) + 0.4, color="black", ls=":", lw=1.2)
-    ax_s.set_yticks(y, labels, fontsize=7)
-    ax_s.invert_yaxis()
-    ax_s.set_xlabel("share of subscription messages")
-    ax_s.set_title("load share (dotted: fair share)", fontsize=9)
-    busy = shares["busy_ms"] / 60000
-    idle = shares["idle_ms"] / 60000
-    ax_i.barh(y, busy, color="tab:orange", label="busy")
-    ax_i.barh(y, idle, left=busy, color="0.75", label="idle")
-    for yi, (ew, w) in enumerate(zip(shares["empty_windows"], shares["windows"], strict=True)):
-        ax_i.text(0, yi, f" {ew}/{w} windows empty", va="center", fontsize=6)
-    ax_i.set_yticks(y, [])
-    ax_i.invert_yaxis()
-    ax_i.set_xlabel("minutes")
-    ax_i.legend(fontsize=7, loc="lower right")
-    ax_i.set_title("busy / idle time", fontsize=9)
-    cl = tables.consumer_load
-    grid = cl.pivot_table(index=["subscription", "consumer_name"], columns="window_start",
-                          values="messages", aggfunc="sum")
-    grid = grid.reindex(pd.MultiIndex.from_frame(shares[["subscription", "consumer_name"]]))
-    times = mdates.date2num(naive_utc(pd.Series(grid.columns)))
-    windows = tables.windows
-    step = (windows.window_ms * windows.speed / 86_400_000 if windows is not None
-            else float(np.median(np.diff(times))) if len(times) > 1 else 1 / 1440)
-    edges, values = _window_cells(times, step, grid.to_numpy(dtype=float))
-    masked = np.ma.masked_where(~(values > 0), values)
-    mesh = ax_m.pcolormesh(edges, np.arange(len(grid) + 1), masked, cmap="viridis",
-                           shading="flat")
-    ax_m.set_ylim(len(grid), 0)
-    ax_m.set_yticks(y + 0.5, [])
-    ax_m.xaxis_date()
-    _time_axis(ax_m)
-    fig.colorbar(mesh, ax=ax_m, label="messages per window")
-    ax_m.set_title("messages per consumer per window", fontsize=9)
-    fig.suptitle(f"{tables.run_id}: consumer load share and idle time", x=0.02, ha="left")
-    fig.tight_layout()
-    return fig
-
-
-def _window_cells(starts: npt.NDArray[np.float64], step: float,
-                  values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64],
-                                                            npt.NDArray[np.float64]]:
-    """Cell edges (``len + 1``, matplotlib date numbers) and values (rows × cells) for windows
+def window_cells(starts: npt.NDArray[np.float64], step: float,
+                 values: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64],
+                                                           npt.NDArray[np.float64]]:
+    """Cell edges (``len + 1``, the unit of ``starts``) and values (rows × cells) for windows
     starting at ``starts`` (sorted), each ``step`` long: where windows without a row lie
     between two (idle, left out of ``consumer_load``), an empty cell (NaN) fills the gap, so
     each window is drawn over its own time only."""
@@ -422,177 +519,257 @@ def _window_cells(starts: npt.NDArray[np.float64], step: float,
     return edges, cells
 
 
-def fig_handoffs(tables: RunTables) -> Figure:
+def _ms_iso(ms: npt.NDArray[np.float64]) -> list[str]:
+    return [t.isoformat() for t in pd.to_datetime(np.round(ms).astype("int64"), unit="ms")]
+
+
+def fig_consumers(tables: RunTables) -> go.Figure:
+    """Left: each consumer's share of its subscription's messages (the dotted line is the fair
+    share 1/consumers). Middle: busy and idle time per consumer (minutes, over the windows it
+    was connected; the hover counts its empty windows). Right: messages per consumer per
+    ``consumer_load`` window (a heat map; blank = none, idle stretches the replay left out
+    included). Source: ``consumer_load``
+    (:func:`~pipelines.analysis.run_tables.consumer_shares`)."""
+    title = f"{tables.run_id}: consumer load share and idle time"
+    shares = consumer_shares(tables)
+    if shares.empty:
+        return _empty(title, "no consumer load")
+    multi = shares["subscription"].nunique() > 1
+    labels = [f"{s}/{c}" if multi else str(c) for s, c in
+              zip(shares["subscription"], shares["consumer_name"], strict=True)]
+    fig = make_subplots(rows=1, cols=3, column_widths=[0.27, 0.27, 0.46], shared_yaxes=True,
+                        horizontal_spacing=0.03,
+                        subplot_titles=["load share (dotted: fair share)", "busy / idle time",
+                                        "messages per consumer per window"])
+    fig.add_trace(go.Bar(x=shares["share"].tolist(), y=labels, orientation="h",
+                         marker={"color": "#9467bd"}, name="share", showlegend=False,
+                         hovertemplate="%{y}<br>share %{x:.3f}<extra></extra>"), row=1, col=1)
+    for sub, g in shares.groupby("subscription", sort=False):
+        rows = [i for i, s in enumerate(shares["subscription"]) if s == sub]
+        fig.add_shape(type="line", x0=1 / len(g), x1=1 / len(g), y0=min(rows) - 0.45,
+                      y1=max(rows) + 0.45, line={"color": "black", "dash": "dot", "width": 1.5},
+                      row=1, col=1)
+    empty = [f"{e}/{w} windows empty" for e, w in zip(shares["empty_windows"], shares["windows"],
+                                                      strict=True)]
+    for name, col, color in (("busy", "busy_ms", "#ff7f0e"), ("idle", "idle_ms", "#bfbfbf")):
+        fig.add_trace(go.Bar(x=(shares[col] / 60000).tolist(), y=labels, orientation="h",
+                             name=name, marker={"color": color}, customdata=empty,
+                             hovertemplate=f"%{{y}}<br>{name} %{{x:,.2f}} min<br>"
+                                           "%{customdata}<extra></extra>"), row=1, col=2)
+    cl = tables.consumer_load
+    grid = cl.pivot_table(index=["subscription", "consumer_name"], columns="window_start",
+                          values="messages", aggfunc="sum")
+    grid = grid.reindex(pd.MultiIndex.from_frame(shares[["subscription", "consumer_name"]]))
+    starts = (naive_utc(pd.Series(grid.columns)).astype("datetime64[ms]")
+              .astype("int64").to_numpy(dtype=np.float64))
+    windows = tables.windows
+    step = (windows.window_ms * windows.speed if windows is not None
+            else float(np.median(np.diff(starts))) if len(starts) > 1 else 60_000.0)
+    edges, values = window_cells(starts, step, grid.to_numpy(dtype=float))
+    z = np.where(values > 0, values, np.nan)
+    fig.add_trace(go.Heatmap(
+        x=_ms_iso(edges), y=labels, z=[[None if math.isnan(v) else v for v in row] for row in z],
+        colorscale="Viridis", hoverongaps=False, colorbar={"title": {"text": "messages"}},
+        hovertemplate="%{y}<br>window from %{x}<br>%{z:,} messages<extra></extra>"),
+        row=1, col=3)
+    fig.update_yaxes(autorange="reversed", type="category", row=1, col=1)
+    fig.update_xaxes(title_text="share of subscription messages", row=1, col=1)
+    fig.update_xaxes(title_text="minutes", row=1, col=2)
+    fig.update_xaxes(type="date", title_text="publish time (UTC)", row=1, col=3)
+    fig.update_layout(title=title, barmode="stack", height=max(320, 28 * len(labels) + 200),
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.06, "x": 0.3})
+    return fig
+
+
+def fig_handoffs(tables: RunTables) -> go.Figure:
     """Bucket handoffs (draining, PIP-379): left, each handoff at its ``withheld_from`` time with
     the seconds the bucket was withheld (open at end of input: counted to the end, red ring);
     right, cumulative withheld bucket-seconds per topic. Source: ``bucket_handoffs``."""
-    fig, (ax_t, ax_c) = _subplots(1, 2, figsize=(11, 3.8))
     h = withheld_intervals(tables)
+    title = f"{tables.run_id}: withheld-bucket time during handoffs"
     if h.empty:
-        _empty_note(ax_t, "no bucket handoffs")
-        _empty_note(ax_c, "no bucket handoffs")
-        return fig
-    for topic, g in h.groupby("topic"):
-        ax_t.scatter(naive_utc(g["withheld_from"]), g["withheld_s"], s=22, alpha=0.8,
-                     label=f"{topic} ({len(g)})")
-        g = g.sort_values("withheld_from")
-        ax_c.step(naive_utc(g["withheld_from"]), g["withheld_s"].cumsum(), where="post",
-                  label=topic, marker="o", ms=3)
+        return _empty(title, "no bucket handoffs")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        f"{len(h)} handoffs, {h['withheld_s'].sum():,.1f} bucket-seconds withheld",
+        "cumulative withheld bucket-seconds per topic"])
+    for i, (topic, g) in enumerate(h.groupby("topic")):
+        g = g.sort_values("withheld_from", kind="stable")
+        hover = [f"{topic} segment {s} bucket {b} → {c}<br>withheld {w:,.2f} s"
+                 for s, b, c, w in zip(g["segment_id"], g["bucket_index"], g["to_consumer"],
+                                       g["withheld_s"], strict=True)]
+        fig.add_trace(go.Scatter(x=_iso(g["withheld_from"]), y=g["withheld_s"].tolist(),
+                                 mode="markers", name=f"{topic} ({len(g)})", legendgroup=topic,
+                                 marker={"color": _color(i), "size": 8, "opacity": 0.8},
+                                 hovertext=hover, hoverinfo="text+x"), row=1, col=1)
+        fig.add_trace(go.Scatter(x=_iso(g["withheld_from"]), y=g["withheld_s"].cumsum().tolist(),
+                                 mode="lines+markers", name=topic, legendgroup=topic,
+                                 showlegend=False, line={"shape": "hv", "color": _color(i)},
+                                 marker={"size": 5}), row=1, col=2)
     still = h[h["open"]]
     if len(still):
-        ax_t.scatter(naive_utc(still["withheld_from"]), still["withheld_s"], s=70,
-                     facecolor="none", edgecolor="red", label="still withheld at end")
-    ax_t.set_ylabel("withheld (s)")
-    ax_t.set_title(f"{len(h)} handoffs, {h['withheld_s'].sum():,.1f} bucket-seconds withheld",
-                   fontsize=9)
-    ax_t.legend(fontsize=7)
-    ax_c.set_ylabel("cumulative withheld bucket-seconds")
-    ax_c.legend(fontsize=7)
-    _zero_based(ax_t, float(h["withheld_s"].max()))
-    _zero_based(ax_c, float(h.groupby("topic")["withheld_s"].sum().max()))
-    for ax in (ax_t, ax_c):
-        _run_span(ax, tables)
-        _time_axis(ax)
-    fig.suptitle(f"{tables.run_id}: withheld-bucket time during handoffs", x=0.02, ha="left")
-    fig.tight_layout()
+        fig.add_trace(go.Scatter(x=_iso(still["withheld_from"]), y=still["withheld_s"].tolist(),
+                                 mode="markers", name="still withheld at end",
+                                 marker={"symbol": "circle-open", "size": 15, "color": "red",
+                                         "line": {"width": 2}}), row=1, col=1)
+    fig.update_yaxes(title_text="withheld (s)", range=_zero_based(float(h["withheld_s"].max())),
+                     row=1, col=1)
+    fig.update_yaxes(title_text="bucket-seconds", row=1, col=2, range=_zero_based(
+        float(h.groupby("topic")["withheld_s"].sum().max())))
+    fig.update_xaxes(type="date", range=_run_range(tables), title_text="publish time (UTC)")
+    fig.update_layout(title=title, height=420)
     return fig
 
 
-def fig_drain(tables: RunTables) -> Figure:
+def fig_drain(tables: RunTables) -> go.Figure:
     """Sealed-segment drain time: seconds from ``sealed_at`` to the last acknowledgment of the
-    segment's entries, per sealed segment and subscription, at its seal time (segments still
-    holding unacknowledged entries at end of input: red ×, drawn at the top). Source:
-    ``segments``, ``dispatch``."""
-    fig, ax = _subplots(figsize=(11, 3.6))
+    segment's entries, per sealed segment and subscription, at its seal time (labelled
+    ``topic/segment`` when there are few; segments still holding unacknowledged entries at end
+    of input: red ×, drawn above the rest). Source: ``segments``, ``segment_drains``,
+    ``dispatch`` (:func:`~pipelines.analysis.run_tables.drain_times`)."""
     d = drain_times(tables)
     if d.empty:
-        _empty_note(ax, "no sealed segments")
-        return fig
+        return _empty(f"{tables.run_id}: sealed-segment drain time", "no sealed segments")
     done = d[d["drained"]]
     top = float(done["drain_s"].max()) if len(done) else 0.0
-    for topic, g in done.groupby("topic"):
-        ax.scatter(naive_utc(g["sealed_at"]), g["drain_s"], s=30, label=f"{topic} ({len(g)})")
-    if len(done) <= 24:  # label points; segments sealed together share one label
-        labels: dict[tuple[Any, float], list[str]] = {}
-        for r in done.itertuples():
-            labels.setdefault((r.sealed_at, r.drain_s), []).append(f"{r.topic}/{r.segment_id}")
-        for (when, y), names in labels.items():
-            ax.annotate(", ".join(names), (naive_utc(when), y), xytext=(3, 4),
-                        textcoords="offset points", fontsize=6, rotation=30)
+    fig = go.Figure()
+    for i, (topic, g) in enumerate(done.groupby("topic")):
+        fig.add_trace(go.Scatter(
+            x=_iso(g["sealed_at"]), y=g["drain_s"].tolist(),
+            mode="markers+text" if len(done) <= 24 else "markers",
+            text=[f"{topic}/{s}" for s in g["segment_id"]], textposition="top right",
+            textfont={"size": 9}, name=f"{topic} ({len(g)})", marker={"color": _color(i),
+                                                                       "size": 9},
+            hovertext=[f"{topic} segment {s} ({sub})<br>drained in {v:,.2f} s"
+                       for s, sub, v in zip(g["segment_id"], g["subscription"], g["drain_s"],
+                                            strict=True)], hoverinfo="text+x"))
     pending = d[~d["drained"]]
     if len(pending):
-        ax.scatter(naive_utc(pending["sealed_at"]), np.full(len(pending), top * 1.1 + 1),
-                   marker="x", color="red", s=50, label="not drained at end")
-    ax.set_ylabel("drain time (s)")
-    _zero_based(ax, top * 1.1 + 1 if len(pending) else top)
-    _run_span(ax, tables)
-    ax.legend(fontsize=7, ncol=3)
-    ax.set_title(f"{tables.run_id}: sealed-segment drain time ({len(d)} segment × subscription; "
-                 f"max {top:,.1f} s)", fontsize=10)
-    _time_axis(ax)
-    fig.tight_layout()
+        fig.add_trace(go.Scatter(
+            x=_iso(pending["sealed_at"]), y=[top * 1.1 + 1] * len(pending), mode="markers",
+            name="not drained at end", marker={"symbol": "x", "color": "red", "size": 11},
+            hovertext=[f"{t} segment {s} ({sub}): not drained at end"
+                       for t, s, sub in zip(pending["topic"], pending["segment_id"],
+                                            pending["subscription"], strict=True)],
+            hoverinfo="text+x"))
+    fig.update_yaxes(title_text="drain time (s)",
+                     range=_zero_based(top * 1.1 + 1 if len(pending) else top))
+    fig.update_xaxes(type="date", range=_run_range(tables), title_text="sealed_at (UTC)")
+    fig.update_layout(title=f"{tables.run_id}: sealed-segment drain time ({len(d)} segment × "
+                            f"subscription; max {top:,.1f} s)", height=400)
     return fig
 
 
-def figure_has_data(fig: Figure) -> bool:
-    """True when some axes of ``fig`` holds lines, collections, patches or images (i.e. the
-    figure was drawn from data, not only a "no data" note)."""
-    return any(ax.lines or ax.collections or ax.patches or ax.images for ax in fig.axes)
+def batch_size_bins(top: int) -> npt.NDArray[np.int64]:
+    """Edges of :func:`fig_batching`'s batch-size bins up to ``top`` messages per entry: about
+    25 log-spaced integer edges from 1 and one past the last (each bin ``[edge, next)``)."""
+    bins = np.unique(np.round(np.logspace(0, np.log10(max(top, 2)) + 0.05, 25)).astype(np.int64))
+    return np.append(bins, bins[-1] + 1)
 
 
-def build_figures(runs: Sequence[RunTables]) -> list[ReportFigure]:
-    """Every figure of the report: the per-run figures for each run, then the batching figure
-    with all runs."""
-    out: list[ReportFigure] = []
-    for r in runs:
-        p = f"{r.run_id}: " if len(runs) > 1 else ""
-        out += [
-            ReportFigure(f"layout-{r.run_id}", f"{p}Segments and buckets over time",
-                         "Active segments and total entry buckets per topic (step lines), "
-                         "auto-scale decisions as markers with Pulsar's reason.", fig_layout(r)),
-            ReportFigure(f"rates-{r.run_id}", f"{p}Segment load against thresholds",
-                         "msg_rate_in of every segment (msg/s, per stats period) with the split "
-                         "and merge thresholds of the topic's policy.", fig_rates(r)),
-            ReportFigure(f"dag-{r.run_id}", f"{p}Segment DAG",
-                         "Each segment spans its lifetime (x) and hash range (y); arrows lead "
-                         "from parents to children.", fig_dag(r)),
-            ReportFigure(f"consumers-{r.run_id}", f"{p}Consumers",
-                         "Load share, busy/idle time and messages per window of every "
-                         "consumer.", fig_consumers(r)),
-            ReportFigure(f"handoffs-{r.run_id}", f"{p}Bucket handoffs",
-                         "How long buckets were withheld while draining to a new consumer.",
-                         fig_handoffs(r)),
-            ReportFigure(f"drain-{r.run_id}", f"{p}Sealed-segment drain",
-                         "Seconds from a segment's seal to the last acknowledgment of its "
-                         "entries.", fig_drain(r)),
-        ]
-    out.append(ReportFigure("batching", "Batching",
-                            "Batch-size distribution and entries per message per batching "
-                            "mode.", fig_batching(runs)))
-    return out
+def fig_batching(runs: Sequence[RunTables]) -> go.Figure:
+    """Left: distribution of entry sizes (``num_messages`` per entry, log-spaced bins of
+    :func:`batch_size_bins`, share of entries) per run, a step line each. Right: entries per
+    message per topic (the busiest 8 of the first run) per run; 1 = no batching. Source:
+    ``entries``, ``runs.config``."""
+    title = "batching: batch-size distribution and entries per message"
+    drawn = [r for r in runs if len(r.entries)]
+    if not drawn:
+        return _empty(title, "no entries")
+    top = max(int(r.entries["num_messages"].max()) for r in drawn)
+    bins = batch_size_bins(top)
+    topics = busiest_topics(drawn[0], 8)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[
+        "batch-size distribution per batching mode", "entries per message per topic"])
+    for i, r in enumerate(drawn):
+        e = r.entries
+        mode = r.config.get("batching", {}).get("mode", "?")
+        counts, _ = np.histogram(e["num_messages"], bins=bins)
+        share = counts / len(e)
+        epm = len(e) / e["num_messages"].sum()
+        fig.add_trace(go.Scatter(
+            x=bins.tolist(), y=[*share.tolist(), float(share[-1])], mode="lines",
+            line={"shape": "hv", "color": _color(i), "width": 2}, legendgroup=r.run_id,
+            name=f"{r.run_id} ({mode}): {epm:.4f} entries/msg, mean batch "
+                 f"{e['num_messages'].mean():.2f} msgs",
+            hovertemplate="%{x} messages per entry and up<br>%{y:.1%} of entries"
+                          "<extra></extra>"), row=1, col=1)
+        per_topic = e.groupby("topic").agg(n=("num_messages", "size"), m=("num_messages", "sum"))
+        vals = [float(per_topic.loc[t, "n"] / per_topic.loc[t, "m"]) if t in per_topic.index
+                else None for t in topics]
+        fig.add_trace(go.Bar(x=topics, y=vals, name=f"{r.run_id} ({mode})", showlegend=False,
+                             legendgroup=r.run_id, marker={"color": _color(i)},
+                             hovertemplate=f"{r.run_id}<br>%{{x}}: %{{y:.4f}} entries/msg"
+                                           "<extra></extra>"), row=1, col=2)
+    fig.add_hline(y=1.0, line={"color": "grey", "dash": "dot", "width": 1}, row=1, col=2)
+    fig.update_xaxes(type="log" if top > 20 else "linear",
+                     title_text="messages per entry (batch size)", row=1, col=1)
+    fig.update_yaxes(title_text="share of entries", tickformat=".0%", row=1, col=1)
+    fig.update_yaxes(title_text="entries per message", row=1, col=2)
+    fig.update_layout(title=title, height=440, barmode="group",
+                      legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})
+    return fig
 
 
-def png_bytes(fig: Figure, dpi: int = 96) -> bytes:
-    """``fig`` as PNG bytes."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi)
-    return buf.getvalue()
+# ---- the report's figures ----------------------------------------------------------------------
+
+def run_figures(tables: RunTables) -> list[ReportFigure]:
+    """Every figure of one run, in page order (see each ``fig_*``; keys ``<kind>-<run_id>``):
+    segments, layout, dag, decisions, rates, consumers, handoffs, drain, batching."""
+    r, k = tables, tables.run_id
+    return [
+        ReportFigure(f"segments-{k}", "Segments over time",
+                     "Each segment's hash range over its lifetime, coloured by what created it.",
+                     fig_segments(r)),
+        ReportFigure(f"layout-{k}", "Segments and buckets over time",
+                     "Active segments and entry buckets per topic (step lines), auto-scale "
+                     "decisions as markers with Pulsar's reason.", fig_layout(r)),
+        ReportFigure(f"dag-{k}", "Segment DAG",
+                     "Segments at their creation; edges lead from parents to children.",
+                     fig_dag(r)),
+        ReportFigure(f"decisions-{k}", "Auto-scale decisions",
+                     "Every evaluation that acted or was suppressed; the hover has the reason, "
+                     "the rates and the thresholds.", fig_decisions(r)),
+        ReportFigure(f"rates-{k}", "Segment load against thresholds",
+                     "msg_rate_in of every segment (msg/s, per stats period) with the split and "
+                     "merge thresholds of the topic's policy.", fig_rates(r)),
+        ReportFigure(f"consumers-{k}", "Consumers",
+                     "Load share, busy/idle time and messages per window of every consumer.",
+                     fig_consumers(r)),
+        ReportFigure(f"handoffs-{k}", "Bucket handoffs",
+                     "How long buckets were withheld while draining to a new consumer.",
+                     fig_handoffs(r)),
+        ReportFigure(f"drain-{k}", "Sealed-segment drain",
+                     "Seconds from a segment's seal to the last acknowledgment of its entries.",
+                     fig_drain(r)),
+        ReportFigure(f"batching-{k}", "Batching",
+                     "Batch-size distribution and entries per message.", fig_batching([r])),
+    ]
 
 
-# ---- HTML ------------------------------------------------------------------------------------
-
-def topic_table(tables: RunTables) -> pd.DataFrame:
-    """Per topic of one run: messages, entries, entries/message, segments created, active
-    segments and buckets at the end, splits, merges, rebuckets."""
-    e = tables.entries.groupby("topic").agg(messages=("num_messages", "sum"),
-                                            entries=("num_messages", "size"))
-    seg = tables.segments
-    s = seg.groupby("topic").agg(segments_created=("segment_id", "size"))
-    active = seg[seg["state"] == "ACTIVE"].groupby("topic").agg(
-        active_segments=("segment_id", "size"), buckets=("bucket_count", "sum"))
-    d = tables.decisions
-    acts = (d[d["action"] != "none"].groupby(["topic", "action"]).size().unstack(fill_value=0)
-            if len(d) else pd.DataFrame())
-    out = e.join(s, how="outer").join(active, how="outer").join(acts, how="outer").fillna(0)
-    for col in ("split", "merge", "rebucket"):
-        if col not in out.columns:
-            out[col] = 0
-    out["entries_per_message"] = (out["entries"] / out["messages"].where(out["messages"] > 0))
-    cols = ["messages", "entries", "entries_per_message", "segments_created", "active_segments",
-            "buckets", "split", "merge", "rebucket"]
-    out = out[cols].sort_values("messages", ascending=False, kind="stable")
-    ints = [c for c in cols if c != "entries_per_message"]
-    out[ints] = out[ints].astype("int64")
-    out["entries_per_message"] = out["entries_per_message"].round(4)
-    return out
+def runs_batching(runs: Sequence[RunTables]) -> ReportFigure:
+    """The batching figure of several runs side by side (key ``batching``): the last figure of a
+    report of more than one run."""
+    return ReportFigure("batching", "Batching of all runs",
+                        "Batch-size distribution and entries per message per run.",
+                        fig_batching(runs))
 
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
-max-width:1250px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}tr.diff td{background:#fff7d6}
-figure{margin:.5em 0 1.5em}figcaption{font-size:.85em;color:#555}img{max-width:100%}
-.meta{font-size:.85em;color:#555}
-"""
+def figure_has_data(fig: go.Figure) -> bool:
+    """True when ``fig`` holds a trace (a figure of an empty table holds only a note)."""
+    return len(fig.data) > 0
 
 
-def _fmt(v: Any) -> str:
-    return html.escape(format_cell(v.item() if isinstance(v, np.generic) else v))
-
-
-def table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "") -> str:
-    """``frame`` as an HTML table (index as the first column, values formatted for reading);
-    ``highlight_diff``: rows whose cells differ get ``class=diff`` (runs side by side)."""
-    head = "".join(f"<th>{html.escape(str(c))}</th>"
-                   for c in [frame.index.name or "", *frame.columns])
-    rows = []
-    for label, row in zip(frame.index, frame.itertuples(index=False), strict=True):
-        cells = [_fmt(v) for v in row]  # itertuples: each column keeps its dtype (ints stay)
-        diff = highlight_diff and len(set(cells)) > 1
-        rows.append(f"<tr{' class=diff' if diff else ''}><td>{html.escape(str(label))}</td>"
-                    + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return (f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
+def write_pngs(figures: Sequence[ReportFigure], folder: str | Path) -> list[str]:
+    """Render ``figures`` as PNG into ``folder`` (created), ``<key>.png`` each, :data:`PNG_WIDTH`
+    wide, in one kaleido session (it drives a headless Chrome or Chromium: Debian's
+    ``chromium``, or the one ``plotly_get_chrome`` downloads). Returns the paths written.
+    Raises :class:`PageError` when kaleido finds no browser."""
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [str(out / f"{f.key}.png") for f in figures]
+    try:
+        pio.write_images([f.figure for f in figures], paths, format="png", width=PNG_WIDTH)
+    except ChromeNotFoundError:
+        raise PageError("--png-dir needs Chrome or Chromium to render PNG (kaleido): install "
+                        "Debian's chromium, or run plotly_get_chrome") from None
+    return paths

@@ -126,7 +126,7 @@ def layout_timeline(segments: pd.DataFrame) -> pd.DataFrame:
     return events[["topic", "time", "active_segments", "buckets"]].reset_index(drop=True)
 
 
-def _total_timeline(timeline: pd.DataFrame) -> pd.DataFrame:
+def total_timeline(timeline: pd.DataFrame) -> pd.DataFrame:
     """All topics summed: counts in force from each change time on."""
     if timeline.empty:
         return pd.DataFrame(columns=["time", "active_segments", "buckets"])
@@ -281,7 +281,7 @@ def run_metrics(tables: RunTables) -> dict[str, Any]:
     """
     summary = run_summary(tables.store, tables.run_id)
     config = tables.config
-    total = _total_timeline(layout_timeline(tables.segments))
+    total = total_timeline(layout_timeline(tables.segments))
     entries = tables.entries
     shares = consumer_shares(tables)
     configured = _configured_consumers(config)

@@ -4,9 +4,10 @@ tables (delta-rs, no Spark)."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from pipelines.analysis.diff import diff_runs, format_diff, run_ids
-from pipelines.analysis.page import write_report
+from pipelines.analysis.page import PageError, write_report
 from pipelines.analysis.run_tables import metrics_frame
 from pipelines.analysis.validation import format_validation, validate_run
 from pipelines.analysis.whatif.scenarios import format_comparison
@@ -60,7 +61,13 @@ def report(args: argparse.Namespace) -> int:
     """``topic-replay report``: the HTML report (figures, metrics side by side) of runs."""
     _, chosen = finished_runs(args.output, args.run_ids)
     check_html_target(args.html)
-    result = write_report(args.output, chosen, args.html, png_dir=args.png_dir)
+    if args.png_dir is not None and Path(args.png_dir).exists() and not Path(
+            args.png_dir).is_dir():
+        raise UsageError(f"--png-dir {args.png_dir} is a file, not a folder")
+    try:
+        result = write_report(args.output, chosen, args.html, png_dir=args.png_dir)
+    except PageError as exc:
+        raise UsageError(str(exc)) from None
     print(format_comparison(metrics_frame(result["metrics"])))
     print(f"report: {result['html']} ({result['figures']} figures)")
     return 0

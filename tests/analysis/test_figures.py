@@ -1,6 +1,7 @@
-"""The Plotly figure builders of ``pipelines.analysis.page`` on small hand-built frames (no
-Spark, no browser): what each figure holds — the Pareto front's scenarios, a heat map's z matrix, a
-segment's bar, the DAG's edges, a decision's hover with its reason, rates and thresholds."""
+"""The Plotly figure builders of ``pipelines.analysis.figures`` and ``…sweep_figures`` on small
+hand-built frames (no Spark, no browser): what each figure holds — the Pareto front's scenarios, a
+heat map's z matrix, a segment's bar, the DAG's edges, a decision's hover with its reason, rates and
+thresholds, the layout's decision markers, the batching histogram."""
 
 from __future__ import annotations
 
@@ -11,26 +12,26 @@ import pandas as pd
 import pytest
 from deltalake import write_deltalake
 
-from pipelines.analysis.page import (
-    SWEEP_METRICS,
-    PageError,
+from pipelines.analysis.figures import (
     decision_rates,
     fig_dag,
     fig_decisions,
-    fig_heatmap,
-    fig_pareto,
     fig_rates,
     fig_segments,
+    run_figures,
+)
+from pipelines.analysis.page import read_sweeps, sweeps_location, write_sweep_page
+from pipelines.analysis.run_tables import RunTables
+from pipelines.analysis.sweep_figures import (
+    SWEEP_METRICS,
+    PageError,
+    fig_heatmap,
+    fig_pareto,
     heatmap_grid,
     pareto_front,
-    read_sweeps,
-    run_figures,
     sweep_figures,
     sweep_parameters,
-    sweeps_location,
-    write_sweep_page,
 )
-from pipelines.analysis.run_tables import RunTables
 from pipelines.contract.config import load_config
 from pipelines.storage.delta import DeltaStore
 
@@ -305,10 +306,11 @@ def test_rates_figure_draws_each_segment_and_the_topics_thresholds(tables):
     assert sorted(s.y0 for s in fig.layout.shapes) == [3.0, 15.0]
 
 
-def test_run_figures_are_segments_dag_decisions_and_rates(tables):
-    assert [title for title, _ in run_figures(tables)] == [
-        "Segments over time", "Segment DAG", "Auto-scale decisions",
-        "Segment load against thresholds"]
+def test_run_figures_are_every_figure_of_a_run_in_page_order(tables):
+    assert [f.title for f in run_figures(tables)] == [
+        "Segments over time", "Segments and buckets over time", "Segment DAG",
+        "Auto-scale decisions", "Segment load against thresholds", "Consumers",
+        "Bucket handoffs", "Sealed-segment drain", "Batching"]
 
 
 # ---- the sweep page's input --------------------------------------------------------------------

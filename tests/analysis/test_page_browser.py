@@ -89,7 +89,7 @@ def pages(tmp_path_factory) -> dict[str, Any]:
     sweep = write_sweep_page(store, SWEEP, out / "sweep.html")
     run = write_run_page(store, [scenarios()[0][0]], out / "run.html")
     return {"sweep": Path(sweep["html"]), "run": Path(run["html"]),
-            "sweep_figures": sweep["interactive"], "run_figures": run["interactive"]}
+            "sweep_figures": sweep["figures"], "run_figures": run["figures"]}
 
 
 class Visit:
@@ -153,8 +153,8 @@ def test_page_loads_without_console_errors_or_requests_beyond_the_file(visit, pa
 
 
 @pytest.mark.parametrize("which, expected", [
-    ("sweep", 3 + 4 * len(scenarios())),  # heat map + 2 Pareto views, 4 figures per scenario
-    ("run", 4),
+    ("sweep", 3 + 9 * len(scenarios())),  # heat map + 2 Pareto views, 9 figures per scenario
+    ("run", 9),
 ])
 def test_page_draws_every_plotly_figure(visit, pages, which, expected):
     page = visit(pages[which])

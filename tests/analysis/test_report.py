@@ -1,12 +1,13 @@
-"""``topic-replay report``: the HTML embeds every figure, every figure is drawn from data, and the
-summary numbers are the tables' numbers. One tiny replay by the local engine (module fixture; the
+"""``topic-replay report``: the HTML draws every figure (Plotly, interactive), ``--png-dir`` renders
+the same figures as PNG, every figure is drawn from data, and the summary numbers are the tables'
+numbers. One tiny replay by the local engine (module fixture; the
 differential test in tests/replays/test_local_engine.py holds its tables equal to Spark's) feeds
 the report."""
 
 from __future__ import annotations
 
-import base64
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -14,8 +15,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
-from pipelines.analysis.figures import build_figures, figure_has_data, topic_table
-from pipelines.analysis.page import write_report
+from pipelines.analysis import figures
+from pipelines.analysis.figures import PageError, fig_layout, figure_has_data, run_figures
+from pipelines.analysis.page import topic_table, write_report
 from pipelines.analysis.run_tables import (
     RunTables,
     consumer_shares,
@@ -47,7 +49,10 @@ SETS = ["policy.split_msg_rate_in=15", "policy.merge_msg_rate_in=3",
         "subscriptions.0.consumers.0.ack_delay_ms=1500",  # slow acks: handoffs and drains take time
         "subscriptions.0.consumers.1.join=150"]           # joins late: bucket handoffs
 RUN = "tiny"
-IMG = '<img src="data:image/png;base64,'
+KINDS = ("segments", "layout", "dag", "decisions", "rates", "consumers", "handoffs", "drain",
+         "batching")
+"""The figures of one run, in page order (``pipelines.analysis.figures.run_figures``)."""
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +78,12 @@ def report(output, tmp_path_factory) -> tuple[str, dict]:
     return path.read_text(encoding="utf-8"), result
 
 
-def test_report_embeds_the_figures_without_a_plotly_view_as_base64_png(report):
+def test_report_draws_every_figure_with_plotly_js_inlined_once(report):
     page, result = report
-    images = re.findall(re.escape(IMG) + r'([A-Za-z0-9+/=]+)"', page)
-    assert (result["figures"], result["interactive"], result["images"]) == (8, 4, 4)
-    assert len(images) == 4
-    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
-
-
-def test_report_draws_four_plotly_figures_with_plotly_js_inlined_once(report):
-    page, _ = report
+    assert result["figures"] == len(KINDS)
     assert page.count(get_plotlyjs()) == 1
-    assert page.replace(get_plotlyjs(), "").count("Plotly.newPlot(") == 4
+    assert page.replace(get_plotlyjs(), "").count("Plotly.newPlot(") == len(KINDS)
+    assert "<img" not in page
 
 
 def test_report_needs_no_network(report):
@@ -94,26 +93,49 @@ def test_report_needs_no_network(report):
     assert "cdn." not in ours.lower()  # (base64 has no ".")
 
 
-def test_report_png_dir_holds_every_matplotlib_figure(output, tmp_path):
-    write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="PNG export drives a headless Chromium (.ci/run installs Debian's)")
+def test_report_png_dir_holds_every_figure_of_the_page_as_png(output, tmp_path):
+    result = write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
     assert sorted(p.name for p in (tmp_path / "png").iterdir()) == sorted(
-        f"{k}.png" for k in [f"{f}-{RUN}" for f in ("layout", "rates", "dag", "consumers",
-                                                       "handoffs", "drain")] + ["batching"])
+        f"{k}-{RUN}.png" for k in KINDS)
+    assert sorted(result["pngs"]) == sorted(str(p) for p in (tmp_path / "png").iterdir())
+    assert all(p.read_bytes()[:8] == PNG for p in (tmp_path / "png").iterdir())
+
+
+def test_report_png_dir_without_a_browser_fails_before_writing_the_page(output, tmp_path,
+                                                                       monkeypatch):
+    def no_browser(*args, **kwargs):
+        raise figures.ChromeNotFoundError("no chrome")
+
+    monkeypatch.setattr(figures.pio, "write_images", no_browser)
+    with pytest.raises(PageError, match="--png-dir needs Chrome or Chromium"):
+        write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_report_cli_without_a_browser_for_png_exits_2_with_one_sentence(output, tmp_path,
+                                                                        monkeypatch, capsys):
+    def no_browser(*args, **kwargs):
+        raise figures.ChromeNotFoundError("no chrome")
+
+    monkeypatch.setattr(figures.pio, "write_images", no_browser)
+    argv = ["report", "--output", str(output), "--html", str(tmp_path / "r.html"),
+            "--png-dir", str(tmp_path / "png")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--png-dir needs Chrome or Chromium" in err and "Traceback" not in err
 
 
 def test_every_figure_is_drawn_from_data(tables):
-    figures = build_figures([tables])
-    empty = [f.key for f in figures if not figure_has_data(f.figure)]
-    assert [f.key for f in figures] == [f"{k}-{RUN}" for k in (
-        "layout", "rates", "dag", "consumers", "handoffs", "drain")] + ["batching"]
-    assert empty == []
+    got = run_figures(tables)
+    assert [f.key for f in got] == [f"{k}-{RUN}" for k in KINDS]
+    assert [f.key for f in got if not figure_has_data(f.figure)] == []
 
 
 def test_layout_figure_marks_each_split_decision(tables):
-    fig = build_figures([tables])[0].figure
     splits = (tables.decisions["action"] == "split").sum()
-    marked = sum(len(c.get_offsets()) for c in fig.axes[0].collections
-                 if str(c.get_label()).startswith("split"))
+    marked = sum(len(t.x) for t in fig_layout(tables).data if t.name.startswith("split"))
     assert splits > 0 and marked == splits
 
 
@@ -154,7 +176,8 @@ def test_topic_table_counts_messages_and_segments_per_topic(tables):
 def test_report_cli_writes_html_and_prints_the_summary(output, tmp_path, capsys):
     html = tmp_path / "r.html"
     assert main(["report", "--output", str(output), "--html", str(html)]) == 0
-    assert html.read_text(encoding="utf-8").count(IMG) == 4
+    page = html.read_text(encoding="utf-8").replace(get_plotlyjs(), "")
+    assert page.count("Plotly.newPlot(") == len(KINDS)
     assert "entries per message" in capsys.readouterr().out
 
 
