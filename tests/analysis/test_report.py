@@ -16,7 +16,15 @@ from plotly.offline import get_plotlyjs
 
 from jobs.replay import main
 from pipelines.analysis import figures
-from pipelines.analysis.figures import PageError, fig_layout, figure_has_data, run_figures
+from pipelines.analysis.figures import (
+    PageError,
+    fig_batching,
+    fig_drain,
+    fig_handoffs,
+    fig_layout,
+    figure_has_data,
+    run_figures,
+)
 from pipelines.analysis.page import topic_table, write_report
 from pipelines.analysis.run_tables import (
     RunTables,
@@ -24,6 +32,7 @@ from pipelines.analysis.run_tables import (
     drain_times,
     layout_timeline,
     run_metrics,
+    withheld_intervals,
 )
 from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
@@ -137,6 +146,26 @@ def test_layout_figure_marks_each_split_decision(tables):
     splits = (tables.decisions["action"] == "split").sum()
     marked = sum(len(t.x) for t in fig_layout(tables).data if t.name.startswith("split"))
     assert splits > 0 and marked == splits
+
+
+def test_handoffs_figure_marks_every_handoff_at_its_withheld_seconds(tables):
+    h = withheld_intervals(tables)
+    points = [t for t in fig_handoffs(tables).data if t.xaxis == "x" and t.mode == "markers"
+              and not t.name.startswith("still")]
+    assert len(h) > 0 and sum(len(t.y) for t in points) == len(h)
+    assert sum(map(sum, (t.y for t in points))) == pytest.approx(h["withheld_s"].sum())
+
+
+def test_drain_figure_draws_every_sealed_segment_of_each_subscription(tables):
+    d = drain_times(tables)
+    assert len(d) > 0 and sum(len(t.x) for t in fig_drain(tables).data) == len(d)
+
+
+def test_batching_figure_shares_of_entries_sum_to_one_per_run(tables):
+    (hist,) = [t for t in fig_batching([tables]).data if t.type == "scatter"]
+    assert sum(hist.y[:-1]) == pytest.approx(1.0)  # the last point repeats the last bin's share
+    assert f"{len(tables.entries) / tables.entries['num_messages'].sum():.4f} entries/msg" \
+        in hist.name
 
 
 def test_summary_metrics_equal_the_tables(tables):
