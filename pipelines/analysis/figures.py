@@ -43,6 +43,7 @@ from plotly.subplots import make_subplots
 
 from pipelines.analysis.figure_data import (
     CREATED_BY_COLOR,
+    MAX_TOPICS,
     busiest_topics,
     dag_edges,
     naive_utc,
@@ -80,6 +81,10 @@ HASH_TICKS = {"tickvals": [0, 16384, 32768, 49152, 65535],
 """y ticks of a segment_hash axis (quarters of the 16-bit range)."""
 
 RATE_COLUMNS = ("msg_rate_in", "bytes_rate_in", "msg_rate_out", "bytes_rate_out")
+
+DECISION_TOPICS = 30
+"""Most topics (rows) of the decisions figure: those that acted most (a run of thousands of
+topics would otherwise make a figure thousands of rows tall)."""
 
 PALETTE = qualitative.Plotly
 """Colours of per-topic (or per-run) series, by position: the same topic keeps its colour in
@@ -307,9 +312,9 @@ def decision_rates(tables: RunTables) -> pd.DataFrame:
     return out
 
 
-def _decision_hover(tables: RunTables) -> list[str]:
-    d = tables.decisions
-    rates = decision_rates(tables)
+def _decision_hover(tables: RunTables, d: pd.DataFrame) -> list[str]:
+    """Hover text of the decisions ``d`` (rows of ``tables.decisions``)."""
+    rates = decision_rates(tables).loc[d.index]
     config = tables.config
     policies = {str(t): topic_policy(config, str(t)) for t in d["topic"].unique()}
     out = []
@@ -335,6 +340,17 @@ def _decision_hover(tables: RunTables) -> list[str]:
     return out
 
 
+def decision_topics(decisions: pd.DataFrame, n: int = DECISION_TOPICS) -> list[str]:
+    """The topics :func:`fig_decisions` draws, at most ``n``: most actions first, then most
+    evaluations, then by name."""
+    acted = decisions.assign(acted=decisions["action"] != "none")
+    by = acted.groupby(acted["topic"].astype(str)).agg(acted=("acted", "sum"),
+                                                       evaluations=("acted", "size"))
+    order = sorted(by.index, key=lambda t: (-int(by.loc[t, "acted"]),
+                                            -int(by.loc[t, "evaluations"]), t))
+    return order[:n]
+
+
 def fig_decisions(tables: RunTables) -> go.Figure:
     """Auto-scale decisions over time: one marker per evaluation that acted or was suppressed,
     x = ``eval_time``, y = topic, symbol per action (▲ split, ▼ merge, ■ rebucket, × suppressed).
@@ -342,14 +358,18 @@ def fig_decisions(tables: RunTables) -> go.Figure:
     the segments it named (:func:`decision_rates`) and the thresholds of the topic's resolved
     policy that the action uses (:data:`ACTION_THRESHOLDS`). One trace per action, named with
     its counts by reason (suppressed ones: by ``suppressed_by``); ``customdata`` = the row's
-    index in ``autoscale_decisions``. Source: ``autoscale_decisions``, ``segment_load``,
-    ``runs.config``."""
+    index in ``autoscale_decisions``. At most :data:`DECISION_TOPICS` topics
+    (:func:`decision_topics`; the title says how many of how many). Source:
+    ``autoscale_decisions``, ``segment_load``, ``runs.config``."""
     title = f"{tables.run_id}: auto-scale decisions (hover: reason, rates, thresholds)"
     d = tables.decisions
     if d.empty:
         return _empty(title, "no auto-scale decisions")
-    hover = pd.Series(_decision_hover(tables), index=d.index)
-    topics = sorted(map(str, d["topic"].unique()))
+    total = d["topic"].nunique()
+    topics = decision_topics(d)
+    d = d[d["topic"].astype(str).isin(topics)]
+    hover = pd.Series(_decision_hover(tables, d), index=d.index)
+    topics = sorted(topics)
     fig = go.Figure()
     for action, (symbol, color) in ACTION_MARKERS.items():
         a = d[d["action"] == action]
@@ -369,7 +389,8 @@ def fig_decisions(tables: RunTables) -> go.Figure:
     fig.update_yaxes(type="category", categoryorder="array", categoryarray=topics,
                      title_text="topic")
     fig.update_xaxes(type="date", title_text="eval_time (UTC)")
-    fig.update_layout(title=title, height=max(280, 40 * len(topics) + 200),
+    fig.update_layout(title=title + _of_topics(len(topics), total),
+                      height=max(280, 40 * len(topics) + 200),
                       legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "x": 0},
                       margin={"t": 110}, hoverlabel={"align": "left"})
     return fig
@@ -581,10 +602,25 @@ def fig_consumers(tables: RunTables) -> go.Figure:
     return fig
 
 
+def by_topic(rows: pd.DataFrame, time: str,
+             n: int = MAX_TOPICS) -> list[tuple[str, pd.DataFrame]]:
+    """``rows`` (a ``topic`` column) split into the ``n`` topics with most rows (then by name),
+    each its own series, and the rest as one series named ``other topics (k)``; each sorted by
+    ``time``. A run of thousands of topics keeps a figure of a few series."""
+    counts = rows["topic"].astype(str).value_counts()
+    top = sorted(counts.index, key=lambda t: (-int(counts[t]), t))[:n]
+    out = [(t, rows[rows["topic"].astype(str) == t]) for t in top]
+    rest = rows[~rows["topic"].astype(str).isin(top)]
+    if len(rest):
+        out.append((f"other topics ({rest['topic'].nunique()})", rest))
+    return [(t, g.sort_values(time, kind="stable")) for t, g in out]
+
+
 def fig_handoffs(tables: RunTables) -> go.Figure:
     """Bucket handoffs (draining, PIP-379): left, each handoff at its ``withheld_from`` time with
     the seconds the bucket was withheld (open at end of input: counted to the end, red ring);
-    right, cumulative withheld bucket-seconds per topic. Source: ``bucket_handoffs``."""
+    right, cumulative withheld bucket-seconds per topic (:func:`by_topic`: the busiest topics
+    apart, the rest as one series). Source: ``bucket_handoffs``."""
     h = withheld_intervals(tables)
     title = f"{tables.run_id}: withheld-bucket time during handoffs"
     if h.empty:
@@ -592,11 +628,11 @@ def fig_handoffs(tables: RunTables) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=[
         f"{len(h)} handoffs, {h['withheld_s'].sum():,.1f} bucket-seconds withheld",
         "cumulative withheld bucket-seconds per topic"])
-    for i, (topic, g) in enumerate(h.groupby("topic")):
-        g = g.sort_values("withheld_from", kind="stable")
-        hover = [f"{topic} segment {s} bucket {b} → {c}<br>withheld {w:,.2f} s"
-                 for s, b, c, w in zip(g["segment_id"], g["bucket_index"], g["to_consumer"],
-                                       g["withheld_s"], strict=True)]
+    series = by_topic(h, "withheld_from")
+    for i, (topic, g) in enumerate(series):
+        hover = [f"{t} segment {s} bucket {b} → {c}<br>withheld {w:,.2f} s"
+                 for t, s, b, c, w in zip(g["topic"], g["segment_id"], g["bucket_index"],
+                                          g["to_consumer"], g["withheld_s"], strict=True)]
         fig.add_trace(go.Scatter(x=_iso(g["withheld_from"]), y=g["withheld_s"].tolist(),
                                  mode="markers", name=f"{topic} ({len(g)})", legendgroup=topic,
                                  marker={"color": _color(i), "size": 8, "opacity": 0.8},
@@ -614,7 +650,7 @@ def fig_handoffs(tables: RunTables) -> go.Figure:
     fig.update_yaxes(title_text="withheld (s)", range=_zero_based(float(h["withheld_s"].max())),
                      row=1, col=1)
     fig.update_yaxes(title_text="bucket-seconds", row=1, col=2, range=_zero_based(
-        float(h.groupby("topic")["withheld_s"].sum().max())))
+        max(float(g["withheld_s"].sum()) for _, g in series)))
     fig.update_xaxes(type="date", range=_run_range(tables), title_text="publish time (UTC)")
     fig.update_layout(title=title, height=420)
     return fig
@@ -632,16 +668,18 @@ def fig_drain(tables: RunTables) -> go.Figure:
     done = d[d["drained"]]
     top = float(done["drain_s"].max()) if len(done) else 0.0
     fig = go.Figure()
-    for i, (topic, g) in enumerate(done.groupby("topic")):
+    for i, (topic, g) in enumerate(by_topic(done, "sealed_at")):
         fig.add_trace(go.Scatter(
             x=_iso(g["sealed_at"]), y=g["drain_s"].tolist(),
             mode="markers+text" if len(done) <= 24 else "markers",
-            text=[f"{topic}/{s}" for s in g["segment_id"]], textposition="top right",
+            text=[f"{t}/{s}" for t, s in zip(g["topic"], g["segment_id"], strict=True)],
+            textposition="top right",
             textfont={"size": 9}, name=f"{topic} ({len(g)})", marker={"color": _color(i),
                                                                        "size": 9},
-            hovertext=[f"{topic} segment {s} ({sub})<br>drained in {v:,.2f} s"
-                       for s, sub, v in zip(g["segment_id"], g["subscription"], g["drain_s"],
-                                            strict=True)], hoverinfo="text+x"))
+            hovertext=[f"{t} segment {s} ({sub})<br>drained in {v:,.2f} s"
+                       for t, s, sub, v in zip(g["topic"], g["segment_id"], g["subscription"],
+                                               g["drain_s"], strict=True)],
+            hoverinfo="text+x"))
     pending = d[~d["drained"]]
     if len(pending):
         fig.add_trace(go.Scatter(

@@ -13,7 +13,10 @@ import pytest
 from deltalake import write_deltalake
 
 from pipelines.analysis.figures import (
+    DECISION_TOPICS,
+    by_topic,
     decision_rates,
+    decision_topics,
     fig_dag,
     fig_decisions,
     fig_rates,
@@ -345,3 +348,34 @@ def test_sweep_page_of_a_missing_sweep_fails_in_one_sentence(tmp_path, write, sw
         write_sweep_page(store, sweep_id, tmp_path / "page.html")
     assert str(err.value) == message.format(root=tmp_path)
     assert not (tmp_path / "page.html").exists()
+
+
+# ---- many topics: a figure keeps a few series --------------------------------------------------
+
+def _decisions(rows: list[tuple[str, str]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["topic", "action"])
+
+
+@pytest.mark.parametrize("rows, n, expected", [
+    ([("b", "split"), ("a", "none"), ("a", "none"), ("c", "merge"), ("c", "split")], 3,
+     ["c", "b", "a"]),                              # most actions, then most evaluations
+    ([("b", "none"), ("a", "none")], 5, ["a", "b"]),  # ties by name
+    ([(f"t{i:03d}", "none") for i in range(100)], 30, [f"t{i:03d}" for i in range(30)]),
+])
+def test_decision_topics_are_those_that_acted_most(rows, n, expected):
+    assert decision_topics(_decisions(rows), n) == expected
+
+
+def test_decisions_figure_of_many_topics_draws_the_busiest_and_says_so(tables):
+    many = pd.concat([tables.decisions.assign(topic=f"t{i:03d}") for i in range(40)]
+                     + [tables.decisions], ignore_index=True)
+    tables.decisions = many
+    fig = fig_decisions(tables)
+    assert len(fig.layout.yaxis.categoryarray) == DECISION_TOPICS
+    assert f"({DECISION_TOPICS} of 41 topics)" in fig.layout.title.text
+
+
+def test_by_topic_keeps_the_busiest_topics_apart_and_the_rest_together():
+    rows = pd.DataFrame({"topic": ["a", "b", "b", "c", "c", "c"], "t": [5, 4, 3, 2, 1, 0]})
+    got = [(name, g["t"].tolist()) for name, g in by_topic(rows, "t", n=2)]
+    assert got == [("c", [0, 1, 2]), ("b", [3, 4]), ("other topics (1)", [5])]
