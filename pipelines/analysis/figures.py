@@ -799,14 +799,16 @@ def figure_has_data(fig: go.Figure) -> bool:
 
 def write_pngs(figures: Sequence[ReportFigure], folder: str | Path) -> list[str]:
     """Render ``figures`` as PNG into ``folder`` (created), ``<key>.png`` each, :data:`PNG_WIDTH`
-    wide, in one kaleido session (it drives a headless Chrome or Chromium: Debian's
+    wide and as tall as the figure's layout says, in one kaleido session (it drives a headless Chrome or Chromium: Debian's
     ``chromium``, or the one ``plotly_get_chrome`` downloads). Returns the paths written.
     Raises :class:`PageError` when kaleido finds no browser."""
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     paths = [str(out / f"{f.key}.png") for f in figures]
     try:
-        pio.write_images([f.figure for f in figures], paths, format="png", width=PNG_WIDTH)
+        # each figure's own height (kaleido's default is 500 px whatever the layout says)
+        pio.write_images([f.figure for f in figures], paths, format="png", width=PNG_WIDTH,
+                         height=[int(f.figure.layout.height or 500) for f in figures])
     except ChromeNotFoundError:
         raise PageError("--png-dir needs Chrome or Chromium to render PNG (kaleido): install "
                         "Debian's chromium, or run plotly_get_chrome") from None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
 from pathlib import Path
 
 import pandas as pd
@@ -110,6 +111,9 @@ def test_report_png_dir_holds_every_figure_of_the_page_as_png(output, tmp_path):
         f"{k}-{RUN}.png" for k in KINDS)
     assert sorted(result["pngs"]) == sorted(str(p) for p in (tmp_path / "png").iterdir())
     assert all(p.read_bytes()[:8] == PNG for p in (tmp_path / "png").iterdir())
+    # each PNG as wide as PNG_WIDTH and as tall as its figure's layout (IHDR: width, height)
+    layout = (tmp_path / "png" / f"layout-{RUN}.png").read_bytes()
+    assert struct.unpack(">II", layout[16:24]) == (figures.PNG_WIDTH, 560)
 
 
 def test_report_png_dir_without_a_browser_fails_before_writing_the_page(output, tmp_path,
