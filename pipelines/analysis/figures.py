@@ -798,12 +798,17 @@ def figure_has_data(fig: go.Figure) -> bool:
 
 
 def write_pngs(figures: Sequence[ReportFigure], folder: str | Path) -> list[str]:
-    """Render ``figures`` as PNG into ``folder`` (created), ``<key>.png`` each, :data:`PNG_WIDTH`
-    wide and as tall as the figure's layout says, in one kaleido session (it drives a headless Chrome or Chromium: Debian's
-    ``chromium``, or the one ``plotly_get_chrome`` downloads). Returns the paths written.
-    Raises :class:`PageError` when kaleido finds no browser."""
+    """Render ``figures`` as PNG into ``folder`` (created), ``<key>.png`` each,
+    :data:`PNG_WIDTH` wide and as tall as the figure's layout says, in one kaleido session (it
+    drives a headless Chrome or Chromium: Debian's ``chromium``, or the one
+    ``plotly_get_chrome`` downloads). Returns the paths written.
+    Raises :class:`PageError` when ``folder`` cannot be created or kaleido finds no
+    browser."""
     out = Path(folder)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PageError(f"--png-dir {folder} cannot be created: {exc.strerror or exc}") from None
     paths = [str(out / f"{f.key}.png") for f in figures]
     try:
         # each figure's own height (kaleido's default is 500 px whatever the layout says)

@@ -226,9 +226,14 @@ def render_page(title: str, body: Sequence[str]) -> str:
 
 
 def _write(path: str | Path, page: str) -> str:
+    """Write ``page`` to ``path`` (missing folders created); :class:`PageError` when it cannot
+    be written."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(page, encoding="utf-8")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise PageError(f"{path} cannot be written: {exc.strerror or exc}") from None
     return str(p)
 
 

@@ -1,10 +1,12 @@
 """Output checks of the commands, before any Spark work: the output exists, holds the runs
 asked for, may take a run (its identity, ``pipelines.storage.output_identity``), the table
-names are the contract's, an ``--html`` target is a file. Each a :class:`UsageError` in one
+names are the contract's, an ``--html`` target is a file and ``--png-dir`` a folder, both
+writable. Each a :class:`UsageError` in one
 sentence."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -58,9 +60,35 @@ def finished_runs(output: str, wanted: Sequence[str]) -> tuple[DeltaStore, list[
 
 
 def check_html_target(html: str | None) -> None:
-    """``UsageError`` when ``--html`` names a directory."""
+    """``UsageError`` when ``--html`` names a directory, or a file that cannot be created
+    (:func:`check_creatable`)."""
     if html and Path(html).is_dir():
         raise UsageError(f"--html {html} is a directory; give a file name")
+    if html:
+        check_creatable(html, "--html")
+
+
+def check_png_dir(png_dir: str | None) -> None:
+    """``UsageError`` when ``--png-dir`` names a file, or a folder that cannot be created or
+    written (:func:`check_creatable`)."""
+    if png_dir and Path(png_dir).exists() and not Path(png_dir).is_dir():
+        raise UsageError(f"--png-dir {png_dir} is a file, not a folder")
+    if png_dir:
+        check_creatable(png_dir, "--png-dir")
+
+
+def check_creatable(path: str, flag: str) -> None:
+    """``UsageError`` when ``path`` (a local file or folder a command will write, its missing
+    parents created) cannot be: its nearest existing ancestor is not a writable folder. Checks
+    only, creates nothing."""
+    p = Path(path).absolute()
+    if p.exists():
+        ok = os.access(p if p.is_dir() else p.parent, os.W_OK)
+    else:
+        ancestor = next(a for a in p.parents if a.exists())
+        ok = ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK)
+    if not ok:
+        raise UsageError(f"{flag} {path} cannot be written (no writable folder on its path)")
 
 
 def check_output_location(output: str) -> None:

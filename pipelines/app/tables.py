@@ -4,7 +4,6 @@ tables (delta-rs, no Spark)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from pipelines.analysis.diff import diff_runs, format_diff, run_ids
 from pipelines.analysis.page import PageError, write_report
@@ -14,6 +13,7 @@ from pipelines.analysis.whatif.scenarios import format_comparison
 from pipelines.app.errors import UsageError
 from pipelines.app.outputs import (
     check_html_target,
+    check_png_dir,
     finished_runs,
     require_output,
     require_tables,
@@ -61,9 +61,7 @@ def report(args: argparse.Namespace) -> int:
     """``topic-replay report``: the HTML report (figures, metrics side by side) of runs."""
     _, chosen = finished_runs(args.output, args.run_ids)
     check_html_target(args.html)
-    if args.png_dir is not None and Path(args.png_dir).exists() and not Path(
-            args.png_dir).is_dir():
-        raise UsageError(f"--png-dir {args.png_dir} is a file, not a folder")
+    check_png_dir(args.png_dir)
     try:
         result = write_report(args.output, chosen, args.html, png_dir=args.png_dir)
     except PageError as exc:

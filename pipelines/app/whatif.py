@@ -69,7 +69,10 @@ def compare(args: argparse.Namespace) -> int:
                              progress_for=lambda _name: ReplayProgress())
     print(format_comparison(table))
     if args.html:
-        result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
+        try:
+            result = write_report(args.output, [p.scenario.name for p in prepared], args.html)
+        except PageError as exc:
+            raise UsageError(str(exc)) from None
         print(f"report: {result['html']} ({result['figures']} figures)")
     return 0
 

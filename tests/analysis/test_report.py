@@ -300,3 +300,20 @@ def test_consumer_busy_and_idle_time_is_per_window_not_per_topic(rows, busy, idl
         run_id="x", store=None, consumer_load=cl)
     c = consumer_shares(tables).set_index("consumer_name").loc["c"]
     assert (c["busy_ms"], c["idle_ms"], c["share"], c["windows"]) == (busy, idle, share, 1)
+
+
+@pytest.mark.parametrize("html, png_dir, message", [
+    ("afile/r.html", None, "afile/r.html cannot be written"),
+    ("r.html", "afile/png", "--png-dir"),
+    ("r.html", "afile", "is a file, not a folder"),
+])
+def test_report_cli_refuses_an_unwritable_target_with_exit_2(output, tmp_path, capsys, html,
+                                                             png_dir, message):
+    (tmp_path / "afile").write_text("not a folder")
+    argv = ["report", "--output", str(output), "--html", str(tmp_path / html)]
+    if png_dir:
+        argv += ["--png-dir", str(tmp_path / png_dir)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
