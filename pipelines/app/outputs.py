@@ -14,7 +14,7 @@ from pipelines.app.errors import UsageError
 from pipelines.contract.config import ReplayConfig
 from pipelines.contract.schemas import table_names
 from pipelines.storage.delta import DeltaStore
-from pipelines.storage.fs import StorageError, is_dir
+from pipelines.storage.fs import StorageError, is_dir, is_remote
 from pipelines.storage.output_identity import (
     OutputConflictError,
     check_output,
@@ -98,11 +98,24 @@ def check_output_location(output: str) -> None:
         check_output_path(output)
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
+    check_local_output(output)
+
+
+def check_local_output(output: str) -> None:
+    """``UsageError`` when a local ``output`` is a file, or a folder that cannot be created or
+    written (:func:`check_creatable`); an object store's location is checked by reading it."""
+    if is_remote(output):
+        return
+    if Path(output).is_file():
+        raise UsageError(f"--output {output} is a file, not a folder")
+    check_creatable(output, "--output")
 
 
 def check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) -> None:
     """``UsageError`` when ``output`` holds run ``run_id`` written by another version or
-    config, or cannot be read (an unreachable object store)."""
+    config, cannot be read (an unreachable object store), or is a local path that cannot be
+    written (:func:`check_local_output`)."""
+    check_local_output(output)
     try:
         check_output(output, run_id, cfg, preset)
     except OutputConflictError as exc:
@@ -114,7 +127,9 @@ def check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) -
 def check_sweep_run_output(output: str, sweep_id: str, cfg: ReplayConfig, preset: str,
                            scenarios: Mapping[str, ReplayConfig]) -> None:
     """``UsageError`` when the output holds the sweep's work folder (``sweep.<sweep_id>``) or
-    any scenario's run (``scenarios``: run_id → config) under another config or inputs."""
+    any scenario's run (``scenarios``: run_id → config) under another config or inputs, or is
+    a local path that cannot be written (:func:`check_local_output`)."""
+    check_local_output(output)
     try:
         check_sweep_output(output, f"sweep.{sweep_id}", cfg, preset, scenarios)
     except OutputConflictError as exc:
