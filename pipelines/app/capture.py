@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.app.errors import UsageError
+from pipelines.app.targets import check_local_output
 from pipelines.ingest import capture as cap
 
 
@@ -34,6 +35,7 @@ def capture(args: argparse.Namespace) -> int:
             # a tiny positive --roll-mb rolls at every row; zero or less is refused
             roll_bytes=max(1, int(args.roll_mb * 1024 * 1024)) if args.roll_mb > 0 else 0,
             roll_seconds=args.roll_seconds)
+        check_local_output(args.output)
         cap.load_state(Path(args.output))  # an unreadable state file: before connecting
         auth = cap.PulsarAuth(
             token=cap.read_token(args.token_file, os.environ, args.token_env),

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from pipelines.app.errors import UsageError
+from pipelines.app.targets import check_local_output
 from pipelines.workload.generator import generate as generate_logs
 from pipelines.workload.generator import load_any_spec, result_summary
 
@@ -22,6 +23,7 @@ def generate(args: argparse.Namespace) -> int:
         spec = load_any_spec(args.spec, omb=True if args.omb else None, **options)
     except ValueError as exc:
         raise UsageError(f"workload spec {args.spec}: {first_problem(exc)}") from None
+    check_local_output(args.output)
     result = generate_logs(spec, args.output)
     print(json.dumps(result_summary(result, spec), indent=2))
     return 0

@@ -1,20 +1,18 @@
 """Output checks of the commands, before any Spark work: the output exists, holds the runs
 asked for, may take a run (its identity, ``pipelines.storage.output_identity``), the table
-names are the contract's, an ``--html`` target is a file and ``--png-dir`` a folder, both
-writable. Each a :class:`UsageError` in one
-sentence."""
+names are the contract's. Each a :class:`UsageError` in one sentence (local files and folders a
+command writes: :mod:`pipelines.app.targets`)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from pipelines.app.errors import UsageError
+from pipelines.app.targets import check_local_output
 from pipelines.contract.config import ReplayConfig
 from pipelines.contract.schemas import table_names
 from pipelines.storage.delta import DeltaStore
-from pipelines.storage.fs import StorageError, is_dir, is_remote
+from pipelines.storage.fs import StorageError, is_dir
 from pipelines.storage.output_identity import (
     OutputConflictError,
     check_output,
@@ -59,38 +57,6 @@ def finished_runs(output: str, wanted: Sequence[str]) -> tuple[DeltaStore, list[
     return store, chosen
 
 
-def check_html_target(html: str | None) -> None:
-    """``UsageError`` when ``--html`` names a directory, or a file that cannot be created
-    (:func:`check_creatable`)."""
-    if html and Path(html).is_dir():
-        raise UsageError(f"--html {html} is a directory; give a file name")
-    if html:
-        check_creatable(html, "--html")
-
-
-def check_png_dir(png_dir: str | None) -> None:
-    """``UsageError`` when ``--png-dir`` names a file, or a folder that cannot be created or
-    written (:func:`check_creatable`)."""
-    if png_dir and Path(png_dir).exists() and not Path(png_dir).is_dir():
-        raise UsageError(f"--png-dir {png_dir} is a file, not a folder")
-    if png_dir:
-        check_creatable(png_dir, "--png-dir")
-
-
-def check_creatable(path: str, flag: str) -> None:
-    """``UsageError`` when ``path`` (a local file or folder a command will write, its missing
-    parents created) cannot be: its nearest existing ancestor is not a writable folder. Checks
-    only, creates nothing."""
-    p = Path(path).absolute()
-    if p.exists():
-        ok = os.access(p if p.is_dir() else p.parent, os.W_OK)
-    else:
-        ancestor = next(a for a in p.parents if a.exists())
-        ok = ancestor.is_dir() and os.access(ancestor, os.W_OK | os.X_OK)
-    if not ok:
-        raise UsageError(f"{flag} {path} cannot be written (no writable folder on its path)")
-
-
 def check_output_location(output: str) -> None:
     """``UsageError`` when ``output`` is no location the replay can write
     (``check_output_path``)."""
@@ -99,16 +65,6 @@ def check_output_location(output: str) -> None:
     except OutputConflictError as exc:
         raise UsageError(str(exc)) from None
     check_local_output(output)
-
-
-def check_local_output(output: str) -> None:
-    """``UsageError`` when a local ``output`` is a file, or a folder that cannot be created or
-    written (:func:`check_creatable`); an object store's location is checked by reading it."""
-    if is_remote(output):
-        return
-    if Path(output).is_file():
-        raise UsageError(f"--output {output} is a file, not a folder")
-    check_creatable(output, "--output")
 
 
 def check_run_output(output: str, run_id: str, cfg: ReplayConfig, preset: str) -> None:

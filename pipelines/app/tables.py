@@ -11,13 +11,8 @@ from pipelines.analysis.run_tables import metrics_frame
 from pipelines.analysis.validation import format_validation, validate_run
 from pipelines.analysis.whatif.scenarios import format_comparison
 from pipelines.app.errors import UsageError
-from pipelines.app.outputs import (
-    check_html_target,
-    check_png_dir,
-    finished_runs,
-    require_output,
-    require_tables,
-)
+from pipelines.app.outputs import finished_runs, require_output, require_tables
+from pipelines.app.targets import check_html_target, check_png_dir
 from pipelines.engine.summary import format_summary, run_summary
 from pipelines.storage.delta import DeltaStore
 

@@ -28,12 +28,9 @@ from pipelines.analysis.whatif.sweep import (
 )
 from pipelines.app.errors import UsageError
 from pipelines.app.inputs import config_and_spec
-from pipelines.app.outputs import (
-    check_html_target,
-    check_output_location,
-    check_sweep_run_output,
-)
+from pipelines.app.outputs import check_output_location, check_sweep_run_output
 from pipelines.app.spark_options import check_spark_options, spark_log
+from pipelines.app.targets import check_html_target
 from pipelines.engine.findings import DEFAULT_FLAP_WINDOW_S
 from pipelines.spark.command_session import replay_session
 from pipelines.spark.ingest import resolve_input_spec
