@@ -79,18 +79,6 @@ def topic_table(tables: RunTables) -> pd.DataFrame:
     return out
 
 
-_PAGE_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
-max-width:1250px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid #ddd}
-table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
-td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
-td:first-child,th:first-child{text-align:left}tr.diff td{background:#fff7d6}
-figure{margin:.5em 0 1.5em}figcaption{font-size:.85em;color:#555}img{max-width:100%}
-.meta{font-size:.85em;color:#555}
-"""
-
-
 def _fmt(v: Any) -> str:
     return html.escape(format_cell(v.item() if isinstance(v, np.generic) else v))
 
@@ -112,7 +100,14 @@ def table_html(frame: pd.DataFrame, highlight_diff: bool = False, cls: str = "")
 
 # ---- pages -----------------------------------------------------------------------------------
 
-_PAGE_CSS += """
+_PAGE_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;
+max-width:1250px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.8em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}
+td:first-child,th:first-child{text-align:left}tr.diff td{background:#fff7d6}
+.meta{font-size:.85em;color:#555}
 nav a{margin-right:1em}section.run{border-top:3px solid #888;margin-top:2.5em}
 .plot{margin:.5em 0 1.5em}h3{font-size:1.02em;margin-top:1.4em}
 .wide{overflow-x:auto}.pair{display:grid;grid-template-columns:1fr 1fr;gap:16px}
