@@ -128,6 +128,7 @@ $(STAMP): pyproject.toml
 	@$(PY) -m pip install -q --upgrade pip
 	@$(PY) -m pip install -q -e '.[dev,pulsar]'
 	@command -v java >/dev/null || [ -n "$$JAVA_HOME" ] || $(PY) -m pip install -q -e '.[java]'
+	@$(PY) tools/install_worker_hook.py
 	@touch $(STAMP)
 
 run: setup ## Replay data/sample under conf/sample.yaml into $(OUT) and print the summary

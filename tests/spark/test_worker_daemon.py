@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pyspark
 import pytest
 
 from pipelines.spark import worker_daemon
@@ -78,3 +81,41 @@ def test_daemon_imports_the_worker_modules_before_it_starts_forking() -> None:
     assert out == str([]) + " " + str(list(worker_daemon.PRELOADED))
     assert worker_daemon.PRELOADED == ("pipelines.spark.staging_pass",
                                        "pipelines.spark.emulation")
+
+
+SPARK_HOME = Path(pyspark.__file__).parent
+ZIPS = [str(p) for p in sorted((SPARK_HOME / "python" / "lib").glob("*.zip"))]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_imports(site_dir: Path | None, zips: list[str]) -> list[str]:
+    """Where a fresh interpreter imports pyspark and py4j from, started as Spark starts a worker
+    without the daemon (``zips`` first on PYTHONPATH), with site-packages on its path but none of
+    its ``.pth`` files (``-S``: this venv's own hook stays out), then ``site_dir``'s."""
+    code = (f"import site, sys; sys.path += [{str(SPARK_HOME.parent)!r}, {str(ROOT)!r}]; "
+            + (f"site.addsitedir({str(site_dir)!r}); " if site_dir else "")
+            + "import pyspark, py4j; print(pyspark.__file__, py4j.__file__)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(zips), "SPARK_HOME": str(SPARK_HOME)}
+    return subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
+                          text=True, check=True).stdout.split()
+
+
+@pytest.mark.skipif(not ZIPS, reason="this pyspark ships no python/lib zips")
+@pytest.mark.parametrize(("with_hook", "from_zip"), [(False, True), (True, False)])
+def test_the_startup_hook_makes_a_worker_spark_starts_import_pyspark_from_site_packages(
+        tmp_path: Path, with_hook: bool, from_zip: bool) -> None:
+    if with_hook:
+        hook = worker_daemon.install_startup_hook(tmp_path)
+        assert hook.read_text() == worker_daemon.STARTUP_LINE
+    got = worker_imports(tmp_path if with_hook else None, ZIPS)
+    assert [".zip" in f for f in got] == [from_zip] * 2
+
+
+def test_the_startup_hook_loads_nothing_without_spark_archives(tmp_path: Path) -> None:
+    worker_daemon.install_startup_hook(tmp_path)
+    code = (f"import site, sys; site.addsitedir({str(tmp_path)!r}); "
+            "print('pipelines.spark.worker_daemon' in sys.modules)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    out = subprocess.run([sys.executable, "-S", "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.strip()
+    assert out == "False"
