@@ -411,7 +411,7 @@ class DispatchOutputs:
     def columns(self, table: str) -> dict[str, list[Any]]:
         """Column lists of one output (:data:`OUTPUT_TABLES`); every column is present even
         with 0 rows."""
-        row_type = _ROW_TYPES[table]
+        row_type = ROW_TYPES[table]
         rows: list[tuple[Any, ...]] = getattr(self, table)
         if not rows:
             return {name: [] for name in row_type._fields}
@@ -440,10 +440,11 @@ class DispatchOutputs:
             getattr(self, t) == getattr(other, t) for t in OUTPUT_TABLES[1:])
 
 
-_ROW_TYPES: dict[str, Any] = {
+ROW_TYPES: dict[str, Any] = {
     "dispatch": DispatchRow, "handoffs": HandoffRow, "consumer_load": ConsumerLoadRow,
     "window_stats": WindowStatsRow, "segment_drains": SegmentDrainRow,
 }
+"""The row type (NamedTuple) of each output (:data:`OUTPUT_TABLES`)."""
 
 
 @dataclass
@@ -731,12 +732,15 @@ class SubscriptionDispatcher:
     def on_entries(self, publish_time_ms: npt.ArrayLike, segment_id: npt.ArrayLike,
                    entry_hash_min: npt.ArrayLike, num_messages: npt.ArrayLike,
                    payload_bytes: npt.ArrayLike, producer_name: Sequence[str] | npt.ArrayLike,
-                   entry_id: npt.ArrayLike) -> None:
+                   entry_id: npt.ArrayLike, complete: bool = False) -> None:
         """Entries in publish-time order (equal-length columns; one element per entry).
 
         ``segment_id`` must be a segment of the latest layout given; a segment sealed by a
         layout change at ``T`` accepts entries published up to ``T``. ``ValueError`` on
         out-of-order or late times, unknown segments and out-of-range values.
+        ``complete``: no later input is at the last entries' instant, so the call ends with
+        :meth:`advance_to` of it (later inputs must be later) and the fast path may take that
+        instant in bulk too (else it waits for the next input).
         """
         times = np.asarray(publish_time_ms, dtype=np.int64).ravel()
         sids = np.asarray(segment_id, dtype=np.int64).ravel()
@@ -765,10 +769,13 @@ class SubscriptionDispatcher:
         self._note_input(int(times[0]))
         start = 0
         if self.fast_forward and self._instant_consumers():
-            start = self._fast_forward(cols)
+            start = self._fast_forward(cols, complete)
         self._queue(cols, start, n)
         self._last_input_time = int(times[-1])
-        self._run(self._last_input_time, inclusive=False)
+        if complete:
+            self.advance_to(self._last_input_time)
+        else:
+            self._run(self._last_input_time, inclusive=False)
 
     def _entry_buckets(self, layout: SegmentLayout, times: npt.NDArray[np.int64],
                        sids: npt.NDArray[np.int64],
@@ -788,15 +795,17 @@ class SubscriptionDispatcher:
             buckets[mask] = bucket_of_array(seg.bucket_splits, hmin[mask])
         return buckets
 
-    def _fast_forward(self, cols: _Columns) -> int:
-        """Take the instants of ``cols`` before its last one (complete: a later input arrived)
-        in spans without events where possible, else one instant at a time; returns the
-        position of the first entry left (those of the last instant)."""
+    def _fast_forward(self, cols: _Columns, complete: bool) -> int:
+        """Take the complete instants of ``cols`` (those before its last one: a later input
+        arrived; all of them when ``complete``) in spans without events where possible, else
+        one instant at a time; returns the position of the first entry left (those of the
+        last instant, or ``len(times)``)."""
         times = cols.times
         n, start = len(times), 0
-        while start < n and times[start] < times[-1]:
+        last = int(times[-1]) + 1 if complete else int(times[-1])
+        while start < n and times[start] < last:
             self._run(int(times[start]), inclusive=False)
-            stop = self._quiet_span(cols, start)
+            stop = self._quiet_span(cols, start, last)
             if stop == start:
                 stop = int(np.searchsorted(times, times[start], side="right"))
                 self._queue(cols, start, stop)
@@ -887,18 +896,17 @@ class SubscriptionDispatcher:
             seq += 1
         self._seq = seq
 
-    def _quiet_span(self, cols: _Columns, start: int) -> int:
+    def _quiet_span(self, cols: _Columns, start: int, bound: int) -> int:
         """End (exclusive index) of the entries from ``start`` that the event loop would
         dispatch and ack at their publish time with nothing else happening: ``start`` when the
         dispatcher is not idle at ``cols.times[start]`` (anything queued, pending, unacked,
         withheld or due), and the span stops before the next consumer join/leave, layout change,
-        entry without a connected owner and the call's last instant (not yet complete)."""
+        entry without a connected owner and ``bound`` (the first instant not yet complete)."""
         t = int(cols.times[start])
         if (self._heap or self._entries_q or self._pending_entries or self._unacked_entries
                 or self._buckets or self._withheld or self._drain_candidates or self._dirty
                 or self._wake or self._layout is None):
             return start
-        bound = int(cols.times[-1])
         if self._cfg_i < len(self._cfg):
             bound = min(bound, self._cfg[self._cfg_i][0])
         if self._layouts_q:

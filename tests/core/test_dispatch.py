@@ -51,24 +51,28 @@ def _events(layouts: list[tuple[int, SegmentLayout]], entries: list[E]) -> list[
     return [(t, x) for t, _, _, x in sorted(evs, key=lambda v: v[:3])]
 
 
-def _feed(d: SubscriptionDispatcher, events: list[Event]) -> None:
-    """Feed events in order; consecutive entries go in one on_entries call."""
+def _feed(d: SubscriptionDispatcher, events: list[Event], next_ms: int | None = -1) -> None:
+    """Feed events in order; consecutive entries go in one on_entries call. ``next_ms``: the
+    time of the next input after ``events`` (``-1``: it may share their last instant, so no
+    call is ``complete``; ``None``: no next input): a call is ``complete`` when the next input
+    is later than its last entry."""
     batch: list[E] = []
 
-    def flush() -> None:
+    def flush(following: int | None) -> None:
         if batch:
+            complete = next_ms != -1 and (following is None or following > batch[-1].t)
             d.on_entries([e.t for e in batch], [e.seg for e in batch], [e.h for e in batch],
                          [e.n for e in batch], [10 * e.n for e in batch], ["p"] * len(batch),
-                         [e.eid for e in batch])
+                         [e.eid for e in batch], complete=complete)
             batch.clear()
 
     for t, x in events:
         if isinstance(x, SegmentLayout):
-            flush()
+            flush(t)
             d.on_layout(t, x)
         else:
             batch.append(x)
-    flush()
+    flush(next_ms)
 
 
 def _run(sub_type: str, consumers: list[ConsumerSpec], layouts: list[tuple[int, SegmentLayout]],
@@ -605,7 +609,10 @@ def scenarios(draw: st.DrawFn,
 
 def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Event],
                  cuts: list[int], advance: bool, repickle: bool, fast_forward: bool = True,
-                 window_ms: int = 400, dense: bool = False) -> DispatchOutputs:
+                 window_ms: int = 400, dense: bool = False,
+                 complete: bool = False) -> DispatchOutputs:
+    """The events in chunks cut at ``cuts``, each chunk's outputs taken; ``complete``: every
+    ``on_entries`` call followed by a later input (or none) says so (:func:`_feed`)."""
     d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=window_ms)
     d.fast_forward = fast_forward
     d.dense_windows = dense
@@ -615,7 +622,8 @@ def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Even
     for lo, hi in itertools.pairwise(bounds):
         if lo >= hi:
             continue
-        _feed(d, events[lo:hi])
+        _feed(d, events[lo:hi], (events[hi][0] if hi < len(events) else None) if complete
+              else -1)
         if advance and hi < len(events):
             h = events[hi][0] - 1
             if h >= horizon:
@@ -651,6 +659,30 @@ def test_instant_consumer_fast_path_equals_the_event_loop(
     sub_type, consumers, events = scenario
     loop = _run_chunked(sub_type, consumers, events, cuts, advance, False, fast_forward=False)
     assert _run_chunked(sub_type, consumers, events, cuts, advance, False) == loop
+
+
+@_PROPS
+@given(scenarios(instant=True), st.lists(st.integers(0, 100), max_size=6), st.booleans())
+def test_complete_entries_taken_in_bulk_equal_the_event_loop(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]], cuts: list[int],
+        advance: bool) -> None:
+    """``on_entries(complete=True)`` (the last instant taken by the fast path too, then
+    advanced to) gives the event loop's rows."""
+    sub_type, consumers, events = scenario
+    loop = _run_chunked(sub_type, consumers, events, cuts, advance, False, fast_forward=False)
+    assert _run_chunked(sub_type, consumers, events, cuts, advance, False,
+                        complete=True) == loop
+
+
+def test_complete_entries_take_the_last_instant_in_bulk_and_advance() -> None:
+    """A complete call leaves nothing queued (its last instant dispatched at once) and is
+    advanced to its last instant: a later input at that instant is refused."""
+    d = SubscriptionDispatcher(SUB, "stream", [ConsumerSpec("a")])
+    d.on_layout(0, ONE_N1)
+    d.on_entries([5, 9], [0, 0], [0, 0], [1, 1], [1, 1], ["p", "p"], [0, 1], complete=True)
+    assert [r.dispatch_time_ms for r in d.take_outputs().dispatch] == [5, 9]
+    with pytest.raises(ValueError, match="horizon"):
+        d.on_entries([9], [0], [0], [1], [1], ["p"], [2])
 
 
 def test_fast_path_leaves_the_event_loops_state() -> None:
