@@ -571,19 +571,22 @@ class _Consumer:
 
 class _Columns(NamedTuple):
     """One :meth:`SubscriptionDispatcher.on_entries` call's entries as columns (int64 arrays,
-    ``producers`` a list of str)."""
+    ``producers`` an object array of str)."""
 
     times: npt.NDArray[np.int64]
     sids: npt.NDArray[np.int64]
     buckets: npt.NDArray[np.int64]
     nmsg: npt.NDArray[np.int64]
     nbytes: npt.NDArray[np.int64]
-    producers: list[str]
+    producers: npt.NDArray[Any]
     eids: npt.NDArray[np.int64]
 
 
 _KEY_RADIX = 1 << 32
 """``segment_id * _KEY_RADIX + bucket_index``: a bucket key as one int64 (buckets < 2**32)."""
+
+_NO_OWNERS = np.zeros(0, dtype=np.int64)
+"""No entry's owner (:meth:`SubscriptionDispatcher._quiet_span` of no span)."""
 
 _Event = tuple[int, int, int, _Entry | str, int]
 """Heap event: (time, phase, tie-break counter, entry (ack) | consumer name (free), number)."""
@@ -747,19 +750,22 @@ class SubscriptionDispatcher:
         hmin = np.asarray(entry_hash_min, dtype=np.int64).ravel()
         nmsg = np.asarray(num_messages, dtype=np.int64).ravel()
         nbytes = np.asarray(payload_bytes, dtype=np.int64).ravel()
-        producers = [str(p) for p in np.asarray(producer_name, dtype=object).ravel()]
+        producers = np.asarray(producer_name, dtype=object).ravel()
+        if not all(type(p) is str for p in producers.tolist()):  # names as str (not NumPy's)
+            producers = np.array([str(p) for p in producers.tolist()], dtype=object)
         eids = np.asarray(entry_id, dtype=np.int64).ravel()
         n = len(times)
         if any(len(a) != n for a in (sids, hmin, nmsg, nbytes, producers, eids)):
             raise ValueError("on_entries: all columns must have the same length")
         if n == 0:
             return
-        if np.any(np.diff(times) < 0):
+        # (reductions, not element-wise temporaries: a quiet topic's call has few entries)
+        if n > 1 and bool((times[1:] < times[:-1]).any()):
             raise ValueError("on_entries: entries must be in non-decreasing publish_time order")
         self._check_input_time(int(times[0]), "entry")
-        if np.any((hmin < 0) | (hmin > MAX_HASH)):
+        if int(hmin.min()) < 0 or int(hmin.max()) > MAX_HASH:
             raise ValueError(f"on_entries: entry_hash_min must be in [0, {MAX_HASH}]")
-        if np.any(nmsg < 0) or np.any(nbytes < 0):
+        if int(nmsg.min()) < 0 or int(nbytes.min()) < 0:
             raise ValueError("on_entries: num_messages and payload_bytes must be >= 0")
         layout = self._input_layout
         if layout is None:
@@ -782,18 +788,27 @@ class SubscriptionDispatcher:
                        hmin: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Each entry's bucket index in its segment of ``layout`` (by ``entry_hash_min``);
         ``ValueError`` for a segment not in the layout or an entry after its segment's seal."""
+        first, last = int(sids.min()), int(sids.max())
+        if first == last:  # one segment (a quiet topic's usual call): no masks
+            self._check_segment(layout, first, int(times[-1]))
+            return bucket_of_array(layout.segments[first].bucket_splits,
+                                   hmin).astype(np.int64)
         buckets = np.zeros(len(times), dtype=np.int64)
         for sid in np.unique(sids).tolist():
-            seg = layout.segments.get(sid)
-            if seg is None:
-                raise ValueError(f"on_entries: segment {sid} is not in the layout in force")
             mask = sids == sid
-            sealed_at = self._input_sealed_at.get(sid)
-            if sealed_at is not None and int(times[mask].max()) > sealed_at:
-                raise ValueError(f"on_entries: entry published on segment {sid} after it was "
-                                 f"sealed at {sealed_at}")
-            buckets[mask] = bucket_of_array(seg.bucket_splits, hmin[mask])
+            self._check_segment(layout, sid, int(times[mask].max()))
+            buckets[mask] = bucket_of_array(layout.segments[sid].bucket_splits, hmin[mask])
         return buckets
+
+    def _check_segment(self, layout: SegmentLayout, sid: int, latest: int) -> None:
+        """``ValueError`` unless segment ``sid`` is in ``layout`` and its entries (the latest
+        published at ``latest``) are not after its seal."""
+        if sid not in layout.segments:
+            raise ValueError(f"on_entries: segment {sid} is not in the layout in force")
+        sealed_at = self._input_sealed_at.get(sid)
+        if sealed_at is not None and latest > sealed_at:
+            raise ValueError(f"on_entries: entry published on segment {sid} after it was "
+                             f"sealed at {sealed_at}")
 
     def _fast_forward(self, cols: _Columns, complete: bool) -> int:
         """Take the complete instants of ``cols`` (those before its last one: a later input
@@ -805,12 +820,12 @@ class SubscriptionDispatcher:
         last = int(times[-1]) + 1 if complete else int(times[-1])
         while start < n and times[start] < last:
             self._run(int(times[start]), inclusive=False)
-            stop = self._quiet_span(cols, start, last)
+            stop, owner, names = self._quiet_span(cols, start, last)
             if stop == start:
                 stop = int(np.searchsorted(times, times[start], side="right"))
                 self._queue(cols, start, stop)
             else:
-                self._dispatch_span(cols, start, stop)
+                self._dispatch_span(cols, start, stop, owner, names)
             start = stop
         return start
 
@@ -896,57 +911,64 @@ class SubscriptionDispatcher:
             seq += 1
         self._seq = seq
 
-    def _quiet_span(self, cols: _Columns, start: int, bound: int) -> int:
+    def _quiet_span(self, cols: _Columns, start: int,
+                    bound: int) -> tuple[int, npt.NDArray[np.int64], list[str]]:
         """End (exclusive index) of the entries from ``start`` that the event loop would
         dispatch and ack at their publish time with nothing else happening: ``start`` when the
         dispatcher is not idle at ``cols.times[start]`` (anything queued, pending, unacked,
         withheld or due), and the span stops before the next consumer join/leave, layout change,
-        entry without a connected owner and ``bound`` (the first instant not yet complete)."""
+        entry without a connected owner and ``bound`` (the first instant not yet complete).
+        With it, each entry's owner up to that end, as a position in the owners' names
+        (sorted), and those names."""
         t = int(cols.times[start])
+        none: tuple[int, npt.NDArray[np.int64], list[str]] = (start, _NO_OWNERS, [])
         if (self._heap or self._entries_q or self._pending_entries or self._unacked_entries
                 or self._buckets or self._withheld or self._drain_candidates or self._dirty
-                or self._wake or self._layout is None):
-            return start
+                or self._wake or self._layout is None or not self._owners):
+            return none
         if self._cfg_i < len(self._cfg):
             bound = min(bound, self._cfg[self._cfg_i][0])
         if self._layouts_q:
             bound = min(bound, self._layouts_q[0][0])
         if bound <= t:
-            return start
+            return none
         stop = int(np.searchsorted(cols.times, bound, side="left"))
         keys = cols.sids[start:stop] * _KEY_RADIX + cols.buckets[start:stop]
-        # membership by binary search in the sorted owned keys (np.isin costs more on the
-        # few entries of a quiet topic)
-        owned_keys = np.sort(np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
-                                         dtype=np.int64, count=len(self._owners)))
-        pos = np.minimum(np.searchsorted(owned_keys, keys), max(len(owned_keys) - 1, 0))
-        owned = (owned_keys[pos] == keys if len(owned_keys)
-                 else np.zeros(len(keys), dtype=bool))
+        # the owned keys, sorted, and their owners' positions in the sorted names; membership
+        # by binary search (np.isin or np.unique cost more on the few entries of a quiet topic)
+        names = sorted(set(self._owners.values()))
+        rank = {name: i for i, name in enumerate(names)}
+        owned_keys = np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
+                                 dtype=np.int64, count=len(self._owners))
+        owner_of = np.fromiter((rank[c] for c in self._owners.values()), dtype=np.int64,
+                               count=len(self._owners))
+        by_key = np.argsort(owned_keys, kind="stable")
+        owned_keys, owner_of = owned_keys[by_key], owner_of[by_key]
+        pos = np.minimum(np.searchsorted(owned_keys, keys), len(owned_keys) - 1)
+        owned = owned_keys[pos] == keys
         if not owned.all():  # stop before the instant of the first entry without an owner
             first = int(cols.times[start + int(np.argmin(owned))])
-            stop = int(np.searchsorted(cols.times, first, side="left"))
-        return max(stop, start)
+            stop = max(int(np.searchsorted(cols.times, first, side="left")), start)
+        return stop, owner_of[pos[:stop - start]], names
 
-    def _dispatch_span(self, cols: _Columns, start: int, stop: int) -> None:
-        """Entries ``[start, stop)`` (a :meth:`_quiet_span`) dispatched and acked at their
-        publish time by their bucket's owner, with the rows, counters and windows the event
-        loop gives: within an instant, rows by consumer name then publish order."""
+    def _dispatch_span(self, cols: _Columns, start: int, stop: int,
+                       owner: npt.NDArray[np.int64], names: list[str]) -> None:
+        """Entries ``[start, stop)`` (a :meth:`_quiet_span`; ``owner``: each one's owner, a
+        position in ``names``) dispatched and acked at their publish time by their bucket's
+        owner, with the rows, counters and windows the event loop gives: within an instant,
+        rows by consumer name then publish order."""
         times = cols.times[start:stop]
         sids, buckets = cols.sids[start:stop], cols.buckets[start:stop]
         nmsg, nbytes = cols.nmsg[start:stop], cols.nbytes[start:stop]
-        names = sorted(set(self._owners.values()))
-        rank = {name: i for i, name in enumerate(names)}
-        key_owner = {s * _KEY_RADIX + b: rank[c] for (s, b), c in self._owners.items()}
-        keys = sids * _KEY_RADIX + buckets
-        ukeys, inverse = np.unique(keys, return_inverse=True)
-        owner = np.array([key_owner[k] for k in ukeys.tolist()], dtype=np.int64)[inverse]
         m = stop - start
         order = np.lexsort((np.arange(m), owner, times))
         # The event loop closes a window at the first step past its end, after the deliveries
         # of the window: accumulate each window's per-consumer totals, then close.
-        starts = times - times % self.window_ms
-        cuts = np.flatnonzero(np.diff(starts)) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), m], strict=True):
+        w = self.window_ms
+        starts = times - times % w
+        cuts = ([] if starts[0] == starts[-1]  # one window (a quiet topic's usual span)
+                else (np.flatnonzero(np.diff(starts)) + 1).tolist())
+        for lo, hi in zip([0, *cuts], [*cuts, m], strict=True):
             self._close_windows_upto(int(times[lo]))
             ws = int(starts[lo])
             msgs = np.bincount(owner[lo:hi], weights=nmsg[lo:hi], minlength=len(names))
@@ -955,11 +977,10 @@ class SubscriptionDispatcher:
                 c = self._consumers[names[i]]
                 c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[i])
                 c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[i])
-        last = np.zeros(len(names), dtype=np.int64)
-        np.maximum.at(last, owner, times)
-        for i in np.unique(owner).tolist():
+        # each owner's last entry (times do not decrease: the last one seen is the latest)
+        for i, last in dict(zip(owner.tolist(), times.tolist(), strict=True)).items():
             c = self._consumers[names[i]]
-            c.free_at = int(last[i])
+            c.free_at = last
             c.ready = []
         total = int(nmsg.sum())
         st = self._stats
@@ -975,7 +996,7 @@ class SubscriptionDispatcher:
         self._out.dispatch_parts.append({
             "subscription": np.full(m, self.subscription, dtype=object),
             "segment_id": sids[order], "bucket_index": buckets[order],
-            "producer_name": np.asarray(cols.producers[start:stop], dtype=object)[order],
+            "producer_name": cols.producers[start:stop][order],
             "entry_id": cols.eids[start:stop][order], "publish_time_ms": t_sorted,
             "num_messages": nmsg[order], "payload_bytes": nbytes[order],
             "consumer_name": np.asarray(names, dtype=object)[owner[order]],
