@@ -750,7 +750,7 @@ class SubscriptionDispatcher:
         hmin = np.asarray(entry_hash_min, dtype=np.int64).ravel()
         nmsg = np.asarray(num_messages, dtype=np.int64).ravel()
         nbytes = np.asarray(payload_bytes, dtype=np.int64).ravel()
-        producers = np.asarray(producer_name, dtype=object).ravel()
+        producers: npt.NDArray[Any] = np.asarray(producer_name, dtype=object).ravel()
         if not all(type(p) is str for p in producers.tolist()):  # names as str (not NumPy's)
             producers = np.array([str(p) for p in producers.tolist()], dtype=object)
         eids = np.asarray(entry_id, dtype=np.int64).ravel()
