@@ -122,7 +122,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -394,6 +394,11 @@ class DispatchOutputs:
                     *(part[name].tolist() for name in DispatchRow._fields), strict=True)))
         return rows
 
+    def is_empty(self) -> bool:
+        """No row in any table."""
+        return not (self.dispatch_parts or self.handoffs or self.consumer_load
+                    or self.window_stats or self.segment_drains)
+
     def add_dispatch(self, row: DispatchRow) -> None:
         """Append one ``dispatch`` row."""
         if not self.dispatch_parts or not isinstance(self.dispatch_parts[-1], list):
@@ -568,6 +573,33 @@ class _Consumer:
             self.cap_num = cap.numerator
             self.cap_den = cap.denominator
 
+    def state(self) -> tuple[Any, ...]:
+        """Everything but the spec and name, as a tuple (:data:`_CONSUMER_STATE` order)."""
+        return tuple(getattr(self, a) for a in _CONSUMER_STATE)
+
+    @classmethod
+    def restored(cls, spec: ConsumerSpec, state: tuple[Any, ...]) -> _Consumer:
+        """The consumer of ``spec`` with :meth:`state` ``state``."""
+        c = cls.__new__(cls)
+        c.spec = spec
+        c.name = spec.name
+        for a, v in zip(_CONSUMER_STATE, state, strict=True):
+            setattr(c, a, v)
+        return c
+
+
+_CONSUMER_STATE = tuple(a for a in _Consumer.__slots__ if a not in ("spec", "name"))
+"""The slots of a :class:`_Consumer`'s state tuple (:meth:`_Consumer.state`)."""
+
+_STATS_FIELDS = tuple(f.name for f in fields(DispatchStats))
+"""The :class:`DispatchStats` counters, in a dispatcher state's order."""
+
+
+def _spec_state(spec: ConsumerSpec) -> tuple[Any, ...]:
+    """A consumer spec as plain values (``leave_how`` by its value)."""
+    return (spec.name, spec.join_ms, spec.leave_ms, spec.capacity_msgs_per_s,
+            spec.ack_delay_ms, spec.leave_how.value)
+
 
 class _Columns(NamedTuple):
     """One :meth:`SubscriptionDispatcher.on_entries` call's entries as columns (int64 arrays,
@@ -682,6 +714,45 @@ class SubscriptionDispatcher:
         self._w_redeliveries = 0
         self._last_load: dict[str, ConsumerLoadRow] = {}
         self._last_stats: WindowStatsRow | None = None
+
+    # ---- state (pickling) ---------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """The state with plain values where objects cost most to pickle (a dispatcher is
+        pickled per topic and window): each consumer as its spec's values and a tuple of its
+        state, the counters and last window rows as tuples, the subscription type by value,
+        the input queues as lists, no outputs as ``None``. :meth:`__setstate__` rebuilds the
+        same objects (entries shared between queues, buckets and consumers stay shared: they
+        are pickled in the one state)."""
+        state = self.__dict__.copy()
+        state["sub_type"] = self.sub_type.value
+        state["_consumers"] = [(_spec_state(c.spec), c.state())
+                               for c in self._consumers.values()]
+        state["_entries_q"] = list(self._entries_q)
+        state["_layouts_q"] = list(self._layouts_q)
+        state["_stats"] = tuple(getattr(self._stats, f) for f in _STATS_FIELDS)
+        state["_out"] = None if self._out.is_empty() else self._out
+        state["_last_load"] = [tuple(row) for row in self._last_load.values()]
+        state["_last_stats"] = None if self._last_stats is None else tuple(self._last_stats)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The dispatcher of :meth:`__getstate__`'s ``state``."""
+        state = dict(state)
+        state["sub_type"] = SubscriptionType(state["sub_type"])
+        consumers = {}
+        for (name, join, leave, cap, ack, how), values in state["_consumers"]:
+            c = _Consumer.restored(ConsumerSpec(name, join, leave, cap, ack, LeaveHow(how)),
+                                   values)
+            consumers[c.name] = c
+        state["_consumers"] = consumers
+        state["_entries_q"] = deque(state["_entries_q"])
+        state["_layouts_q"] = deque(state["_layouts_q"])
+        state["_stats"] = DispatchStats(*state["_stats"])
+        state["_out"] = DispatchOutputs() if state["_out"] is None else state["_out"]
+        state["_last_load"] = {row[1]: ConsumerLoadRow(*row) for row in state["_last_load"]}
+        last = state["_last_stats"]
+        state["_last_stats"] = None if last is None else WindowStatsRow(*last)
+        self.__dict__.update(state)
 
     # ---- public API ---------------------------------------------------------------------------
     @property
