@@ -1034,20 +1034,27 @@ class SubscriptionDispatcher:
         m = stop - start
         order = np.lexsort((np.arange(m), owner, times))
         # The event loop closes a window at the first step past its end, after the deliveries
-        # of the window: accumulate each window's per-consumer totals, then close.
-        w = self.window_ms
+        # of the window: book every window's per-consumer totals (one bincount over (window,
+        # owner) pairs), then close the windows before the last instant's at once. Closing a
+        # window reads only its own bookings and state the span does not change, and each
+        # window with entries is booked, so the windows closed and their rows are those of a
+        # close at each window's first instant.
+        w, k = self.window_ms, len(names)
         starts = times - times % w
-        cuts = ([] if starts[0] == starts[-1]  # one window (a quiet topic's usual span)
-                else (np.flatnonzero(np.diff(starts)) + 1).tolist())
-        for lo, hi in zip([0, *cuts], [*cuts, m], strict=True):
-            self._close_windows_upto(int(times[lo]))
-            ws = int(starts[lo])
-            msgs = np.bincount(owner[lo:hi], weights=nmsg[lo:hi], minlength=len(names))
-            size = np.bincount(owner[lo:hi], weights=nbytes[lo:hi], minlength=len(names))
-            for i in np.flatnonzero(np.bincount(owner[lo:hi], minlength=len(names))).tolist():
-                c = self._consumers[names[i]]
-                c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[i])
-                c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[i])
+        if starts[0] == starts[-1]:  # one window (a quiet topic's usual span)
+            slot, window_starts = owner, [int(starts[0])]
+        else:
+            change = starts[1:] != starts[:-1]
+            slot = np.concatenate(([0], np.cumsum(change))) * k + owner
+            window_starts = starts[np.concatenate(([True], change))].tolist()
+        msgs = np.bincount(slot, weights=nmsg)
+        size = np.bincount(slot, weights=nbytes)
+        for j in np.flatnonzero(np.bincount(slot)).tolist():
+            ws = window_starts[j // k]
+            c = self._consumers[names[j % k]]
+            c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[j])
+            c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[j])
+        self._close_windows_upto(int(times[-1]))
         # each owner's last entry (times do not decrease: the last one seen is the latest)
         for i, last in dict(zip(owner.tolist(), times.tolist(), strict=True)).items():
             c = self._consumers[names[i]]
@@ -1545,11 +1552,13 @@ class SubscriptionDispatcher:
         backlog: dict[str, int] = {}
         seg_owners: dict[int, set[str]] = {}
         if not self._queue_mode:
-            for key, name in self._owners.items():
+            owners = self._owners
+            for key, name in owners.items():
                 seg_owners.setdefault(key[0], set()).add(name)
-                b = self._buckets.get(key)
-                if b is not None and b.pending_msgs:
-                    backlog[name] = backlog.get(name, 0) + b.pending_msgs
+            for key, b in self._buckets.items():  # (few buckets hold entries)
+                owner = owners.get(key)
+                if owner is not None and b.pending_msgs:
+                    backlog[owner] = backlog.get(owner, 0) + b.pending_msgs
         return backlog, seg_owners
 
     def _emit_window(self, ws: int, we: int, final: bool = False) -> None:
@@ -1583,6 +1592,7 @@ class SubscriptionDispatcher:
             prev = self._last_load.get(name)
             if (self.dense_windows or final or prev is None
                     or (leave is not None and leave <= we)
+                    or msgs or nbytes or busy  # (then it differs from the idle row)
                     or row != idle_consumer_load(prev, ws, we)):
                 self._out.consumer_load.append(row)
                 self._last_load[name] = row
@@ -1608,6 +1618,7 @@ class SubscriptionDispatcher:
             sealed_undrained)
         prev = self._last_stats
         if (self.dense_windows or final or prev is None
-                or row != idle_window_stats(prev, ws, we)):
+                or self._w_cleared or self._w_reassignments or self._w_redeliveries
+                or row != idle_window_stats(prev, ws, we)):  # (counts: not the idle row)
             self._out.window_stats.append(row)
             self._last_stats = row
