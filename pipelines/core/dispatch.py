@@ -688,6 +688,7 @@ class SubscriptionDispatcher:
         self._counter = 0
         self._layout: SegmentLayout | None = None
         self._owners: dict[BucketKey, str] = {}
+        self._seg_owners: tuple[dict[BucketKey, str], dict[int, set[str]]] | None = None
         self._buckets: dict[BucketKey, _Bucket] = {}
         self._queue_pending: list[tuple[int, _Entry]] = []
         self._idle: list[str] = []
@@ -724,6 +725,7 @@ class SubscriptionDispatcher:
         same objects (entries shared between queues, buckets and consumers stay shared: they
         are pickled in the one state)."""
         state = self.__dict__.copy()
+        state["_seg_owners"] = None  # a cache
         state["sub_type"] = self.sub_type.value
         state["_consumers"] = [(_spec_state(c.spec), c.state())
                                for c in self._consumers.values()]
@@ -1550,16 +1552,26 @@ class SubscriptionDispatcher:
         """Pending messages of the buckets each consumer owns (consumers with some), and the
         owners of each segment; both empty for a QUEUE subscription."""
         backlog: dict[str, int] = {}
-        seg_owners: dict[int, set[str]] = {}
-        if not self._queue_mode:
-            owners = self._owners
-            for key, name in owners.items():
+        if self._queue_mode:
+            return backlog, {}
+        owners = self._owners
+        for key, b in self._buckets.items():  # (few buckets hold entries)
+            owner = owners.get(key)
+            if owner is not None and b.pending_msgs:
+                backlog[owner] = backlog.get(owner, 0) + b.pending_msgs
+        return backlog, self._segment_owners()
+
+    def _segment_owners(self) -> dict[int, set[str]]:
+        """The owners of each segment, from :attr:`_owners` (which is replaced, never changed
+        in place): kept with the owners it was made from until they are replaced (not
+        pickled). Read only."""
+        cached = self._seg_owners
+        if cached is None or cached[0] is not self._owners:
+            seg_owners: dict[int, set[str]] = {}
+            for key, name in self._owners.items():
                 seg_owners.setdefault(key[0], set()).add(name)
-            for key, b in self._buckets.items():  # (few buckets hold entries)
-                owner = owners.get(key)
-                if owner is not None and b.pending_msgs:
-                    backlog[owner] = backlog.get(owner, 0) + b.pending_msgs
-        return backlog, seg_owners
+            cached = self._seg_owners = (self._owners, seg_owners)
+        return cached[1]
 
     def _emit_window(self, ws: int, we: int, final: bool = False) -> None:
         """The rows of window ``[ws, we)`` (``final``: the last one) that differ from the

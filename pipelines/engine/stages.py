@@ -889,10 +889,13 @@ class _Collected:
             frames["dispatch"]["topic"] = np.repeat(names[self.part_topic], counts)
         for t, rows in self.rows.items():
             fields = DISPATCH_ROW_TYPES[t]._fields
-            columns = zip(*rows, strict=True) if rows else ([] for _ in fields)
-            frame = pd.DataFrame({f: list(c) for f, c in zip(fields, columns, strict=True)})
-            tags = np.asarray(self.row_topic[t], dtype=np.int64).reshape(-1, 2)
-            frame["topic"] = np.repeat(names[tags[:, 0]], tags[:, 1]) if rows else []
+            if rows:  # (from the row tuples: each column inferred as from a list of its values)
+                frame = pd.DataFrame.from_records(rows, columns=fields)
+                tags = np.asarray(self.row_topic[t], dtype=np.int64).reshape(-1, 2)
+                frame["topic"] = np.repeat(names[tags[:, 0]], tags[:, 1])
+            else:
+                frame = pd.DataFrame({f: [] for f in fields})
+                frame["topic"] = []
             frames[t] = frame
         return frames
 
