@@ -824,7 +824,7 @@ class SubscriptionDispatcher:
         nmsg = np.asarray(num_messages, dtype=np.int64).ravel()
         nbytes = np.asarray(payload_bytes, dtype=np.int64).ravel()
         producers: npt.NDArray[Any] = np.asarray(producer_name, dtype=object).ravel()
-        if not all(type(p) is str for p in producers.tolist()):  # names as str (not NumPy's)
+        if not {*map(type, producers.tolist())} <= {str}:  # names as str (not NumPy's)
             producers = np.array([str(p) for p in producers.tolist()], dtype=object)
         eids = np.asarray(entry_id, dtype=np.int64).ravel()
         n = len(times)

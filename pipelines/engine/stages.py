@@ -931,8 +931,8 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
     # controller's last ticks may change the layout at or after the log's end)
     taken = (changes if final or horizon_ms is None
              else [c for c in changes if c < horizon_ms])
-    until = (horizon_ms - 1 if horizon_ms is not None
-             else max([seen, *changes, *times.tolist()]))  # not final: advanced up to it
+    until = (horizon_ms - 1 if horizon_ms is not None  # not final: advanced up to it
+             else max([seen, *changes, *times[-1:].tolist()]))  # (times do not decrease)
     outs = []
     for d in disp:
         start = 0
