@@ -624,6 +624,38 @@ _Event = tuple[int, int, int, _Entry | str, int]
 """Heap event: (time, phase, tie-break counter, entry (ack) | consumer name (free), number)."""
 
 
+_OWNERS_MEMO: dict[tuple[Any, ...], dict[BucketKey, str]] = {}
+""":func:`_assigned_owners` by what they depend on (cleared when it outgrows
+:data:`_OWNERS_MEMO_SIZE`)."""
+
+_OWNERS_MEMO_SIZE = 4096
+
+
+def _assigned_owners(coord: SubscriptionCoordinator, layout: SegmentLayout,
+                     drained: set[int], connected: set[str]) -> dict[BucketKey, str]:
+    """``(segment_id, bucket_index) → consumer`` of the coordinator's assignment
+    (:meth:`~pipelines.core.assignment.SubscriptionCoordinator.compute_assignment`, then
+    :func:`~pipelines.core.assignment.bucket_owners` over the ``connected`` consumers).
+
+    A pure function of the subscription type, the registered names, the drained segments, the
+    connected names and each segment's id, hash range, state, parents and bucket splits
+    (what those two read), so it is memoized by them: the many quiet topics of a run share a
+    few layout shapes, and each topic's dispatcher would compute the same assignment again.
+    The dict returned is shared: read only (a dispatcher replaces its owners, never changes
+    them)."""
+    key = (coord.sub_type, tuple(coord.consumer_names), frozenset(drained),
+           frozenset(connected),
+           tuple((sid, seg.range_start, seg.range_end, seg.is_active, seg.parent_ids,
+                  seg.bucket_splits) for sid, seg in layout.segments.items()))
+    owners = _OWNERS_MEMO.get(key)
+    if owners is None:
+        if len(_OWNERS_MEMO) >= _OWNERS_MEMO_SIZE:
+            _OWNERS_MEMO.clear()
+        asg = coord.compute_assignment(layout, drained)
+        owners = _OWNERS_MEMO[key] = bucket_owners(asg.by_consumer, layout, connected)
+    return owners
+
+
 class SubscriptionDispatcher:
     """Dispatch of one topic's entries to the consumers of one subscription (module docstring).
 
@@ -1369,9 +1401,8 @@ class SubscriptionDispatcher:
         if self._layout is None:
             new: dict[BucketKey, str] = {}
         else:
-            asg = self._coord.compute_assignment(self._layout, self._drained)
-            new = bucket_owners(asg.by_consumer, self._layout,
-                                {n for n, c in self._consumers.items() if c.connected})
+            new = _assigned_owners(self._coord, self._layout, self._drained,
+                                   {n for n, c in self._consumers.items() if c.connected})
         old = self._owners
         self._owners = new
         changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.core.assignment import LeaveHow
+from pipelines.core.assignment import LeaveHow, SubscriptionCoordinator, bucket_owners
 from pipelines.core.dispatch import (
     ConsumerLoadRow,
     ConsumerSpec,
@@ -21,6 +21,7 @@ from pipelines.core.dispatch import (
     SegmentDrainRow,
     SubscriptionDispatcher,
     WindowStatsRow,
+    _assigned_owners,
     fill_idle_rows,
 )
 from pipelines.core.layout import SegmentLayout
@@ -806,3 +807,27 @@ def test_sparse_windows_filled_back_equal_every_window(
     assert fill_idle_rows(sparse.consumer_load, window_ms) == dense.consumer_load
     assert fill_idle_rows(sparse.window_stats, window_ms) == dense.window_stats
     assert sparse.dispatch == dense.dispatch
+
+
+def test_memoized_owners_equal_the_coordinators_assignment() -> None:
+    """``_assigned_owners`` (memoized by what the assignment reads) gives the coordinator's
+    owners for every layout shape, drained set and connected set, also when a layout of the
+    same shape created at another time hits the memo, and never one of another shape."""
+    one, later = SegmentLayout.initial(1, bucket_budget=4), SegmentLayout.initial(
+        1, bucket_budget=4, now_ms=5_000)
+    two = SegmentLayout.initial(2, bucket_budget=4)
+    split = two.split(0, now_ms=100)
+    layouts = [one, later, ONE_N2, two, split, split.rebucket(1, 4, 200),
+               one.rebucket(0, 8, 300)]
+    for sub_type in ("stream", "checkpoint"):
+        for names in (["a"], ["a", "b"], ["a", "b", "c", "d", "e"]):
+            coord = SubscriptionCoordinator(SUB, sub_type)
+            for n in names:
+                coord.register(n)
+            for layout in layouts:
+                for drained in (set(), {0}):
+                    for connected in (set(names), set(names[1:])):
+                        want = bucket_owners(coord.compute_assignment(layout, drained)
+                                             .by_consumer, layout, connected)
+                        got = _assigned_owners(coord, layout, drained, connected)
+                        assert got == want and list(got) == list(want)
