@@ -656,6 +656,36 @@ def _assigned_owners(coord: SubscriptionCoordinator, layout: SegmentLayout,
     return owners
 
 
+_OWNER_INDEX: dict[int, tuple[dict[BucketKey, str], list[str], npt.NDArray[np.int64],
+                              npt.NDArray[np.int64]]] = {}
+""":func:`_owner_index` by the owners dict's id (the dict kept in the value: its id is not
+reused while it is there); cleared when it outgrows :data:`_OWNERS_MEMO_SIZE`."""
+
+
+def _owner_index(owners: dict[BucketKey, str],
+                 ) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Bucket owners as arrays: the owners' names (sorted), the owned keys (``segment_id *
+    _KEY_RADIX + bucket_index``, sorted) and each key's owner (a position in the names).
+    Memoized by the dict's identity (owners dicts are replaced, never changed, and quiet
+    topics share :func:`_assigned_owners`'); read only."""
+    hit = _OWNER_INDEX.get(id(owners))
+    if hit is not None and hit[0] is owners:
+        return hit[1], hit[2], hit[3]
+    names = sorted(set(owners.values()))
+    rank = {name: i for i, name in enumerate(names)}
+    keys = np.fromiter((s * _KEY_RADIX + b for s, b in owners), dtype=np.int64,
+                       count=len(owners))
+    owner_of = np.fromiter((rank[c] for c in owners.values()), dtype=np.int64,
+                           count=len(owners))
+    by_key = np.argsort(keys, kind="stable")
+    keys, owner_of = keys[by_key], owner_of[by_key]
+    keys.flags.writeable = owner_of.flags.writeable = False
+    if len(_OWNER_INDEX) >= _OWNERS_MEMO_SIZE:
+        _OWNER_INDEX.clear()
+    _OWNER_INDEX[id(owners)] = (owners, names, keys, owner_of)
+    return names, keys, owner_of
+
+
 class SubscriptionDispatcher:
     """Dispatch of one topic's entries to the consumers of one subscription (module docstring).
 
@@ -1039,16 +1069,9 @@ class SubscriptionDispatcher:
             return none
         stop = int(np.searchsorted(cols.times, bound, side="left"))
         keys = cols.sids[start:stop] * _KEY_RADIX + cols.buckets[start:stop]
-        # the owned keys, sorted, and their owners' positions in the sorted names; membership
-        # by binary search (np.isin or np.unique cost more on the few entries of a quiet topic)
-        names = sorted(set(self._owners.values()))
-        rank = {name: i for i, name in enumerate(names)}
-        owned_keys = np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
-                                 dtype=np.int64, count=len(self._owners))
-        owner_of = np.fromiter((rank[c] for c in self._owners.values()), dtype=np.int64,
-                               count=len(self._owners))
-        by_key = np.argsort(owned_keys, kind="stable")
-        owned_keys, owner_of = owned_keys[by_key], owner_of[by_key]
+        # membership by binary search in the sorted owned keys (np.isin or np.unique cost more
+        # on the few entries of a quiet topic)
+        names, owned_keys, owner_of = _owner_index(self._owners)
         pos = np.minimum(np.searchsorted(owned_keys, keys), len(owned_keys) - 1)
         owned = owned_keys[pos] == keys
         if not owned.all():  # stop before the instant of the first entry without an owner
@@ -1066,7 +1089,11 @@ class SubscriptionDispatcher:
         sids, buckets = cols.sids[start:stop], cols.buckets[start:stop]
         nmsg, nbytes = cols.nmsg[start:stop], cols.nbytes[start:stop]
         m = stop - start
-        order = np.lexsort((np.arange(m), owner, times))
+        # rows by instant, then consumer name, then publish order: with no two entries at one
+        # instant (usual in a quiet topic), the span's own order (views, no copies)
+        order: slice | npt.NDArray[np.intp] = (
+            slice(None) if m == 1 or bool((times[1:] != times[:-1]).all())
+            else np.lexsort((np.arange(m), owner, times)))
         # The event loop closes a window at the first step past its end, after the deliveries
         # of the window: book every window's per-consumer totals (one bincount over (window,
         # owner) pairs), then close the windows before the last instant's at once. Closing a
