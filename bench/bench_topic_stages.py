@@ -94,9 +94,10 @@ def dispatch(entries: pd.DataFrame, topics: list[str], settings: stages.StageSet
     out = []
     for d in range(len(stages.new_dispatchers(settings))):
         blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
-        if one_pass:
-            frames, _ = stages.dispatch_topics(entries, dict.fromkeys(topics, blob), settings,
-                                               {t: layouts[t] for t in topics}, None, True)
+        if one_pass:  # as the operator: topics without state get a new dispatcher
+            frames, _ = stages.dispatch_topics(entries, dict.fromkeys(topics), settings,
+                                               {t: layouts[t] for t in topics}, None, True,
+                                               dispatcher=d)
             out.append(frames)
         else:
             groups = _groups(entries)

@@ -122,7 +122,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from typing import Any, NamedTuple
 
@@ -394,6 +394,11 @@ class DispatchOutputs:
                     *(part[name].tolist() for name in DispatchRow._fields), strict=True)))
         return rows
 
+    def is_empty(self) -> bool:
+        """No row in any table."""
+        return not (self.dispatch_parts or self.handoffs or self.consumer_load
+                    or self.window_stats or self.segment_drains)
+
     def add_dispatch(self, row: DispatchRow) -> None:
         """Append one ``dispatch`` row."""
         if not self.dispatch_parts or not isinstance(self.dispatch_parts[-1], list):
@@ -411,7 +416,7 @@ class DispatchOutputs:
     def columns(self, table: str) -> dict[str, list[Any]]:
         """Column lists of one output (:data:`OUTPUT_TABLES`); every column is present even
         with 0 rows."""
-        row_type = _ROW_TYPES[table]
+        row_type = ROW_TYPES[table]
         rows: list[tuple[Any, ...]] = getattr(self, table)
         if not rows:
             return {name: [] for name in row_type._fields}
@@ -440,10 +445,11 @@ class DispatchOutputs:
             getattr(self, t) == getattr(other, t) for t in OUTPUT_TABLES[1:])
 
 
-_ROW_TYPES: dict[str, Any] = {
+ROW_TYPES: dict[str, Any] = {
     "dispatch": DispatchRow, "handoffs": HandoffRow, "consumer_load": ConsumerLoadRow,
     "window_stats": WindowStatsRow, "segment_drains": SegmentDrainRow,
 }
+"""The row type (NamedTuple) of each output (:data:`OUTPUT_TABLES`)."""
 
 
 @dataclass
@@ -567,25 +573,117 @@ class _Consumer:
             self.cap_num = cap.numerator
             self.cap_den = cap.denominator
 
+    def state(self) -> tuple[Any, ...]:
+        """Everything but the spec and name, as a tuple (:data:`_CONSUMER_STATE` order)."""
+        return tuple(getattr(self, a) for a in _CONSUMER_STATE)
+
+    @classmethod
+    def restored(cls, spec: ConsumerSpec, state: tuple[Any, ...]) -> _Consumer:
+        """The consumer of ``spec`` with :meth:`state` ``state``."""
+        c = cls.__new__(cls)
+        c.spec = spec
+        c.name = spec.name
+        for a, v in zip(_CONSUMER_STATE, state, strict=True):
+            setattr(c, a, v)
+        return c
+
+
+_CONSUMER_STATE = tuple(a for a in _Consumer.__slots__ if a not in ("spec", "name"))
+"""The slots of a :class:`_Consumer`'s state tuple (:meth:`_Consumer.state`)."""
+
+_STATS_FIELDS = tuple(f.name for f in fields(DispatchStats))
+"""The :class:`DispatchStats` counters, in a dispatcher state's order."""
+
+
+def _spec_state(spec: ConsumerSpec) -> tuple[Any, ...]:
+    """A consumer spec as plain values (``leave_how`` by its value)."""
+    return (spec.name, spec.join_ms, spec.leave_ms, spec.capacity_msgs_per_s,
+            spec.ack_delay_ms, spec.leave_how.value)
+
 
 class _Columns(NamedTuple):
     """One :meth:`SubscriptionDispatcher.on_entries` call's entries as columns (int64 arrays,
-    ``producers`` a list of str)."""
+    ``producers`` an object array of str)."""
 
     times: npt.NDArray[np.int64]
     sids: npt.NDArray[np.int64]
     buckets: npt.NDArray[np.int64]
     nmsg: npt.NDArray[np.int64]
     nbytes: npt.NDArray[np.int64]
-    producers: list[str]
+    producers: npt.NDArray[Any]
     eids: npt.NDArray[np.int64]
 
 
 _KEY_RADIX = 1 << 32
 """``segment_id * _KEY_RADIX + bucket_index``: a bucket key as one int64 (buckets < 2**32)."""
 
+_NO_OWNERS = np.zeros(0, dtype=np.int64)
+"""No entry's owner (:meth:`SubscriptionDispatcher._quiet_span` of no span)."""
+
 _Event = tuple[int, int, int, _Entry | str, int]
 """Heap event: (time, phase, tie-break counter, entry (ack) | consumer name (free), number)."""
+
+
+_OWNERS_MEMO: dict[tuple[Any, ...], dict[BucketKey, str]] = {}
+""":func:`_assigned_owners` by what they depend on (cleared when it outgrows
+:data:`_OWNERS_MEMO_SIZE`)."""
+
+_OWNERS_MEMO_SIZE = 4096
+
+
+def _assigned_owners(coord: SubscriptionCoordinator, layout: SegmentLayout,
+                     drained: set[int], connected: set[str]) -> dict[BucketKey, str]:
+    """``(segment_id, bucket_index) → consumer`` of the coordinator's assignment
+    (:meth:`~pipelines.core.assignment.SubscriptionCoordinator.compute_assignment`, then
+    :func:`~pipelines.core.assignment.bucket_owners` over the ``connected`` consumers).
+
+    A pure function of the subscription type, the registered names, the drained segments, the
+    connected names and each segment's id, hash range, state, parents and bucket splits
+    (what those two read), so it is memoized by them: the many quiet topics of a run share a
+    few layout shapes, and each topic's dispatcher would compute the same assignment again.
+    The dict returned is shared: read only (a dispatcher replaces its owners, never changes
+    them)."""
+    key = (coord.sub_type, tuple(coord.consumer_names), frozenset(drained),
+           frozenset(connected),
+           tuple((sid, seg.range_start, seg.range_end, seg.is_active, seg.parent_ids,
+                  seg.bucket_splits) for sid, seg in layout.segments.items()))
+    owners = _OWNERS_MEMO.get(key)
+    if owners is None:
+        if len(_OWNERS_MEMO) >= _OWNERS_MEMO_SIZE:
+            _OWNERS_MEMO.clear()
+        asg = coord.compute_assignment(layout, drained)
+        owners = _OWNERS_MEMO[key] = bucket_owners(asg.by_consumer, layout, connected)
+    return owners
+
+
+_OWNER_INDEX: dict[int, tuple[dict[BucketKey, str], list[str], npt.NDArray[np.int64],
+                              npt.NDArray[np.int64]]] = {}
+""":func:`_owner_index` by the owners dict's id (the dict kept in the value: its id is not
+reused while it is there); cleared when it outgrows :data:`_OWNERS_MEMO_SIZE`."""
+
+
+def _owner_index(owners: dict[BucketKey, str],
+                 ) -> tuple[list[str], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Bucket owners as arrays: the owners' names (sorted), the owned keys (``segment_id *
+    _KEY_RADIX + bucket_index``, sorted) and each key's owner (a position in the names).
+    Memoized by the dict's identity (owners dicts are replaced, never changed, and quiet
+    topics share :func:`_assigned_owners`'); read only."""
+    hit = _OWNER_INDEX.get(id(owners))
+    if hit is not None and hit[0] is owners:
+        return hit[1], hit[2], hit[3]
+    names = sorted(set(owners.values()))
+    rank = {name: i for i, name in enumerate(names)}
+    keys = np.fromiter((s * _KEY_RADIX + b for s, b in owners), dtype=np.int64,
+                       count=len(owners))
+    owner_of = np.fromiter((rank[c] for c in owners.values()), dtype=np.int64,
+                           count=len(owners))
+    by_key = np.argsort(keys, kind="stable")
+    keys, owner_of = keys[by_key], owner_of[by_key]
+    keys.flags.writeable = owner_of.flags.writeable = False
+    if len(_OWNER_INDEX) >= _OWNERS_MEMO_SIZE:
+        _OWNER_INDEX.clear()
+    _OWNER_INDEX[id(owners)] = (owners, names, keys, owner_of)
+    return names, keys, owner_of
 
 
 class SubscriptionDispatcher:
@@ -652,6 +750,7 @@ class SubscriptionDispatcher:
         self._counter = 0
         self._layout: SegmentLayout | None = None
         self._owners: dict[BucketKey, str] = {}
+        self._seg_owners: tuple[dict[BucketKey, str], dict[int, set[str]]] | None = None
         self._buckets: dict[BucketKey, _Bucket] = {}
         self._queue_pending: list[tuple[int, _Entry]] = []
         self._idle: list[str] = []
@@ -678,6 +777,46 @@ class SubscriptionDispatcher:
         self._w_redeliveries = 0
         self._last_load: dict[str, ConsumerLoadRow] = {}
         self._last_stats: WindowStatsRow | None = None
+
+    # ---- state (pickling) ---------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """The state with plain values where objects cost most to pickle (a dispatcher is
+        pickled per topic and window): each consumer as its spec's values and a tuple of its
+        state, the counters and last window rows as tuples, the subscription type by value,
+        the input queues as lists, no outputs as ``None``. :meth:`__setstate__` rebuilds the
+        same objects (entries shared between queues, buckets and consumers stay shared: they
+        are pickled in the one state)."""
+        state = self.__dict__.copy()
+        state["_seg_owners"] = None  # a cache
+        state["sub_type"] = self.sub_type.value
+        state["_consumers"] = [(_spec_state(c.spec), c.state())
+                               for c in self._consumers.values()]
+        state["_entries_q"] = list(self._entries_q)
+        state["_layouts_q"] = list(self._layouts_q)
+        state["_stats"] = tuple(getattr(self._stats, f) for f in _STATS_FIELDS)
+        state["_out"] = None if self._out.is_empty() else self._out
+        state["_last_load"] = [tuple(row) for row in self._last_load.values()]
+        state["_last_stats"] = None if self._last_stats is None else tuple(self._last_stats)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The dispatcher of :meth:`__getstate__`'s ``state``."""
+        state = dict(state)
+        state["sub_type"] = SubscriptionType(state["sub_type"])
+        consumers = {}
+        for (name, join, leave, cap, ack, how), values in state["_consumers"]:
+            c = _Consumer.restored(ConsumerSpec(name, join, leave, cap, ack, LeaveHow(how)),
+                                   values)
+            consumers[c.name] = c
+        state["_consumers"] = consumers
+        state["_entries_q"] = deque(state["_entries_q"])
+        state["_layouts_q"] = deque(state["_layouts_q"])
+        state["_stats"] = DispatchStats(*state["_stats"])
+        state["_out"] = DispatchOutputs() if state["_out"] is None else state["_out"]
+        state["_last_load"] = {row[1]: ConsumerLoadRow(*row) for row in state["_last_load"]}
+        last = state["_last_stats"]
+        state["_last_stats"] = None if last is None else WindowStatsRow(*last)
+        self.__dict__.update(state)
 
     # ---- public API ---------------------------------------------------------------------------
     @property
@@ -731,31 +870,37 @@ class SubscriptionDispatcher:
     def on_entries(self, publish_time_ms: npt.ArrayLike, segment_id: npt.ArrayLike,
                    entry_hash_min: npt.ArrayLike, num_messages: npt.ArrayLike,
                    payload_bytes: npt.ArrayLike, producer_name: Sequence[str] | npt.ArrayLike,
-                   entry_id: npt.ArrayLike) -> None:
+                   entry_id: npt.ArrayLike, complete: bool = False) -> None:
         """Entries in publish-time order (equal-length columns; one element per entry).
 
         ``segment_id`` must be a segment of the latest layout given; a segment sealed by a
         layout change at ``T`` accepts entries published up to ``T``. ``ValueError`` on
         out-of-order or late times, unknown segments and out-of-range values.
+        ``complete``: no later input is at the last entries' instant, so the call ends with
+        :meth:`advance_to` of it (later inputs must be later) and the fast path may take that
+        instant in bulk too (else it waits for the next input).
         """
         times = np.asarray(publish_time_ms, dtype=np.int64).ravel()
         sids = np.asarray(segment_id, dtype=np.int64).ravel()
         hmin = np.asarray(entry_hash_min, dtype=np.int64).ravel()
         nmsg = np.asarray(num_messages, dtype=np.int64).ravel()
         nbytes = np.asarray(payload_bytes, dtype=np.int64).ravel()
-        producers = [str(p) for p in np.asarray(producer_name, dtype=object).ravel()]
+        producers: npt.NDArray[Any] = np.asarray(producer_name, dtype=object).ravel()
+        if not {*map(type, producers.tolist())} <= {str}:  # names as str (not NumPy's)
+            producers = np.array([str(p) for p in producers.tolist()], dtype=object)
         eids = np.asarray(entry_id, dtype=np.int64).ravel()
         n = len(times)
         if any(len(a) != n for a in (sids, hmin, nmsg, nbytes, producers, eids)):
             raise ValueError("on_entries: all columns must have the same length")
         if n == 0:
             return
-        if np.any(np.diff(times) < 0):
+        # (reductions, not element-wise temporaries: a quiet topic's call has few entries)
+        if n > 1 and bool((times[1:] < times[:-1]).any()):
             raise ValueError("on_entries: entries must be in non-decreasing publish_time order")
         self._check_input_time(int(times[0]), "entry")
-        if np.any((hmin < 0) | (hmin > MAX_HASH)):
+        if int(hmin.min()) < 0 or int(hmin.max()) > MAX_HASH:
             raise ValueError(f"on_entries: entry_hash_min must be in [0, {MAX_HASH}]")
-        if np.any(nmsg < 0) or np.any(nbytes < 0):
+        if int(nmsg.min()) < 0 or int(nbytes.min()) < 0:
             raise ValueError("on_entries: num_messages and payload_bytes must be >= 0")
         layout = self._input_layout
         if layout is None:
@@ -765,43 +910,57 @@ class SubscriptionDispatcher:
         self._note_input(int(times[0]))
         start = 0
         if self.fast_forward and self._instant_consumers():
-            start = self._fast_forward(cols)
+            start = self._fast_forward(cols, complete)
         self._queue(cols, start, n)
         self._last_input_time = int(times[-1])
-        self._run(self._last_input_time, inclusive=False)
+        if complete:
+            self.advance_to(self._last_input_time)
+        else:
+            self._run(self._last_input_time, inclusive=False)
 
     def _entry_buckets(self, layout: SegmentLayout, times: npt.NDArray[np.int64],
                        sids: npt.NDArray[np.int64],
                        hmin: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """Each entry's bucket index in its segment of ``layout`` (by ``entry_hash_min``);
         ``ValueError`` for a segment not in the layout or an entry after its segment's seal."""
+        first, last = int(sids.min()), int(sids.max())
+        if first == last:  # one segment (a quiet topic's usual call): no masks
+            self._check_segment(layout, first, int(times[-1]))
+            return bucket_of_array(layout.segments[first].bucket_splits,
+                                   hmin).astype(np.int64)
         buckets = np.zeros(len(times), dtype=np.int64)
         for sid in np.unique(sids).tolist():
-            seg = layout.segments.get(sid)
-            if seg is None:
-                raise ValueError(f"on_entries: segment {sid} is not in the layout in force")
             mask = sids == sid
-            sealed_at = self._input_sealed_at.get(sid)
-            if sealed_at is not None and int(times[mask].max()) > sealed_at:
-                raise ValueError(f"on_entries: entry published on segment {sid} after it was "
-                                 f"sealed at {sealed_at}")
-            buckets[mask] = bucket_of_array(seg.bucket_splits, hmin[mask])
+            self._check_segment(layout, sid, int(times[mask].max()))
+            buckets[mask] = bucket_of_array(layout.segments[sid].bucket_splits, hmin[mask])
         return buckets
 
-    def _fast_forward(self, cols: _Columns) -> int:
-        """Take the instants of ``cols`` before its last one (complete: a later input arrived)
-        in spans without events where possible, else one instant at a time; returns the
-        position of the first entry left (those of the last instant)."""
+    def _check_segment(self, layout: SegmentLayout, sid: int, latest: int) -> None:
+        """``ValueError`` unless segment ``sid`` is in ``layout`` and its entries (the latest
+        published at ``latest``) are not after its seal."""
+        if sid not in layout.segments:
+            raise ValueError(f"on_entries: segment {sid} is not in the layout in force")
+        sealed_at = self._input_sealed_at.get(sid)
+        if sealed_at is not None and latest > sealed_at:
+            raise ValueError(f"on_entries: entry published on segment {sid} after it was "
+                             f"sealed at {sealed_at}")
+
+    def _fast_forward(self, cols: _Columns, complete: bool) -> int:
+        """Take the complete instants of ``cols`` (those before its last one: a later input
+        arrived; all of them when ``complete``) in spans without events where possible, else
+        one instant at a time; returns the position of the first entry left (those of the
+        last instant, or ``len(times)``)."""
         times = cols.times
         n, start = len(times), 0
-        while start < n and times[start] < times[-1]:
+        last = int(times[-1]) + 1 if complete else int(times[-1])
+        while start < n and times[start] < last:
             self._run(int(times[start]), inclusive=False)
-            stop = self._quiet_span(cols, start)
+            stop, owner, names = self._quiet_span(cols, start, last)
             if stop == start:
                 stop = int(np.searchsorted(times, times[start], side="right"))
                 self._queue(cols, start, stop)
             else:
-                self._dispatch_span(cols, start, stop)
+                self._dispatch_span(cols, start, stop, owner, names)
             start = stop
         return start
 
@@ -887,71 +1046,80 @@ class SubscriptionDispatcher:
             seq += 1
         self._seq = seq
 
-    def _quiet_span(self, cols: _Columns, start: int) -> int:
+    def _quiet_span(self, cols: _Columns, start: int,
+                    bound: int) -> tuple[int, npt.NDArray[np.int64], list[str]]:
         """End (exclusive index) of the entries from ``start`` that the event loop would
         dispatch and ack at their publish time with nothing else happening: ``start`` when the
         dispatcher is not idle at ``cols.times[start]`` (anything queued, pending, unacked,
         withheld or due), and the span stops before the next consumer join/leave, layout change,
-        entry without a connected owner and the call's last instant (not yet complete)."""
+        entry without a connected owner and ``bound`` (the first instant not yet complete).
+        With it, each entry's owner up to that end, as a position in the owners' names
+        (sorted), and those names."""
         t = int(cols.times[start])
+        none: tuple[int, npt.NDArray[np.int64], list[str]] = (start, _NO_OWNERS, [])
         if (self._heap or self._entries_q or self._pending_entries or self._unacked_entries
                 or self._buckets or self._withheld or self._drain_candidates or self._dirty
-                or self._wake or self._layout is None):
-            return start
-        bound = int(cols.times[-1])
+                or self._wake or self._layout is None or not self._owners):
+            return none
         if self._cfg_i < len(self._cfg):
             bound = min(bound, self._cfg[self._cfg_i][0])
         if self._layouts_q:
             bound = min(bound, self._layouts_q[0][0])
         if bound <= t:
-            return start
+            return none
         stop = int(np.searchsorted(cols.times, bound, side="left"))
         keys = cols.sids[start:stop] * _KEY_RADIX + cols.buckets[start:stop]
-        # membership by binary search in the sorted owned keys (np.isin costs more on the
-        # few entries of a quiet topic)
-        owned_keys = np.sort(np.fromiter((s * _KEY_RADIX + b for s, b in self._owners),
-                                         dtype=np.int64, count=len(self._owners)))
-        pos = np.minimum(np.searchsorted(owned_keys, keys), max(len(owned_keys) - 1, 0))
-        owned = (owned_keys[pos] == keys if len(owned_keys)
-                 else np.zeros(len(keys), dtype=bool))
+        # membership by binary search in the sorted owned keys (np.isin or np.unique cost more
+        # on the few entries of a quiet topic)
+        names, owned_keys, owner_of = _owner_index(self._owners)
+        pos = np.minimum(np.searchsorted(owned_keys, keys), len(owned_keys) - 1)
+        owned = owned_keys[pos] == keys
         if not owned.all():  # stop before the instant of the first entry without an owner
             first = int(cols.times[start + int(np.argmin(owned))])
-            stop = int(np.searchsorted(cols.times, first, side="left"))
-        return max(stop, start)
+            stop = max(int(np.searchsorted(cols.times, first, side="left")), start)
+        return stop, owner_of[pos[:stop - start]], names
 
-    def _dispatch_span(self, cols: _Columns, start: int, stop: int) -> None:
-        """Entries ``[start, stop)`` (a :meth:`_quiet_span`) dispatched and acked at their
-        publish time by their bucket's owner, with the rows, counters and windows the event
-        loop gives: within an instant, rows by consumer name then publish order."""
+    def _dispatch_span(self, cols: _Columns, start: int, stop: int,
+                       owner: npt.NDArray[np.int64], names: list[str]) -> None:
+        """Entries ``[start, stop)`` (a :meth:`_quiet_span`; ``owner``: each one's owner, a
+        position in ``names``) dispatched and acked at their publish time by their bucket's
+        owner, with the rows, counters and windows the event loop gives: within an instant,
+        rows by consumer name then publish order."""
         times = cols.times[start:stop]
         sids, buckets = cols.sids[start:stop], cols.buckets[start:stop]
         nmsg, nbytes = cols.nmsg[start:stop], cols.nbytes[start:stop]
-        names = sorted(set(self._owners.values()))
-        rank = {name: i for i, name in enumerate(names)}
-        key_owner = {s * _KEY_RADIX + b: rank[c] for (s, b), c in self._owners.items()}
-        keys = sids * _KEY_RADIX + buckets
-        ukeys, inverse = np.unique(keys, return_inverse=True)
-        owner = np.array([key_owner[k] for k in ukeys.tolist()], dtype=np.int64)[inverse]
         m = stop - start
-        order = np.lexsort((np.arange(m), owner, times))
+        # rows by instant, then consumer name, then publish order: with no two entries at one
+        # instant (usual in a quiet topic), the span's own order (views, no copies)
+        order: slice | npt.NDArray[np.intp] = (
+            slice(None) if m == 1 or bool((times[1:] != times[:-1]).all())
+            else np.lexsort((np.arange(m), owner, times)))
         # The event loop closes a window at the first step past its end, after the deliveries
-        # of the window: accumulate each window's per-consumer totals, then close.
-        starts = times - times % self.window_ms
-        cuts = np.flatnonzero(np.diff(starts)) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), m], strict=True):
-            self._close_windows_upto(int(times[lo]))
-            ws = int(starts[lo])
-            msgs = np.bincount(owner[lo:hi], weights=nmsg[lo:hi], minlength=len(names))
-            size = np.bincount(owner[lo:hi], weights=nbytes[lo:hi], minlength=len(names))
-            for i in np.flatnonzero(np.bincount(owner[lo:hi], minlength=len(names))).tolist():
-                c = self._consumers[names[i]]
-                c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[i])
-                c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[i])
-        last = np.zeros(len(names), dtype=np.int64)
-        np.maximum.at(last, owner, times)
-        for i in np.unique(owner).tolist():
+        # of the window: book every window's per-consumer totals (one bincount over (window,
+        # owner) pairs), then close the windows before the last instant's at once. Closing a
+        # window reads only its own bookings and state the span does not change, and each
+        # window with entries is booked, so the windows closed and their rows are those of a
+        # close at each window's first instant.
+        w, k = self.window_ms, len(names)
+        starts = times - times % w
+        if starts[0] == starts[-1]:  # one window (a quiet topic's usual span)
+            slot, window_starts = owner, [int(starts[0])]
+        else:
+            change = starts[1:] != starts[:-1]
+            slot = np.concatenate(([0], np.cumsum(change))) * k + owner
+            window_starts = starts[np.concatenate(([True], change))].tolist()
+        msgs = np.bincount(slot, weights=nmsg)
+        size = np.bincount(slot, weights=nbytes)
+        for j in np.flatnonzero(np.bincount(slot)).tolist():
+            ws = window_starts[j // k]
+            c = self._consumers[names[j % k]]
+            c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[j])
+            c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[j])
+        self._close_windows_upto(int(times[-1]))
+        # each owner's last entry (times do not decrease: the last one seen is the latest)
+        for i, last in dict(zip(owner.tolist(), times.tolist(), strict=True)).items():
             c = self._consumers[names[i]]
-            c.free_at = int(last[i])
+            c.free_at = last
             c.ready = []
         total = int(nmsg.sum())
         st = self._stats
@@ -967,7 +1135,7 @@ class SubscriptionDispatcher:
         self._out.dispatch_parts.append({
             "subscription": np.full(m, self.subscription, dtype=object),
             "segment_id": sids[order], "bucket_index": buckets[order],
-            "producer_name": np.asarray(cols.producers[start:stop], dtype=object)[order],
+            "producer_name": cols.producers[start:stop][order],
             "entry_id": cols.eids[start:stop][order], "publish_time_ms": t_sorted,
             "num_messages": nmsg[order], "payload_bytes": nbytes[order],
             "consumer_name": np.asarray(names, dtype=object)[owner[order]],
@@ -1260,9 +1428,8 @@ class SubscriptionDispatcher:
         if self._layout is None:
             new: dict[BucketKey, str] = {}
         else:
-            asg = self._coord.compute_assignment(self._layout, self._drained)
-            new = bucket_owners(asg.by_consumer, self._layout,
-                                {n for n, c in self._consumers.items() if c.connected})
+            new = _assigned_owners(self._coord, self._layout, self._drained,
+                                   {n for n, c in self._consumers.items() if c.connected})
         old = self._owners
         self._owners = new
         changed = [k for k in old.keys() | new.keys() if old.get(k) != new.get(k)]
@@ -1443,14 +1610,26 @@ class SubscriptionDispatcher:
         """Pending messages of the buckets each consumer owns (consumers with some), and the
         owners of each segment; both empty for a QUEUE subscription."""
         backlog: dict[str, int] = {}
-        seg_owners: dict[int, set[str]] = {}
-        if not self._queue_mode:
+        if self._queue_mode:
+            return backlog, {}
+        owners = self._owners
+        for key, b in self._buckets.items():  # (few buckets hold entries)
+            owner = owners.get(key)
+            if owner is not None and b.pending_msgs:
+                backlog[owner] = backlog.get(owner, 0) + b.pending_msgs
+        return backlog, self._segment_owners()
+
+    def _segment_owners(self) -> dict[int, set[str]]:
+        """The owners of each segment, from :attr:`_owners` (which is replaced, never changed
+        in place): kept with the owners it was made from until they are replaced (not
+        pickled). Read only."""
+        cached = self._seg_owners
+        if cached is None or cached[0] is not self._owners:
+            seg_owners: dict[int, set[str]] = {}
             for key, name in self._owners.items():
                 seg_owners.setdefault(key[0], set()).add(name)
-                b = self._buckets.get(key)
-                if b is not None and b.pending_msgs:
-                    backlog[name] = backlog.get(name, 0) + b.pending_msgs
-        return backlog, seg_owners
+            cached = self._seg_owners = (self._owners, seg_owners)
+        return cached[1]
 
     def _emit_window(self, ws: int, we: int, final: bool = False) -> None:
         """The rows of window ``[ws, we)`` (``final``: the last one) that differ from the
@@ -1483,6 +1662,7 @@ class SubscriptionDispatcher:
             prev = self._last_load.get(name)
             if (self.dense_windows or final or prev is None
                     or (leave is not None and leave <= we)
+                    or msgs or nbytes or busy  # (then it differs from the idle row)
                     or row != idle_consumer_load(prev, ws, we)):
                 self._out.consumer_load.append(row)
                 self._last_load[name] = row
@@ -1508,6 +1688,7 @@ class SubscriptionDispatcher:
             sealed_undrained)
         prev = self._last_stats
         if (self.dense_windows or final or prev is None
-                or row != idle_window_stats(prev, ws, we)):
+                or self._w_cleared or self._w_reassignments or self._w_redeliveries
+                or row != idle_window_stats(prev, ws, we)):  # (counts: not the idle row)
             self._out.window_stats.append(row)
             self._last_stats = row

@@ -49,6 +49,7 @@ from pipelines.core.controller import (
     TopicController,
     segment_rows,
 )
+from pipelines.core.dispatch import ROW_TYPES as DISPATCH_ROW_TYPES
 from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.heavy_hitters import KeyStats, close_many, update_many
@@ -754,13 +755,13 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
 # ---- dispatch per topic ---------------------------------------------------------------------
 
 
-def new_dispatchers(settings: StageSettings) -> list[Any]:
+def new_dispatchers(settings: StageSettings, only: int | None = None) -> list[Any]:
     """One ``SubscriptionDispatcher`` per configured subscription; an ungrouped CHECKPOINT
     subscription gets one per consumer instead (each reads every segment through a cursor of
     its own, reference §7.3), named :func:`~pipelines.core.dispatch.reader_subscription`.
     Reconnects are not dispatch events (the session never left, see ``ConsumerSpec``); a
     leave is a clean close or a crash for dispatch as for the controller (§6.1), with the
-    same grace period."""
+    same grace period. ``only``: the list of just the ``only``-th of them."""
 
     out = []
     for sub in settings.subscriptions:
@@ -777,7 +778,7 @@ def new_dispatchers(settings: StageSettings) -> list[Any]:
                                               sub.type.value, [c], settings.consumer_window_ms,
                                               CONSUMER_SESSION_GRACE_MS)
                        for c in consumers)
-    return out
+    return out if only is None else [out[only]]
 
 
 def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
@@ -803,21 +804,23 @@ def dispatch_group(topic: str, entries: pd.DataFrame, blob: bytes | None,
     return _dispatch_tables(frames, settings.speed), pickle.dumps((disp, new_seen))
 
 
-def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
+def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes | None],
                     settings: StageSettings, layouts: Mapping[str, SegmentLayout],
-                    horizon_ms: int | None, final: bool,
-                    keep_state: bool = True) -> tuple[dict[str, pd.DataFrame], dict[str, bytes]]:
+                    horizon_ms: int | None, final: bool, keep_state: bool = True,
+                    dispatcher: int | None = None,
+                    ) -> tuple[dict[str, pd.DataFrame], dict[str, bytes]]:
     """:func:`dispatch_group` of several topics at once: the window's entries sorted once (by
     topic, then as :func:`dispatch_group` sorts them), each topic's dispatchers fed its slice
     as arrays, and every topic's output rows converted to tables in one pass (a pandas pass
     per topic and table costs more than dispatching a quiet topic's entries).
 
     ``entries``: :func:`dispatch_group`'s columns plus ``topic``, of topics in ``blobs``;
-    ``blobs``: topic → its dispatchers' blob (what :func:`dispatch_group` returns) for every
-    topic to run; ``layouts``: topic → its layout (every topic of ``blobs``). Returns the
-    frames of every topic by ``_kind`` (:func:`dispatch_group`'s; none for no topics) and
-    topic → new blob (none with ``keep_state=False``, the end of input: nothing reads the
-    state after it).
+    ``blobs``: topic → its dispatchers' blob (what :func:`dispatch_group` returns; ``None``: a
+    topic without state, given :func:`new_dispatchers`, or only the ``dispatcher``-th of them,
+    as the operator keyed by dispatcher holds) for every topic to run; ``layouts``: topic → its
+    layout (every topic of ``blobs``). Returns the frames of every topic by ``_kind``
+    (:func:`dispatch_group`'s; none for no topics) and topic → new blob (none with
+    ``keep_state=False``, the end of input: nothing reads the state after it).
     ``ValueError`` for entries of a topic not in ``blobs``."""
     topics = sorted(blobs)
     code = pd.Index(topics).get_indexer(entries["topic"].to_numpy(object))
@@ -825,36 +828,76 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes],
         raise ValueError("entries of a topic not given a dispatcher state")
     if not topics:
         return {}, {}
-    keyed = entries.assign(_topic=code)
-    cols = _entry_arrays(keyed.take(stable_order(keyed, ["_topic", *_DISPATCH_ORDER])))
+    # the order from the sort keys alone, then only the columns the dispatchers take (not a
+    # take of every column of the entries)
+    order = stable_order(pd.DataFrame({"_topic": code, **{c: entries[c] for c in
+                                                           _DISPATCH_ORDER}}),
+                         ["_topic", *_DISPATCH_ORDER])
+    cols = {c: v[order] for c, v in _entry_arrays(entries).items()}
     bounds = np.searchsorted(np.sort(code), np.arange(len(topics) + 1))
-    parts: dict[str, list[Mapping[str, Any]]] = {t: [] for t in _DISPATCH_OUTPUTS}
-    # each part's topic (index) and rows: the topic column is made once per table at the end
-    part_topic: dict[str, list[int]] = {t: [] for t in _DISPATCH_OUTPUTS}
+    collected = _Collected()
     out = {}
     for i, topic in enumerate(topics):
-        disp, seen = pickle.loads(blobs[topic])
+        blob = blobs[topic]
+        disp, seen = (pickle.loads(blob) if blob is not None
+                      else (new_dispatchers(settings, dispatcher), -1))
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         outs, new_seen = _run_dispatchers(disp, seen, layouts[topic],
                                           {c: v[lo:hi] for c, v in cols.items()},
                                           horizon_ms, final)
         for o in outs:
-            for t in _DISPATCH_OUTPUTS:
-                for part in o.column_parts(t):
-                    parts[t].append(part)
-                    part_topic[t].append(i)
+            collected.add(i, o)
         if keep_state:
             out[topic] = pickle.dumps((disp, new_seen))
-    names = np.asarray(topics, dtype=object)
-    frames = {}
-    for t, v in parts.items():
-        rows = [_rows(p) for p in v]
-        if sum(rows):
-            frames[t] = _joined(v)
-            frames[t]["topic"] = np.repeat(names[part_topic[t]], rows)
-        else:  # typed as the parts make it (a topic column of no values)
-            frames[t] = _joined([{**v[0], "topic": []}])
-    return _dispatch_tables(frames, settings.speed), out
+    return _dispatch_tables(collected.frames(topics), settings.speed), out
+
+
+class _Collected:
+    """The dispatchers' outputs of many topics, gathered for one frame per output: the
+    ``dispatch`` parts (:meth:`~pipelines.core.dispatch.DispatchOutputs.column_parts`) and the
+    other outputs' rows as they come (one list of row tuples per output, no columns per topic),
+    each with its topic (index) and row count."""
+
+    def __init__(self) -> None:
+        self.parts: list[Mapping[str, Any]] = []
+        self.part_topic: list[int] = []
+        self.rows: dict[str, list[tuple[Any, ...]]] = {t: [] for t in _DISPATCH_OUTPUTS[1:]}
+        self.row_topic: dict[str, list[int]] = {t: [] for t in _DISPATCH_OUTPUTS[1:]}
+
+    def add(self, topic: int, outputs: Any) -> None:
+        """One dispatcher's outputs (``DispatchOutputs``) of the topic with index ``topic``."""
+        for part in outputs.column_parts("dispatch"):
+            self.parts.append(part)
+            self.part_topic.append(topic)
+        for t, rows in self.rows.items():
+            new = getattr(outputs, t)
+            if new:
+                rows.extend(new)
+                self.row_topic[t].append(topic)
+                self.row_topic[t].append(len(new))
+
+    def frames(self, topics: Sequence[str]) -> dict[str, pd.DataFrame]:
+        """Every output as one frame with a ``topic`` column (``topics``: names by index), typed
+        as :func:`dispatch_group`'s (lists inferred once per column; no rows: the row type's
+        columns, empty, and ``topic``)."""
+        names = np.asarray(topics, dtype=object)
+        frames = {}
+        counts = [_rows(p) for p in self.parts]
+        frames["dispatch"] = _joined(self.parts) if sum(counts) else _joined(
+            [{**self.parts[0], "topic": []}])
+        if sum(counts):
+            frames["dispatch"]["topic"] = np.repeat(names[self.part_topic], counts)
+        for t, rows in self.rows.items():
+            fields = DISPATCH_ROW_TYPES[t]._fields
+            if rows:  # (from the row tuples: each column inferred as from a list of its values)
+                frame = pd.DataFrame.from_records(rows, columns=fields)
+                tags = np.asarray(self.row_topic[t], dtype=np.int64).reshape(-1, 2)
+                frame["topic"] = np.repeat(names[tags[:, 0]], tags[:, 1])
+            else:
+                frame = pd.DataFrame({f: [] for f in fields})
+                frame["topic"] = []
+            frames[t] = frame
+        return frames
 
 
 _DISPATCH_ORDER = ["emu_publish_ms", "producer_name", "entry_id"]
@@ -888,8 +931,8 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
     # controller's last ticks may change the layout at or after the log's end)
     taken = (changes if final or horizon_ms is None
              else [c for c in changes if c < horizon_ms])
-    until = (horizon_ms - 1 if horizon_ms is not None
-             else max([seen, *changes, *times.tolist()]))  # not final: advanced up to it
+    until = (horizon_ms - 1 if horizon_ms is not None  # not final: advanced up to it
+             else max([seen, *changes, *times[-1:].tolist()]))  # (times do not decrease)
     outs = []
     for d in disp:
         start = 0
@@ -898,7 +941,9 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
             _feed(d, cols, start, stop)
             d.on_layout(t, layout_as_of(layout, t))
             start = stop
-        _feed(d, cols, start, len(times))
+        # the last entries: nothing later at their instant (advanced or finished next), so
+        # the dispatcher may take that instant in bulk too
+        _feed(d, cols, start, len(times), complete=True)
         if final:
             d.finish(horizon_ms)
         else:
@@ -964,13 +1009,15 @@ def _dispatch_tables(frames: Mapping[str, pd.DataFrame],
     return {k: df.reindex(columns=table_columns(DISPATCH_TABLES[k])) for k, df in result.items()}
 
 
-def _feed(d: Any, cols: Mapping[str, npt.NDArray[Any]], start: int, stop: int) -> None:
-    """Entries ``[start, stop)`` of ``cols`` to dispatcher ``d`` (nothing for none)."""
+def _feed(d: Any, cols: Mapping[str, npt.NDArray[Any]], start: int, stop: int,
+          complete: bool = False) -> None:
+    """Entries ``[start, stop)`` of ``cols`` to dispatcher ``d`` (nothing for none);
+    ``complete``: ``on_entries``' (no later input at the last entries' instant)."""
     if stop > start:
         d.on_entries(*(cols[c][start:stop] for c in ("emu_publish_ms", "segment_id",
                                                      "entry_hash_min", "num_messages",
                                                      "payload_bytes", "producer_name",
-                                                     "entry_id")))
+                                                     "entry_id")), complete=complete)
 
 
 # ---- one topic's window: control plane → batching → dispatch -------------------------------

@@ -15,7 +15,6 @@ last layout change it has seen.
 
 from __future__ import annotations
 
-import pickle
 from typing import TYPE_CHECKING, Any
 
 from pipelines.spark.window_loop import WindowLoop, bound
@@ -74,18 +73,14 @@ class DispatchProcessor(WindowLoop):
             return
         if final:  # every topic's state is read: the map's batched iterator, not a call each
             states.all_topics()
-        blobs = {}
-        for topic in topics:
-            blob = states.get(topic)
-            if blob is None:  # this dispatcher alone, as dispatch_group carries a topic's
-                blob = pickle.dumps(([stages.new_dispatchers(settings)[d]], -1))
-            blobs[topic] = blob
+        # a topic without state gets this dispatcher alone, new (dispatcher=d)
+        blobs = {topic: states.get(topic) for topic in topics}
         if len(topics) < len(active):  # entries of a topic without a layout: not dispatched
             entries = entries[entries["topic"].isin(topics)]
-        frames, blobs = stages.dispatch_topics(entries, blobs, settings,
-                                               {t: layouts[t] for t in topics}, hi, final,
-                                               keep_state=not final)
-        for topic, blob in blobs.items():
+        frames, new_blobs = stages.dispatch_topics(entries, blobs, settings,
+                                                   {t: layouts[t] for t in topics}, hi, final,
+                                                   keep_state=not final, dispatcher=d)
+        for topic, blob in new_blobs.items():
             states.put(topic, blob)
         outputs.writer(version).write(f"bin-{b}\x00{d}", frames)
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipelines.core.assignment import LeaveHow
+from pipelines.core.assignment import LeaveHow, SubscriptionCoordinator, bucket_owners
 from pipelines.core.dispatch import (
     ConsumerLoadRow,
     ConsumerSpec,
@@ -21,6 +21,7 @@ from pipelines.core.dispatch import (
     SegmentDrainRow,
     SubscriptionDispatcher,
     WindowStatsRow,
+    _assigned_owners,
     fill_idle_rows,
 )
 from pipelines.core.layout import SegmentLayout
@@ -51,24 +52,28 @@ def _events(layouts: list[tuple[int, SegmentLayout]], entries: list[E]) -> list[
     return [(t, x) for t, _, _, x in sorted(evs, key=lambda v: v[:3])]
 
 
-def _feed(d: SubscriptionDispatcher, events: list[Event]) -> None:
-    """Feed events in order; consecutive entries go in one on_entries call."""
+def _feed(d: SubscriptionDispatcher, events: list[Event], next_ms: int | None = -1) -> None:
+    """Feed events in order; consecutive entries go in one on_entries call. ``next_ms``: the
+    time of the next input after ``events`` (``-1``: it may share their last instant, so no
+    call is ``complete``; ``None``: no next input): a call is ``complete`` when the next input
+    is later than its last entry."""
     batch: list[E] = []
 
-    def flush() -> None:
+    def flush(following: int | None) -> None:
         if batch:
+            complete = next_ms != -1 and (following is None or following > batch[-1].t)
             d.on_entries([e.t for e in batch], [e.seg for e in batch], [e.h for e in batch],
                          [e.n for e in batch], [10 * e.n for e in batch], ["p"] * len(batch),
-                         [e.eid for e in batch])
+                         [e.eid for e in batch], complete=complete)
             batch.clear()
 
     for t, x in events:
         if isinstance(x, SegmentLayout):
-            flush()
+            flush(t)
             d.on_layout(t, x)
         else:
             batch.append(x)
-    flush()
+    flush(next_ms)
 
 
 def _run(sub_type: str, consumers: list[ConsumerSpec], layouts: list[tuple[int, SegmentLayout]],
@@ -605,7 +610,10 @@ def scenarios(draw: st.DrawFn,
 
 def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Event],
                  cuts: list[int], advance: bool, repickle: bool, fast_forward: bool = True,
-                 window_ms: int = 400, dense: bool = False) -> DispatchOutputs:
+                 window_ms: int = 400, dense: bool = False,
+                 complete: bool = False) -> DispatchOutputs:
+    """The events in chunks cut at ``cuts``, each chunk's outputs taken; ``complete``: every
+    ``on_entries`` call followed by a later input (or none) says so (:func:`_feed`)."""
     d = SubscriptionDispatcher(SUB, sub_type, consumers, window_ms=window_ms)
     d.fast_forward = fast_forward
     d.dense_windows = dense
@@ -615,7 +623,8 @@ def _run_chunked(sub_type: str, consumers: list[ConsumerSpec], events: list[Even
     for lo, hi in itertools.pairwise(bounds):
         if lo >= hi:
             continue
-        _feed(d, events[lo:hi])
+        _feed(d, events[lo:hi], (events[hi][0] if hi < len(events) else None) if complete
+              else -1)
         if advance and hi < len(events):
             h = events[hi][0] - 1
             if h >= horizon:
@@ -651,6 +660,56 @@ def test_instant_consumer_fast_path_equals_the_event_loop(
     sub_type, consumers, events = scenario
     loop = _run_chunked(sub_type, consumers, events, cuts, advance, False, fast_forward=False)
     assert _run_chunked(sub_type, consumers, events, cuts, advance, False) == loop
+
+
+@_PROPS
+@given(scenarios(instant=True), st.lists(st.integers(0, 100), max_size=6), st.booleans())
+def test_complete_entries_taken_in_bulk_equal_the_event_loop(
+        scenario: tuple[str, list[ConsumerSpec], list[Event]], cuts: list[int],
+        advance: bool) -> None:
+    """``on_entries(complete=True)`` (the last instant taken by the fast path too, then
+    advanced to) gives the event loop's rows."""
+    sub_type, consumers, events = scenario
+    loop = _run_chunked(sub_type, consumers, events, cuts, advance, False, fast_forward=False)
+    assert _run_chunked(sub_type, consumers, events, cuts, advance, False,
+                        complete=True) == loop
+
+
+def test_complete_entries_take_the_last_instant_in_bulk_and_advance() -> None:
+    """A complete call leaves nothing queued (its last instant dispatched at once) and is
+    advanced to its last instant: a later input at that instant is refused."""
+    d = SubscriptionDispatcher(SUB, "stream", [ConsumerSpec("a")])
+    d.on_layout(0, ONE_N1)
+    d.on_entries([5, 9], [0, 0], [0, 0], [1, 1], [1, 1], ["p", "p"], [0, 1], complete=True)
+    assert [r.dispatch_time_ms for r in d.take_outputs().dispatch] == [5, 9]
+    with pytest.raises(ValueError, match="horizon"):
+        d.on_entries([9], [0], [0], [1], [1], ["p"], [2])
+
+
+def test_a_pickled_dispatcher_mid_run_restores_every_object() -> None:
+    """The compact state (``__getstate__``) gives back the same consumers (entries still
+    unacked at them shared with the ack events), counters, queued input and window rows: the
+    restored dispatcher pickles as its own restoration does and ends with the same rows."""
+    consumers = [ConsumerSpec("a", capacity_msgs_per_s=2.0, ack_delay_ms=150),
+                 ConsumerSpec("b", join_ms=300, leave_ms=2000, leave_how=LeaveHow.CRASH)]
+    entries = [E(t, 0, h) for t, h in [(0, 1), (10, 0x9000), (400, 5), (900, 0xF000)]]
+    d = SubscriptionDispatcher(SUB, "stream", consumers, window_ms=400)
+    _feed(d, _events([(0, ONE_N2)], entries))
+    d.on_layout(1000, ONE_N2)  # queued: a later input has not come
+    restored = pickle.loads(pickle.dumps(d))
+    again = pickle.dumps(restored)  # (the first blob's memo differs only by shared names)
+    assert pickle.dumps(pickle.loads(again)) == again
+    assert restored.stats == d.stats and restored.stats.deliveries > 0
+    for name, c in d._consumers.items():
+        r = restored._consumers[name]
+        assert r.spec == c.spec
+        assert (r.name, r.free_at, r.gen, r.connected, sorted(r.unacked)) == (
+            c.name, c.free_at, c.gen, c.connected, sorted(c.unacked))
+    acks = {id(e) for *_, e, _ in restored._heap if not isinstance(e, str)}
+    assert acks >= {id(e) for c in restored._consumers.values() for e in c.unacked.values()}
+    for x in (d, restored):
+        x.finish(3000)
+    assert restored.take_outputs() == d.take_outputs()
 
 
 def test_fast_path_leaves_the_event_loops_state() -> None:
@@ -748,3 +807,27 @@ def test_sparse_windows_filled_back_equal_every_window(
     assert fill_idle_rows(sparse.consumer_load, window_ms) == dense.consumer_load
     assert fill_idle_rows(sparse.window_stats, window_ms) == dense.window_stats
     assert sparse.dispatch == dense.dispatch
+
+
+def test_memoized_owners_equal_the_coordinators_assignment() -> None:
+    """``_assigned_owners`` (memoized by what the assignment reads) gives the coordinator's
+    owners for every layout shape, drained set and connected set, also when a layout of the
+    same shape created at another time hits the memo, and never one of another shape."""
+    one, later = SegmentLayout.initial(1, bucket_budget=4), SegmentLayout.initial(
+        1, bucket_budget=4, now_ms=5_000)
+    two = SegmentLayout.initial(2, bucket_budget=4)
+    split = two.split(0, now_ms=100)
+    layouts = [one, later, ONE_N2, two, split, split.rebucket(1, 4, 200),
+               one.rebucket(0, 8, 300)]
+    for sub_type in ("stream", "checkpoint"):
+        for names in (["a"], ["a", "b"], ["a", "b", "c", "d", "e"]):
+            coord = SubscriptionCoordinator(SUB, sub_type)
+            for n in names:
+                coord.register(n)
+            for layout in layouts:
+                for drained in (set(), {0}):
+                    for connected in (set(names), set(names[1:])):
+                        want = bucket_owners(coord.compute_assignment(layout, drained)
+                                             .by_consumer, layout, connected)
+                        got = _assigned_owners(coord, layout, drained, connected)
+                        assert got == want and list(got) == list(want)

@@ -112,7 +112,7 @@ def _multi_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
     Spark operators call them (no state kept after the final window)."""
     ctl_s: dict[str, bytes | None] = {}
     bat_s: dict[str, bytes | None] = {}
-    dis_s: dict[str, bytes] = {}
+    dis_s: dict[str, bytes | None] = {}
     out = []
     for lo, hi, final in windows:
         rows = _window_rows(msgs, lo, hi)
@@ -129,10 +129,9 @@ def _multi_topic(msgs: pd.DataFrame, settings: stages.StageSettings,
         ent = stages.entry_frame(None, ent, settings.speed)
         fed = [t for t in topics if layouts[t] is not None
                and (final or (ent["topic"] == t).any())]
-        frames, blobs = stages.dispatch_topics(
-            ent, {t: dis_s.get(t, pickle.dumps((stages.new_dispatchers(settings), -1)))
-                  for t in fed}, settings, {t: layouts[t] for t in fed}, hi, final,
-            keep_state=not final)
+        frames, blobs = stages.dispatch_topics(  # a topic without state: None, new
+            ent, {t: dis_s.get(t) for t in fed}, settings, {t: layouts[t] for t in fed}, hi,
+            final, keep_state=not final)
         dis_s.update(blobs)
         out.append({"routed": routed, "messages": msg, "entries": ent, **frames})
     return out
@@ -174,6 +173,34 @@ def test_no_topics_dispatch_nothing() -> None:
         ("entry_id", "int64"), ("entry_hash_min", "int64"), ("num_messages", "int64"),
         ("payload_bytes", "int64"), ("emu_publish_ms", "int64")]})
     assert stages.dispatch_topics(entries, {}, settings, {}, None, True) == ({}, {})
+
+
+def test_a_topic_without_state_gets_new_dispatchers_or_the_one_asked_for() -> None:
+    """A ``None`` blob is :func:`stages.new_dispatchers` (or only its ``dispatcher``-th, as
+    the operator keyed by dispatcher asks): the rows of their pickled blobs."""
+    settings = stages.StageSettings.from_config(load_config(None, [
+        *SETS, "subscriptions=[{name: sub-stream, consumers: [{name: a}, {name: b}]}, "
+        "{name: sub-b, type: checkpoint, consumers: [{name: x}]}]"]), START_MS)
+    msgs = _messages()
+    topics = sorted(set(msgs["topic"].astype(object)))
+    routed, ctls = stages.control_topics(msgs, dict.fromkeys(topics), settings, None, True)
+    layouts = {t: c.layout for t, c in ctls.items()}
+    _, ent, _ = stages.batch_topics(routed, dict.fromkeys(topics), settings.batching(),
+                                    layouts, None, True)
+    ent = stages.entry_frame(None, ent, settings.speed)
+    assert len(stages.new_dispatchers(settings)) == 2
+    for d in (None, 0, 1):
+        fresh = (stages.new_dispatchers(settings) if d is None
+                 else [stages.new_dispatchers(settings)[d]])
+        want, _ = stages.dispatch_topics(ent, dict.fromkeys(topics, pickle.dumps((fresh, -1))),
+                                         settings, layouts, None, True)
+        got, _ = stages.dispatch_topics(ent, dict.fromkeys(topics), settings, layouts, None,
+                                        True, dispatcher=d)
+        assert set(got) == set(want)
+        for kind, frame in want.items():
+            pd.testing.assert_frame_equal(got[kind], frame)
+        assert set(got["dispatch"]["subscription"]) == (
+            {"sub-stream", "sub-b"} if d is None else {["sub-stream", "sub-b"][d]})
 
 
 def test_the_final_window_makes_no_state_and_the_same_rows() -> None:
