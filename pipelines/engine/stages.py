@@ -43,6 +43,7 @@ from pipelines.core.batching import (
     reroutes,
 )
 from pipelines.core.controller import (
+    SAMPLE_COLUMNS,
     ConsumerSpec,
     ControllerSettings,
     SubscriptionSpec,
@@ -422,20 +423,27 @@ def control_outputs(controllers: Mapping[str, TopicController],
     time, i.e. emulated ms × ``speed``), ``key_profiles``: a :func:`key_profile_row` per topic
     whose input has ended (its key statistics closed); topics in name order."""
     decisions, samples, segments, profiles = [], [], [], []
+    sample_topics: list[str] = []
     for topic, ctl in sorted(controllers.items()):
         ks = ctl.key_stats
         if ks is not None and ks.closed:
             profiles.append(key_profile_row(topic, ks, speed))
-        d, s = ctl.take_outputs()
+        d, s = ctl.take_rows()
         decisions += [{"topic": topic, **r} for r in d]
-        samples += [{"topic": topic, **r} for r in s]
+        if s:  # tuples, the topic as a column of its own (a dict per row cost more)
+            samples += s
+            sample_topics += [topic] * len(s)
         if ctl.layout is not None:
             segments += [{"topic": topic, **r} for r in segment_rows(ctl.layout)]
+    sample_frame = pd.DataFrame()
+    if samples:
+        sample_frame = pd.DataFrame(samples, columns=list(SAMPLE_COLUMNS))
+        sample_frame.insert(0, "topic", sample_topics)
     return ControlResult(
         states={t: pickle.dumps(c) for t, c in controllers.items()} if keep_state else {},
         layouts={t: c.layout for t, c in controllers.items() if c.layout is not None},
         decisions=_times(pd.DataFrame(decisions), speed, {"eval_time_ms": "eval_time"}),
-        samples=_times(pd.DataFrame(samples), speed,
+        samples=_times(sample_frame, speed,
                        {"sample_time_ms": "sample_time", "modified_at_ms": "modified_at"}),
         segments=_times(pd.DataFrame(segments), speed,
                         {"created_at_ms": "created_at", "sealed_at_ms": "sealed_at"}),
