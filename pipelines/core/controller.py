@@ -55,11 +55,12 @@ Emulator refinements, documented here because Pulsar has no equivalent:
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -238,10 +239,26 @@ class TopicController:
         s = self.settings
         self.reporter = SegmentLoadReporter(s.rate_change_threshold)
         self.stats = self._new_stats(0 if s.stats_anchor_ms is None else s.stats_anchor_ms)
-        self._registrations = sorted({t for sub in self.subscriptions
-                                      for t in sub.registration_times()})
-        self._fan_out_ms, self._fan_out = self._fan_out_steps()
-        self._consumers_ms, self._consumers = self._consumer_steps()
+        self._set_steps()
+        self._registrations = list(self._steps.registrations)
+
+    def _set_steps(self) -> None:
+        """The subscriptions' step functions (:func:`_subscription_steps`: shared by every
+        controller of the same subscriptions, not kept in the pickled state)."""
+        try:
+            self._steps = _subscription_steps(self.subscriptions, self.settings.consumer_grace_ms)
+        except TypeError:  # unhashable (lists given for tuples): not shared
+            self._steps = _subscription_steps.__wrapped__(self.subscriptions,
+                                                          self.settings.consumer_grace_ms)
+        self._fan_out_ms, self._fan_out = self._steps.fan_out_ms, self._steps.fan_out
+        self._consumers_ms, self._consumers = self._steps.consumers_ms, self._steps.consumers
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._set_steps()
 
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
@@ -347,20 +364,8 @@ class TopicController:
         """Registered sessions per STREAM / grouped CHECKPOINT subscription at ``now_ms`` (incl.
         those disconnected within the grace period, reference §4.1; a reconnect changes
         nothing). QUEUE subscriptions and ungrouped CHECKPOINT ones are not keys (§4.1, §7.3)."""
-        return {
-            sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
-                          and ((end := self._session_end_ms(c)) is None or now_ms < end))
-            for sub in self.subscriptions if sub.registers
-        }
-
-    def _consumer_steps(self) -> tuple[list[int], list[dict[str, int]]]:
-        """:meth:`consumers_by_subscription` as a step function: the times it may change
-        (registrations and session ends, ascending) and its values: before the first, then from
-        each of them on (computed once, not per evaluation)."""
-        times = sorted({t for sub in self.subscriptions if sub.registers for c in sub.consumers
-                        for t in (c.join_ms, self._session_end_ms(c)) if t is not None})
-        before = times[0] - 1 if times else 0
-        return times, [self.consumers_by_subscription(t) for t in (before, *times)]
+        return _consumers_by_subscription(self.subscriptions, self.settings.consumer_grace_ms,
+                                          now_ms)
 
     def _consumers_at(self, now_ms: int) -> dict[str, int]:
         """:meth:`consumers_by_subscription` at ``now_ms`` from the step function (shared: not
@@ -377,22 +382,7 @@ class TopicController:
         subscription (any type) with at least one connected consumer, except that every
         connected consumer of an ungrouped CHECKPOINT subscription reads through a subscription
         of its own and counts once (the fan-out of ``msg_rate_out``)."""
-        def connected(c: ConsumerSpec) -> bool:
-            return c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
-
-        return sum(
-            sum(1 for c in sub.consumers if connected(c)) if not sub.grouped
-            else int(any(connected(c) for c in sub.consumers))
-            for sub in self.subscriptions)
-
-    def _fan_out_steps(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """:meth:`connected_subscriptions` as a step function: the times it may change (joins
-        and leaves, ascending) and its values: 0 before the first, then from each of them on."""
-        times = sorted({t for sub in self.subscriptions for c in sub.consumers
-                        for t in (c.join_ms, c.leave_ms) if t is not None})
-        return (np.asarray(times, dtype=np.int64),
-                np.asarray([0, *(self.connected_subscriptions(t) for t in times)],
-                           dtype=np.int64))
+        return _connected_subscriptions(self.subscriptions, now_ms)
 
     def _fan_out_at(self, event_ms: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """:meth:`connected_subscriptions` at each of ``event_ms`` (vectorized)."""
@@ -692,6 +682,74 @@ class TopicController:
             "bucket_capacity": before.bucket_capacity(),
             "layout_epoch": self.layout.epoch,
         }
+
+
+_DERIVED = ("_steps", "_fan_out_ms", "_fan_out", "_consumers_ms", "_consumers")
+"""A controller's attributes derived from its subscriptions and settings: left out of its
+pickled state and rebuilt (shared) when it is loaded."""
+
+
+class _SubscriptionSteps(NamedTuple):
+    """What a controller needs of its subscriptions, as step functions (:func:`_subscription_
+    steps`); shared between controllers, never modified.
+
+    ``registrations``: every register call's time, ascending, once each; ``fan_out_ms`` /
+    ``fan_out``: :meth:`TopicController.connected_subscriptions` (0 before the first time, then
+    from each time on; read-only int64 arrays); ``consumers_ms`` / ``consumers``:
+    :meth:`TopicController.consumers_by_subscription` (its value before the first time, then
+    from each time on)."""
+
+    registrations: tuple[int, ...]
+    fan_out_ms: npt.NDArray[np.int64]
+    fan_out: npt.NDArray[np.int64]
+    consumers_ms: tuple[int, ...]
+    consumers: tuple[dict[str, int], ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _subscription_steps(subscriptions: tuple[SubscriptionSpec, ...],
+                        grace_ms: int) -> _SubscriptionSteps:
+    """The step functions of ``subscriptions`` (consumer sessions lost without a close count
+    ``grace_ms`` longer): computed once per subscriptions and grace, not per controller (a
+    run's topics share them)."""
+    fan_out_ms = sorted({t for sub in subscriptions for c in sub.consumers
+                         for t in (c.join_ms, c.leave_ms) if t is not None})
+    consumers_ms = sorted({t for sub in subscriptions if sub.registers for c in sub.consumers
+                           for t in (c.join_ms, session_end_ms(c.leave_ms, c.leave_how, grace_ms))
+                           if t is not None})
+    before = consumers_ms[0] - 1 if consumers_ms else 0
+    steps = _SubscriptionSteps(
+        tuple(sorted({t for sub in subscriptions for t in sub.registration_times()})),
+        np.asarray(fan_out_ms, dtype=np.int64),
+        np.asarray([0, *(_connected_subscriptions(subscriptions, t) for t in fan_out_ms)],
+                   dtype=np.int64),
+        tuple(consumers_ms),
+        tuple(_consumers_by_subscription(subscriptions, grace_ms, t)
+              for t in (before, *consumers_ms)))
+    steps.fan_out_ms.flags.writeable = steps.fan_out.flags.writeable = False
+    return steps
+
+
+def _consumers_by_subscription(subscriptions: Sequence[SubscriptionSpec], grace_ms: int,
+                               now_ms: int) -> dict[str, int]:
+    """:meth:`TopicController.consumers_by_subscription` of ``subscriptions``."""
+    return {
+        sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
+                      and ((end := session_end_ms(c.leave_ms, c.leave_how, grace_ms)) is None
+                           or now_ms < end))
+        for sub in subscriptions if sub.registers
+    }
+
+
+def _connected_subscriptions(subscriptions: Sequence[SubscriptionSpec], now_ms: int) -> int:
+    """:meth:`TopicController.connected_subscriptions` of ``subscriptions``."""
+    def connected(c: ConsumerSpec) -> bool:
+        return c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
+
+    return sum(
+        sum(1 for c in sub.consumers if connected(c)) if not sub.grouped
+        else int(any(connected(c) for c in sub.consumers))
+        for sub in subscriptions)
 
 
 def segment_rows(layout: SegmentLayout) -> list[dict[str, Any]]:

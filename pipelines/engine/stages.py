@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -137,6 +137,17 @@ class StageSettings:
             rate_change_threshold=r.load_report_rate_change_threshold,
             consumer_grace_ms=CONSUMER_SESSION_GRACE_MS)
 
+    def controller_settings_for(self, topics: Iterable[str]) -> dict[str, ControllerSettings]:
+        """:meth:`controller_settings` of each of ``topics`` (topic → settings), one object per
+        distinct policy (``ReplayConfig.policies_for``): thousands of topics share a few."""
+        made: dict[int, ControllerSettings] = {}
+        out = {}
+        for topic, policy in self.config.policies_for(topics).items():
+            if id(policy) not in made:
+                made[id(policy)] = self.controller_settings(topic)
+            out[topic] = made[id(policy)]
+        return out
+
     def batching(self) -> BatchingConfig:
         b = self.config.batching_config()
         # Batch delay is producer wall time: on the emulated clock it shrinks with speed.
@@ -244,12 +255,15 @@ class ControlResult:
     key_profiles: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def new_controller(topic: str, blob: bytes | None, settings: StageSettings) -> TopicController:
-    """The topic's controller: unpickled from ``blob``, or a fresh one."""
+def new_controller(topic: str, blob: bytes | None, settings: StageSettings,
+                   controller_settings: ControllerSettings | None = None) -> TopicController:
+    """The topic's controller: unpickled from ``blob``, or a fresh one (with
+    ``controller_settings``, else ``settings.controller_settings(topic)``)."""
     if blob is not None:
         ctl: TopicController = pickle.loads(blob)
         return ctl
-    return TopicController(topic, settings.controller_settings(topic), settings.subscriptions)
+    return TopicController(topic, controller_settings or settings.controller_settings(topic),
+                           settings.subscriptions)
 
 
 def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: StageSettings,
@@ -322,8 +336,9 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     bucket_index = np.zeros(n, dtype=np.int32)
     layout_epoch = np.zeros(n, dtype=np.int64)
     controllers = {}
+    fresh = settings.controller_settings_for([t for t in topics if blobs[t] is None])
     for i, topic in enumerate(topics):
-        ctl = new_controller(topic, blobs[topic], settings)
+        ctl = new_controller(topic, blobs[topic], settings, fresh.get(topic))
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         if hi > lo or horizon_ms is not None:
             until = horizon_ms if horizon_ms is not None else int(event[lo:hi].max()) + 1

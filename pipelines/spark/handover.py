@@ -41,7 +41,7 @@ from pipelines.storage.frames import FrameWriter
 from pipelines.storage.fs import arrow_filesystem
 from pipelines.storage.staging import arrow_strings
 
-STATE_FORMAT = 4
+STATE_FORMAT = 5
 """Version of the operators' state blobs (pickled ``pipelines.core`` / ``pipelines.engine.stages``
 objects). Bumped whenever those classes change shape or module (pickles name a class by its
 module path): a checkpoint of another format is refused (:class:`TopicStates`) instead of
@@ -50,7 +50,8 @@ unpickling old objects into new classes. 2: ``pipelines.stages`` moved to
 entry per topic; the controller's TopicStats rates per stats period (``TopicStatsRates``) and
 consumers' ``leave_how`` (issue #29); a dispatcher keeps its last emitted window rows (sparse
 ``consumer_load`` / ``subscription_stats``, issue #30). 4: a topic's ``KeyStats`` makes its
-HyperLogLog registers only once its distinct keys outgrow the exact set (``None`` before)."""
+HyperLogLog registers only once its distinct keys outgrow the exact set (``None`` before). 5: a
+``TopicController``'s subscription step functions are not pickled (rebuilt, shared, on load)."""
 
 
 ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string()),
