@@ -103,6 +103,9 @@ SAMPLE_COLUMNS: tuple[str, ...] = ("sample_time_ms", "segment_id", "msg_rate_in"
                                    "msg_rate_out", "bytes_rate_out", "written", "modified_at_ms")
 """Columns of a load-sample row (:meth:`TopicController.take_outputs`), in order."""
 _LIST_MAX = 1 << 16
+_REPEAT_SWEEPS = True
+"""Take a run of sweeps alone at once and count messages only where read (the fast path of
+:meth:`TopicController.advance`); ``False`` runs every event one by one (the tests compare)."""
 """Longest chunk whose event times are copied to a list for the event loop's look-ups."""
 
 
@@ -297,11 +300,12 @@ class TopicController:
         lo, span = 0, self._route(0, ev, sh, hb, producers, sizes, fan_out, routed)
         i = 0
         swept = False  # the last event was a sweep alone: the next sweep alone repeats it
+        fast = _REPEAT_SWEEPS
         while True:
             t = self._next_event_ms(int(times[i]) if i < n else None, horizon_ms)
             if t is None or t > horizon_ms:
                 break
-            alone = self._sweep_alone(t)
+            alone = fast and self._sweep_alone(t)
             if alone and swept and not self._quiet_evaluated:
                 self._repeat_sweeps(t, horizon_ms)
                 continue
