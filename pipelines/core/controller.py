@@ -299,26 +299,26 @@ class TopicController:
         # current one, again from the change on when an evaluation replaces it.
         lo, span = 0, self._route(0, ev, sh, hb, producers, sizes, fan_out, routed)
         i = 0
-        swept = False  # the last event was a sweep alone: the next sweep alone repeats it
         fast = _REPEAT_SWEEPS
+        steady = False  # nothing a sweep reads changed since the last sweep
         while True:
             t = self._next_event_ms(int(times[i]) if i < n else None, horizon_ms)
             if t is None or t > horizon_ms:
                 break
-            alone = fast and self._sweep_alone(t)
-            if alone and swept and not self._quiet_evaluated:
-                self._repeat_sweeps(t, horizon_ms)
-                continue
-            swept = alone
-            if not alone or self._quiet_evaluated:
+            if fast and not self._quiet_evaluated and self._sweep_alone(t):
                 # Only stats updates and evaluations read the counts (and the idle skip, while
-                # ``_quiet_evaluated``): a sweep alone leaves the messages before it to be
+                # ``_quiet_evaluated``): sweeps alone leave the messages before them to be
                 # counted with the next ones (the sums are the same).
-                j = bisect.bisect_left(times, t, i)
-                self._account(span, i, j)
-                i = j
+                self._sweeps_alone(t, horizon_ms, steady)
+                steady = True
+                continue
+            j = bisect.bisect_left(times, t, i)
+            self._account(span, i, j)
+            i = j
             layout = self.layout
+            sweeps = t == self._next_sample_ms
             self._run_events_at(t)
+            steady = sweeps and self.layout is layout  # the sweep ran after the update
             if self.layout is not layout:
                 self._commit_round_robin(sh[lo:i], producers[lo:i])
                 lo, span = i, self._route(i, ev, sh, hb, producers, sizes, fan_out, routed)
@@ -545,29 +545,33 @@ class TopicController:
                 and not (self._registrations and self._registrations[0] == t)
                 and not (self._follow_ups and self._follow_ups[0] == t))
 
-    def _repeat_sweeps(self, t: int, horizon_ms: int) -> None:
-        """Run the sweeps alone from ``t`` up to the next other control event (at most to
-        ``horizon_ms``, included) at once, right
-        after a sweep alone: nothing a sweep reads changed since it (rates move only at stats
-        updates, the layout only at evaluations; the previous sweep offered every loaded
-        segment's rates to the gate and unloaded what it would), so each writes nothing and
-        gives the previous sweep's rows at its own time (what :meth:`_sample` would give)."""
-        s = self.settings
+    def _sweeps_alone(self, t: int, horizon_ms: int, steady: bool) -> None:
+        """Run the sweeps alone from ``t`` up to the next other control event (and at most to
+        ``horizon_ms``, included) at once: the first as :meth:`_sample` (unless ``steady``:
+        nothing a sweep reads changed since the last one), the others as repeats of it.
+        Between them nothing a sweep reads changes (rates move only at stats updates, the
+        layout only at evaluations; the first sweep offered every loaded segment's rates to
+        the gate and unloaded what it would), so each writes nothing and gives the first one's
+        rows at its own time: what :meth:`_sample` would give, one by one."""
+        iv = self.settings.load_report_interval_ms
         stop = min(self._next_update_ms, self._next_tick_ms, horizon_ms + 1,
                    *(self._registrations[:1]), *(self._follow_ups[:1]))
-        iv = s.load_report_interval_ms
+        if not steady:
+            self._sample(t)
+            t += iv
         times = range(t, stop, iv)
-        rows = []
-        for sid in self.stats.loaded:
-            rates = self.stats.rates(sid)
-            if any(rates):
-                last = self.reporter.last_written(sid)
-                assert last is not None
-                rows.append((sid, *rates, False, last.modified_at_ms))
-        if rows:
-            self._samples += [(u, *row) for u in times for row in rows]
-        self._next_sample_ms = times[-1] + iv
-        self._clock_ms = times[-1]
+        if times:
+            rows = []
+            for sid in self.stats.loaded:
+                rates = self.stats.rates(sid)
+                if any(rates):
+                    last = self.reporter.last_written(sid)
+                    assert last is not None
+                    rows.append((sid, *rates, False, last.modified_at_ms))
+            if rows:
+                self._samples += [(u, *row) for u in times for row in rows]
+        self._next_sample_ms = t if not times else times[-1] + iv
+        self._clock_ms = self._next_sample_ms - iv
 
     def _run_events_at(self, t: int) -> None:
         s = self.settings
