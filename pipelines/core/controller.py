@@ -49,6 +49,10 @@ Emulator refinements, documented here because Pulsar has no equivalent:
 - Idle stretches are skipped: while no segment has traffic in its window and every written rate is
   zero, samples and ticks are evaluated only where their outcome can change (cooldown expiry,
   merge-window eligibility, consumer-count change), which gives the same rows as ticking through.
+  Likewise a run of sweeps with no other control event at their instants is taken in one step
+  (between two of them nothing a sweep reads changes: rates move at stats updates, the layout
+  at evaluations), and messages are counted only before the events that read the counts
+  (stats updates, evaluations): the same rows as running every sweep (a test compares).
 - Sealed segments are never pruned (retention GC is not emulated).
 """
 

@@ -51,7 +51,8 @@ entry per topic; the controller's TopicStats rates per stats period (``TopicStat
 consumers' ``leave_how`` (issue #29); a dispatcher keeps its last emitted window rows (sparse
 ``consumer_load`` / ``subscription_stats``, issue #30). 4: a topic's ``KeyStats`` makes its
 HyperLogLog registers only once its distinct keys outgrow the exact set (``None`` before). 5: a
-``TopicController``'s subscription step functions are not pickled (rebuilt, shared, on load)."""
+``TopicController``'s subscription step functions are not pickled (rebuilt, shared, on load);
+a ``KeyStats`` pickles its int64 arrays as one buffer and its key names as lists."""
 
 
 ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string()),

@@ -1,5 +1,7 @@
 """Per-topic controller in event time (reference §4.7, §5, §1.3)."""
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -318,7 +320,7 @@ def test_repeated_sweeps_and_lazy_counts_equal_running_every_event(seed, rates, 
         ctl = TopicController("t", ControllerSettings(policy=POLICY, stats_anchor_ms=1_234),
                               stream_sub(*joins) if joins else ())
         routed, rows = [], []
-        for lo, hi in zip(bounds, bounds[1:], strict=False):
+        for lo, hi in itertools.pairwise(bounds):
             m = (ev >= lo) & (ev < hi)
             r = ctl.advance(ev[m], sh[m], hb[m], sizes[m], producers[m], hi)
             routed.append((r.segment_id.tolist(), r.bucket_index.tolist(),
