@@ -289,6 +289,10 @@ class TopicController:
             if n == 0:
                 return _empty_routing()
             self._create(int(ev[0]))
+        if n == 0:  # only time moves (an idle window, the end of input): nothing to route
+            self._run_events(horizon_ms)
+            self._horizon_ms = max(self._horizon_ms, horizon_ms)
+            return _empty_routing()
         routed = RoutedMessages(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int32),
                                 np.empty(n, dtype=np.int64))
         sh = np.asarray(segment_hash, dtype=np.int64)
@@ -303,13 +307,12 @@ class TopicController:
         # current one, again from the change on when an evaluation replaces it.
         lo, span = 0, self._route(0, ev, sh, hb, producers, sizes, fan_out, routed)
         i = 0
-        fast = _REPEAT_SWEEPS
         steady = False  # nothing a sweep reads changed since the last sweep
         while True:
             t = self._next_event_ms(int(times[i]) if i < n else None, horizon_ms)
             if t is None or t > horizon_ms:
                 break
-            if fast and not self._quiet_evaluated and self._sweep_alone(t):
+            if self._fast_sweeps(t):
                 # Only stats updates and evaluations read the counts (and the idle skip, while
                 # ``_quiet_evaluated``): sweeps alone leave the messages before them to be
                 # counted with the next ones (the sums are the same).
@@ -320,9 +323,7 @@ class TopicController:
             self._account(span, i, j)
             i = j
             layout = self.layout
-            sweeps = t == self._next_sample_ms
-            self._run_events_at(t)
-            steady = sweeps and self.layout is layout  # the sweep ran after the update
+            steady = self._run_events_at(t)
             if self.layout is not layout:
                 self._commit_round_robin(sh[lo:i], producers[lo:i])
                 lo, span = i, self._route(i, ev, sh, hb, producers, sizes, fan_out, routed)
@@ -346,8 +347,18 @@ class TopicController:
         last = self._last_message_ms if end_ms is None else max(self._last_message_ms,
                                                                  int(end_ms) - 1)
         end = (last // iv + 1) * iv
-        self.advance(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
-                     np.empty(0, np.int64), [], end + 1)
+        self.advance(_NO_TIMES, _NO_TIMES, _NO_TIMES, _NO_TIMES, [], end + 1)
+
+    def _run_events(self, horizon_ms: int) -> None:
+        """Every control event with time ``<= horizon_ms`` when no message comes before it:
+        :meth:`advance`'s loop without routing or counting (the sweeps alone taken as there)."""
+        steady = False
+        while (t := self._next_event_ms(None, horizon_ms)) is not None and t <= horizon_ms:
+            if self._fast_sweeps(t):
+                self._sweeps_alone(t, horizon_ms, steady)
+                steady = True
+            else:
+                steady = self._run_events_at(t)
 
     def take_outputs(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(decisions, load_samples)`` rows produced since the last call (and clears them).
@@ -541,6 +552,11 @@ class TopicController:
         future = [t for t in times if t > self._clock_ms]
         return min(future) if future else None
 
+    def _fast_sweeps(self, t: int) -> bool:
+        """The events at ``t`` are sweeps alone to take at once (:meth:`_sweeps_alone`): the
+        fast path is on and the idle skip is not armed (it reads the counts)."""
+        return _REPEAT_SWEEPS and not self._quiet_evaluated and self._sweep_alone(t)
+
     def _sweep_alone(self, t: int) -> bool:
         """The control events at ``t`` are a load sweep and nothing else (no stats update, no
         evaluation)."""
@@ -577,8 +593,13 @@ class TopicController:
         self._next_sample_ms = t if not times else times[-1] + iv
         self._clock_ms = self._next_sample_ms - iv
 
-    def _run_events_at(self, t: int) -> None:
+    def _run_events_at(self, t: int) -> bool:
+        """Run the control events at ``t`` (stats update, sweep, then one evaluation of the
+        coalesced triggers). Returns whether a sweep ran and nothing changed after it (the
+        layout stayed): the next sweep alone repeats it."""
         s = self.settings
+        layout = self.layout
+        swept = t == self._next_sample_ms
         triggers: list[Trigger] = []
         if t == self._next_update_ms:
             self.stats.update(t)
@@ -598,6 +619,7 @@ class TopicController:
         if triggers:
             self._evaluate(t, "+".join(dict.fromkeys(triggers)))
         self._clock_ms = t
+        return swept and self.layout is layout
 
     def _sample(self, t: int) -> None:
         """The load sweep at ``t`` over every loaded segment, by id (§5, §5.1). A sealed segment
@@ -835,6 +857,10 @@ class _SpanLoad:
             sums += [sums[0] * self.fan_out, sums[1] * self.fan_out]
         return [(sid, counts) for sid, *counts in zip(self.ids, *(x.tolist() for x in sums),
                                                       strict=True) if counts[0]]
+
+
+_NO_TIMES = np.empty(0, np.int64)
+_NO_TIMES.flags.writeable = False
 
 
 def _empty_routing() -> RoutedMessages:
