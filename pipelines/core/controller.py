@@ -106,6 +106,9 @@ OPERATION_FAILED_PREFIX = "operation-failed: "
 SAMPLE_COLUMNS: tuple[str, ...] = ("sample_time_ms", "segment_id", "msg_rate_in", "bytes_rate_in",
                                    "msg_rate_out", "bytes_rate_out", "written", "modified_at_ms")
 """Columns of a load-sample row (:meth:`TopicController.take_outputs`), in order."""
+SAMPLE_DTYPE = np.dtype(list(zip(SAMPLE_COLUMNS, ["i8", "i8", "f8", "f8", "f8", "f8", "?", "i8"],
+                                 strict=True)))
+"""Their types (ms and ids int64, rates float64, ``written`` bool), as a NumPy record."""
 _LIST_MAX = 1 << 16
 _REPEAT_SWEEPS = True
 """Take a run of sweeps alone at once and count messages only where read (the fast path of
@@ -836,7 +839,9 @@ class _SpanLoad:
         # A constant fan-out (no join or leave within the span) needs the bytes' sums only.
         self.fan_out = int(fan_out[0]) if (fan_out == fan_out[0]).all() else None
         columns = [sizes] if self.fan_out is not None else [sizes, fan_out, sizes * fan_out]
-        self.cum = [np.concatenate([[0], np.cumsum(c)]) for c in columns]
+        self.cum: list[Any] = [np.concatenate([[0], np.cumsum(c)]) for c in columns]
+        if self.keys is None and len(sizes) <= _LIST_MAX:  # scalar look-ups: a list's are cheaper
+            self.cum = [c.tolist() for c in self.cum]
 
     def between(self, i: int, j: int) -> list[tuple[int, list[int]]]:
         """Per segment id (ascending) with messages in chunk positions ``[i, j)``: ``[messages,

