@@ -323,7 +323,7 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     if (code < 0).any():
         raise ValueError("messages of a topic not given a controller state")
     keyed = pdf.assign(_topic=code, _seq_sort=pdf["sequence_id"].fillna(-1))
-    order = stable_order(keyed, ["_topic", *SORT_KEYS], TIE_KEYS)
+    order = ties_ranked_apart(keyed, ["_topic", *SORT_KEYS], TIE_KEYS)
     pdf = pdf.take(order).reset_index(drop=True)
     bounds = np.searchsorted(code[order], np.arange(len(topics) + 1))
     event = pdf["event_ms"].to_numpy(np.int64)
@@ -359,6 +359,31 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     routed_pdf = pdf.assign(segment_id=segment_id, bucket_index=bucket_index,
                             layout_epoch=layout_epoch)
     return routed_pdf, controllers
+
+
+def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -> npt.NDArray[Any]:
+    """:func:`stable_order` ``(pdf, keys, then)`` with the ``then`` keys ranked and sorted only
+    among the rows that tie on ``keys``, run by run (a window of thousands of quiet topics has
+    a few such rows: sorting all of them again on every key cost a tenth of the control
+    plane). The rows of a run are in input order after the sort on ``keys`` (a stable sort),
+    and ranking a subset orders its values as ranking them all does, so the order is
+    :func:`stable_order`'s (a test compares)."""
+    if not keys:  # every row ties
+        return stable_order(pdf, keys, then)
+    cols = [_sort_codes(pdf[k]) for k in keys]
+    order: npt.NDArray[Any] = np.lexsort(cols[::-1])
+    if not then or len(order) < 2:
+        return order
+    ranked = [c[order] for c in cols]
+    same = np.logical_and.reduce([_equal(c[1:], c[:-1]) for c in ranked])  # ties the previous
+    if not same.any():
+        return order
+    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])  # sorted positions
+    run = np.cumsum(np.r_[True, ~same])[tied]
+    sub = pdf.take(order[tied])
+    inner = np.lexsort([*[_sort_codes(sub[k]) for k in then][::-1], run])
+    order[tied] = order[tied][inner]
+    return order
 
 
 TOP_KEYS = 10
