@@ -49,17 +49,22 @@ Emulator refinements, documented here because Pulsar has no equivalent:
 - Idle stretches are skipped: while no segment has traffic in its window and every written rate is
   zero, samples and ticks are evaluated only where their outcome can change (cooldown expiry,
   merge-window eligibility, consumer-count change), which gives the same rows as ticking through.
+  Likewise a run of sweeps with no other control event at their instants is taken in one step
+  (between two of them nothing a sweep reads changes: rates move at stats updates, the layout
+  at evaluations), and messages are counted only before the events that read the counts
+  (stats updates, evaluations): the same rows as running every sweep (a test compares).
 - Sealed segments are never pruned (retention GC is not emulated).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -98,7 +103,16 @@ CREATED_BY: tuple[str, ...] = ("initial", "split", "merge", "rebucket")
 """Every ``created_by`` of a segment row (``segments.created_by``)."""
 OPERATION_FAILED_PREFIX = "operation-failed: "
 """Prefix of the ``suppressed_by`` item recorded when applying a decision failed."""
+SAMPLE_COLUMNS: tuple[str, ...] = ("sample_time_ms", "segment_id", "msg_rate_in", "bytes_rate_in",
+                                   "msg_rate_out", "bytes_rate_out", "written", "modified_at_ms")
+"""Columns of a load-sample row (:meth:`TopicController.take_outputs`), in order."""
+SAMPLE_DTYPE = np.dtype(list(zip(SAMPLE_COLUMNS, ["i8", "i8", "f8", "f8", "f8", "f8", "?", "i8"],
+                                 strict=True)))
+"""Their types (ms and ids int64, rates float64, ``written`` bool), as a NumPy record."""
 _LIST_MAX = 1 << 16
+_REPEAT_SWEEPS = True
+"""Take a run of sweeps alone at once and count messages only where read (the fast path of
+:meth:`TopicController.advance`); ``False`` runs every event one by one (the tests compare)."""
 """Longest chunk whose event times are copied to a list for the event loop's look-ups."""
 
 
@@ -226,7 +240,7 @@ class TopicController:
     _offered: dict[int, Rates] = field(default_factory=dict)  # rates last offered to the gate
     _last_suppressed: tuple[str, ...] = ()
     _decisions: list[dict[str, Any]] = field(default_factory=list)
-    _samples: list[dict[str, Any]] = field(default_factory=list)
+    _samples: list[tuple[Any, ...]] = field(default_factory=list)  # SAMPLE_COLUMNS order
     _last_message_ms: int = -1
     _quiet_evaluated: bool = False  # an evaluation ran while idle and nothing moved since
     key_stats: KeyStats | None = None  # the topic's key statistics (issue #34), fed by the caller
@@ -235,10 +249,26 @@ class TopicController:
         s = self.settings
         self.reporter = SegmentLoadReporter(s.rate_change_threshold)
         self.stats = self._new_stats(0 if s.stats_anchor_ms is None else s.stats_anchor_ms)
-        self._registrations = sorted({t for sub in self.subscriptions
-                                      for t in sub.registration_times()})
-        self._fan_out_ms, self._fan_out = self._fan_out_steps()
-        self._consumers_ms, self._consumers = self._consumer_steps()
+        self._set_steps()
+        self._registrations = list(self._steps.registrations)
+
+    def _set_steps(self) -> None:
+        """The subscriptions' step functions (:func:`_subscription_steps`: shared by every
+        controller of the same subscriptions, not kept in the pickled state)."""
+        try:
+            self._steps = _subscription_steps(self.subscriptions, self.settings.consumer_grace_ms)
+        except TypeError:  # unhashable (lists given for tuples): not shared
+            self._steps = _subscription_steps.__wrapped__(self.subscriptions,
+                                                          self.settings.consumer_grace_ms)
+        self._fan_out_ms, self._fan_out = self._steps.fan_out_ms, self._steps.fan_out
+        self._consumers_ms, self._consumers = self._steps.consumers_ms, self._steps.consumers
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in _DERIVED}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._set_steps()
 
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
@@ -262,6 +292,10 @@ class TopicController:
             if n == 0:
                 return _empty_routing()
             self._create(int(ev[0]))
+        if n == 0:  # only time moves (an idle window, the end of input): nothing to route
+            self._run_events(horizon_ms)
+            self._horizon_ms = max(self._horizon_ms, horizon_ms)
+            return _empty_routing()
         routed = RoutedMessages(np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int32),
                                 np.empty(n, dtype=np.int64))
         sh = np.asarray(segment_hash, dtype=np.int64)
@@ -276,15 +310,23 @@ class TopicController:
         # current one, again from the change on when an evaluation replaces it.
         lo, span = 0, self._route(0, ev, sh, hb, producers, sizes, fan_out, routed)
         i = 0
+        steady = False  # nothing a sweep reads changed since the last sweep
         while True:
             t = self._next_event_ms(int(times[i]) if i < n else None, horizon_ms)
             if t is None or t > horizon_ms:
                 break
+            if self._fast_sweeps(t):
+                # Only stats updates and evaluations read the counts (and the idle skip, while
+                # ``_quiet_evaluated``): sweeps alone leave the messages before them to be
+                # counted with the next ones (the sums are the same).
+                self._sweeps_alone(t, horizon_ms, steady)
+                steady = True
+                continue
             j = bisect.bisect_left(times, t, i)
             self._account(span, i, j)
             i = j
             layout = self.layout
-            self._run_events_at(t)
+            steady = self._run_events_at(t)
             if self.layout is not layout:
                 self._commit_round_robin(sh[lo:i], producers[lo:i])
                 lo, span = i, self._route(i, ev, sh, hb, producers, sizes, fan_out, routed)
@@ -308,8 +350,18 @@ class TopicController:
         last = self._last_message_ms if end_ms is None else max(self._last_message_ms,
                                                                  int(end_ms) - 1)
         end = (last // iv + 1) * iv
-        self.advance(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64),
-                     np.empty(0, np.int64), [], end + 1)
+        self.advance(_NO_TIMES, _NO_TIMES, _NO_TIMES, _NO_TIMES, [], end + 1)
+
+    def _run_events(self, horizon_ms: int) -> None:
+        """Every control event with time ``<= horizon_ms`` when no message comes before it:
+        :meth:`advance`'s loop without routing or counting (the sweeps alone taken as there)."""
+        steady = False
+        while (t := self._next_event_ms(None, horizon_ms)) is not None and t <= horizon_ms:
+            if self._fast_sweeps(t):
+                self._sweeps_alone(t, horizon_ms, steady)
+                steady = True
+            else:
+                steady = self._run_events_at(t)
 
     def take_outputs(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(decisions, load_samples)`` rows produced since the last call (and clears them).
@@ -319,6 +371,13 @@ class TopicController:
         layout_epoch. sample row: sample_time_ms, segment_id, msg_rate_in, bytes_rate_in,
         msg_rate_out, bytes_rate_out (msg/s, bytes/s), written, modified_at_ms.
         """
+        d, s = self.take_rows()
+        return d, [dict(zip(SAMPLE_COLUMNS, row, strict=True)) for row in s]
+
+    def take_rows(self) -> tuple[list[dict[str, Any]], list[tuple[Any, ...]]]:
+        """:meth:`take_outputs` with each sample row a tuple in :data:`SAMPLE_COLUMNS` order
+        (hundreds of thousands of rows at 10,000 topics: a dict each cost more than the
+        sweep that made it)."""
         d, s = self._decisions, self._samples
         self._decisions, self._samples = [], []
         return d, s
@@ -327,20 +386,8 @@ class TopicController:
         """Registered sessions per STREAM / grouped CHECKPOINT subscription at ``now_ms`` (incl.
         those disconnected within the grace period, reference §4.1; a reconnect changes
         nothing). QUEUE subscriptions and ungrouped CHECKPOINT ones are not keys (§4.1, §7.3)."""
-        return {
-            sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
-                          and ((end := self._session_end_ms(c)) is None or now_ms < end))
-            for sub in self.subscriptions if sub.registers
-        }
-
-    def _consumer_steps(self) -> tuple[list[int], list[dict[str, int]]]:
-        """:meth:`consumers_by_subscription` as a step function: the times it may change
-        (registrations and session ends, ascending) and its values: before the first, then from
-        each of them on (computed once, not per evaluation)."""
-        times = sorted({t for sub in self.subscriptions if sub.registers for c in sub.consumers
-                        for t in (c.join_ms, self._session_end_ms(c)) if t is not None})
-        before = times[0] - 1 if times else 0
-        return times, [self.consumers_by_subscription(t) for t in (before, *times)]
+        return _consumers_by_subscription(self.subscriptions, self.settings.consumer_grace_ms,
+                                          now_ms)
 
     def _consumers_at(self, now_ms: int) -> dict[str, int]:
         """:meth:`consumers_by_subscription` at ``now_ms`` from the step function (shared: not
@@ -357,22 +404,7 @@ class TopicController:
         subscription (any type) with at least one connected consumer, except that every
         connected consumer of an ungrouped CHECKPOINT subscription reads through a subscription
         of its own and counts once (the fan-out of ``msg_rate_out``)."""
-        def connected(c: ConsumerSpec) -> bool:
-            return c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
-
-        return sum(
-            sum(1 for c in sub.consumers if connected(c)) if not sub.grouped
-            else int(any(connected(c) for c in sub.consumers))
-            for sub in self.subscriptions)
-
-    def _fan_out_steps(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """:meth:`connected_subscriptions` as a step function: the times it may change (joins
-        and leaves, ascending) and its values: 0 before the first, then from each of them on."""
-        times = sorted({t for sub in self.subscriptions for c in sub.consumers
-                        for t in (c.join_ms, c.leave_ms) if t is not None})
-        return (np.asarray(times, dtype=np.int64),
-                np.asarray([0, *(self.connected_subscriptions(t) for t in times)],
-                           dtype=np.int64))
+        return _connected_subscriptions(self.subscriptions, now_ms)
 
     def _fan_out_at(self, event_ms: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """:meth:`connected_subscriptions` at each of ``event_ms`` (vectorized)."""
@@ -523,8 +555,54 @@ class TopicController:
         future = [t for t in times if t > self._clock_ms]
         return min(future) if future else None
 
-    def _run_events_at(self, t: int) -> None:
+    def _fast_sweeps(self, t: int) -> bool:
+        """The events at ``t`` are sweeps alone to take at once (:meth:`_sweeps_alone`): the
+        fast path is on and the idle skip is not armed (it reads the counts)."""
+        return _REPEAT_SWEEPS and not self._quiet_evaluated and self._sweep_alone(t)
+
+    def _sweep_alone(self, t: int) -> bool:
+        """The control events at ``t`` are a load sweep and nothing else (no stats update, no
+        evaluation)."""
+        return (t == self._next_sample_ms and t != self._next_update_ms
+                and t != self._next_tick_ms
+                and not (self._registrations and self._registrations[0] == t)
+                and not (self._follow_ups and self._follow_ups[0] == t))
+
+    def _sweeps_alone(self, t: int, horizon_ms: int, steady: bool) -> None:
+        """Run the sweeps alone from ``t`` up to the next other control event (and at most to
+        ``horizon_ms``, included) at once: the first as :meth:`_sample` (unless ``steady``:
+        nothing a sweep reads changed since the last one), the others as repeats of it.
+        Between them nothing a sweep reads changes (rates move only at stats updates, the
+        layout only at evaluations; the first sweep offered every loaded segment's rates to
+        the gate and unloaded what it would), so each writes nothing and gives the first one's
+        rows at its own time: what :meth:`_sample` would give, one by one."""
+        iv = self.settings.load_report_interval_ms
+        stop = min(self._next_update_ms, self._next_tick_ms, horizon_ms + 1,
+                   *(self._registrations[:1]), *(self._follow_ups[:1]))
+        if not steady:
+            self._sample(t)
+            t += iv
+        times = range(t, stop, iv)
+        if times:
+            rows = []
+            for sid in self.stats.loaded:
+                rates = self.stats.rates(sid)
+                if any(rates):
+                    last = self.reporter.last_written(sid)
+                    assert last is not None
+                    rows.append((sid, *rates, False, last.modified_at_ms))
+            if rows:
+                self._samples += [(u, *row) for u in times for row in rows]
+        self._next_sample_ms = t if not times else times[-1] + iv
+        self._clock_ms = self._next_sample_ms - iv
+
+    def _run_events_at(self, t: int) -> bool:
+        """Run the control events at ``t`` (stats update, sweep, then one evaluation of the
+        coalesced triggers). Returns whether a sweep ran and nothing changed after it (the
+        layout stayed): the next sweep alone repeats it."""
         s = self.settings
+        layout = self.layout
+        swept = t == self._next_sample_ms
         triggers: list[Trigger] = []
         if t == self._next_update_ms:
             self.stats.update(t)
@@ -544,6 +622,7 @@ class TopicController:
         if triggers:
             self._evaluate(t, "+".join(dict.fromkeys(triggers)))
         self._clock_ms = t
+        return swept and self.layout is layout
 
     def _sample(self, t: int) -> None:
         """The load sweep at ``t`` over every loaded segment, by id (§5, §5.1). A sealed segment
@@ -559,12 +638,7 @@ class TopicController:
             if written or any(rates):
                 last = self.reporter.last_written(sid)
                 assert last is not None
-                self._samples.append({
-                    "sample_time_ms": t, "segment_id": sid, "msg_rate_in": rates[0],
-                    "bytes_rate_in": rates[1], "msg_rate_out": rates[2],
-                    "bytes_rate_out": rates[3], "written": written,
-                    "modified_at_ms": last.modified_at_ms,
-                })
+                self._samples.append((t, sid, *rates, written, last.modified_at_ms))
             if sid not in active and not self.stats.has_data(sid):
                 self.stats.unload(sid)
                 self.reporter.forget(sid)
@@ -593,6 +667,8 @@ class TopicController:
     def _apply(self, decision: Decision, t: int) -> str | None:
         """Apply a decision to the layout; returns a failure sentence or None."""
         assert self.layout is not None
+        if isinstance(decision, NoAction):  # nothing to apply
+            return None
         p = self.settings.policy
         before = set(self.layout.active_segments)
         try:
@@ -645,6 +721,74 @@ class TopicController:
         }
 
 
+_DERIVED = ("_steps", "_fan_out_ms", "_fan_out", "_consumers_ms", "_consumers")
+"""A controller's attributes derived from its subscriptions and settings: left out of its
+pickled state and rebuilt (shared) when it is loaded."""
+
+
+class _SubscriptionSteps(NamedTuple):
+    """What a controller needs of its subscriptions, as step functions (:func:`_subscription_
+    steps`); shared between controllers, never modified.
+
+    ``registrations``: every register call's time, ascending, once each; ``fan_out_ms`` /
+    ``fan_out``: :meth:`TopicController.connected_subscriptions` (0 before the first time, then
+    from each time on; read-only int64 arrays); ``consumers_ms`` / ``consumers``:
+    :meth:`TopicController.consumers_by_subscription` (its value before the first time, then
+    from each time on)."""
+
+    registrations: tuple[int, ...]
+    fan_out_ms: npt.NDArray[np.int64]
+    fan_out: npt.NDArray[np.int64]
+    consumers_ms: tuple[int, ...]
+    consumers: tuple[dict[str, int], ...]
+
+
+@functools.lru_cache(maxsize=64)
+def _subscription_steps(subscriptions: tuple[SubscriptionSpec, ...],
+                        grace_ms: int) -> _SubscriptionSteps:
+    """The step functions of ``subscriptions`` (consumer sessions lost without a close count
+    ``grace_ms`` longer): computed once per subscriptions and grace, not per controller (a
+    run's topics share them)."""
+    fan_out_ms = sorted({t for sub in subscriptions for c in sub.consumers
+                         for t in (c.join_ms, c.leave_ms) if t is not None})
+    consumers_ms = sorted({t for sub in subscriptions if sub.registers for c in sub.consumers
+                           for t in (c.join_ms, session_end_ms(c.leave_ms, c.leave_how, grace_ms))
+                           if t is not None})
+    before = consumers_ms[0] - 1 if consumers_ms else 0
+    steps = _SubscriptionSteps(
+        tuple(sorted({t for sub in subscriptions for t in sub.registration_times()})),
+        np.asarray(fan_out_ms, dtype=np.int64),
+        np.asarray([0, *(_connected_subscriptions(subscriptions, t) for t in fan_out_ms)],
+                   dtype=np.int64),
+        tuple(consumers_ms),
+        tuple(_consumers_by_subscription(subscriptions, grace_ms, t)
+              for t in (before, *consumers_ms)))
+    steps.fan_out_ms.flags.writeable = steps.fan_out.flags.writeable = False
+    return steps
+
+
+def _consumers_by_subscription(subscriptions: Sequence[SubscriptionSpec], grace_ms: int,
+                               now_ms: int) -> dict[str, int]:
+    """:meth:`TopicController.consumers_by_subscription` of ``subscriptions``."""
+    return {
+        sub.name: sum(1 for c in sub.consumers if c.join_ms <= now_ms
+                      and ((end := session_end_ms(c.leave_ms, c.leave_how, grace_ms)) is None
+                           or now_ms < end))
+        for sub in subscriptions if sub.registers
+    }
+
+
+def _connected_subscriptions(subscriptions: Sequence[SubscriptionSpec], now_ms: int) -> int:
+    """:meth:`TopicController.connected_subscriptions` of ``subscriptions``."""
+    def connected(c: ConsumerSpec) -> bool:
+        return c.join_ms <= now_ms and (c.leave_ms is None or now_ms < c.leave_ms)
+
+    return sum(
+        sum(1 for c in sub.consumers if connected(c)) if not sub.grouped
+        else int(any(connected(c) for c in sub.consumers))
+        for sub in subscriptions)
+
+
 def segment_rows(layout: SegmentLayout) -> list[dict[str, Any]]:
     """One row per segment ever created (``segments`` table), with ``created_by`` derived from
     the DAG: no parent → initial; two parents → merge; one parent with the same range →
@@ -695,7 +839,9 @@ class _SpanLoad:
         # A constant fan-out (no join or leave within the span) needs the bytes' sums only.
         self.fan_out = int(fan_out[0]) if (fan_out == fan_out[0]).all() else None
         columns = [sizes] if self.fan_out is not None else [sizes, fan_out, sizes * fan_out]
-        self.cum = [np.concatenate([[0], np.cumsum(c)]) for c in columns]
+        self.cum: list[Any] = [np.concatenate([[0], np.cumsum(c)]) for c in columns]
+        if self.keys is None and len(sizes) <= _LIST_MAX:  # scalar look-ups: a list's are cheaper
+            self.cum = [c.tolist() for c in self.cum]
 
     def between(self, i: int, j: int) -> list[tuple[int, list[int]]]:
         """Per segment id (ascending) with messages in chunk positions ``[i, j)``: ``[messages,
@@ -716,6 +862,10 @@ class _SpanLoad:
             sums += [sums[0] * self.fan_out, sums[1] * self.fan_out]
         return [(sid, counts) for sid, *counts in zip(self.ids, *(x.tolist() for x in sums),
                                                       strict=True) if counts[0]]
+
+
+_NO_TIMES = np.empty(0, np.int64)
+_NO_TIMES.flags.writeable = False
 
 
 def _empty_routing() -> RoutedMessages:

@@ -156,6 +156,37 @@ class KeyStats:
     registers: npt.NDArray[np.uint8] | None = None
     closed: bool = False
 
+    def __getstate__(self) -> dict[str, Any]:
+        """The state with its int64 arrays in one buffer and its name arrays as lists (a
+        pickled NumPy array costs more than its few hundred bytes: thousands of topics' states
+        are pickled every window)."""
+        state = dict(self.__dict__)
+        ints = [state[a] for a in _INT_ARRAYS]
+        if not all(x is None or x.dtype == np.int64 for x in ints):
+            return state  # not packed (never made so by this module)
+        for a in _INT_ARRAYS:
+            del state[a]
+        state["_packed"] = (tuple(-1 if x is None else len(x) for x in ints),
+                            b"".join(x.tobytes() for x in ints if x is not None))
+        for a in _OBJ_ARRAYS:
+            state[a] = state[a].tolist()
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state.pop("_packed", None)
+        if packed is not None:
+            lens, buf = packed
+            flat = np.frombuffer(buf, dtype=np.int64)  # read-only: state arrays are replaced
+            at = 0
+            for a, n in zip(_INT_ARRAYS, lens, strict=True):
+                state[a] = None if n < 0 else flat[at:at + n]
+                at += max(n, 0)
+            for a in _OBJ_ARRAYS:
+                names = np.empty(len(state[a]), dtype=object)
+                names[:] = state[a]
+                state[a] = names
+        self.__dict__.update(state)
+
     def update(self, event_ms: I64, hash32: I64, payload_size: I64, keys: OBJ) -> None:
         """Add a chunk of messages in event-time order (after every earlier chunk):
         ``event_ms`` int64 emulated ms, ``hash32`` int64 (-1 = keyless), ``payload_size``
@@ -195,6 +226,13 @@ class KeyStats:
         return [{"key": self.peak_names[i], "hash32": int(self.peak_ids[i]),
                  "messages": int(counts[i]), "peak_messages": int(self.peak_counts[i]),
                  "peak_at_ms": int(self.peak_at[i])} for i in range(min(n, len(self.peak_ids)))]
+
+
+_INT_ARRAYS = ("ids", "counts", "p_ids", "p_counts", "peak_ids", "peak_counts", "peak_at",
+               "distinct")
+""":class:`KeyStats`' int64 arrays (``distinct`` may be ``None``), packed when pickled."""
+_OBJ_ARRAYS = ("names", "p_names", "peak_names")
+""":class:`KeyStats`' object (key name) arrays, pickled as lists."""
 
 
 def update_many(stats: Sequence[KeyStats], bounds: I64, event_ms: I64, hash32: I64,

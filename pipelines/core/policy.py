@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from pipelines.core.layout import SegmentInfo, SegmentLayout
@@ -139,6 +140,11 @@ class AutoScaleConfig:
     def is_valid(self) -> bool:
         return not self.problems()
 
+    @cached_property
+    def valid(self) -> bool:
+        """:meth:`is_valid`, computed once per (frozen) config: every evaluation asks."""
+        return self.is_valid()
+
     @classmethod
     def resolve(cls, broker: AutoScaleConfig | None = None,
                 *overrides: Mapping[str, Any] | None) -> AutoScaleConfig:
@@ -250,7 +256,7 @@ def decide(
     """
     if not config.enabled:
         return NoAction(REASON_DISABLED)
-    if config.problems():
+    if not config.valid:
         return NoAction(REASON_INVALID_CONFIG)
 
     active = layout.active_segments  # ascending id
@@ -381,6 +387,8 @@ def _merge_candidate(layout: SegmentLayout, load_by_segment: Mapping[int, Segmen
     """Step 3 of §4.3 without its step-level guards: the cold adjacent pair with the strictly
     smallest combined rate. Also returns the pair-level guards that rejected a cold pair."""
     active = list(layout.active_segments.values())
+    if len(active) < 2:  # no pair (most quiet topics): nothing to merge, nothing suppressed
+        return None, []
     total_cap = sum(s.bucket_count for s in active)
     used = min(consumers, total_cap)
     thresholds = config.merge_thresholds

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -43,6 +43,8 @@ from pipelines.core.batching import (
     reroutes,
 )
 from pipelines.core.controller import (
+    SAMPLE_COLUMNS,
+    SAMPLE_DTYPE,
     ConsumerSpec,
     ControllerSettings,
     SubscriptionSpec,
@@ -136,6 +138,17 @@ class StageSettings:
             stats_anchor_ms=self.first_event_ms,
             rate_change_threshold=r.load_report_rate_change_threshold,
             consumer_grace_ms=CONSUMER_SESSION_GRACE_MS)
+
+    def controller_settings_for(self, topics: Iterable[str]) -> dict[str, ControllerSettings]:
+        """:meth:`controller_settings` of each of ``topics`` (topic → settings), one object per
+        distinct policy (``ReplayConfig.policies_for``): thousands of topics share a few."""
+        made: dict[int, ControllerSettings] = {}
+        out = {}
+        for topic, policy in self.config.policies_for(topics).items():
+            if id(policy) not in made:
+                made[id(policy)] = self.controller_settings(topic)
+            out[topic] = made[id(policy)]
+        return out
 
     def batching(self) -> BatchingConfig:
         b = self.config.batching_config()
@@ -244,12 +257,15 @@ class ControlResult:
     key_profiles: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-def new_controller(topic: str, blob: bytes | None, settings: StageSettings) -> TopicController:
-    """The topic's controller: unpickled from ``blob``, or a fresh one."""
+def new_controller(topic: str, blob: bytes | None, settings: StageSettings,
+                   controller_settings: ControllerSettings | None = None) -> TopicController:
+    """The topic's controller: unpickled from ``blob``, or a fresh one (with
+    ``controller_settings``, else ``settings.controller_settings(topic)``)."""
     if blob is not None:
         ctl: TopicController = pickle.loads(blob)
         return ctl
-    return TopicController(topic, settings.controller_settings(topic), settings.subscriptions)
+    return TopicController(topic, controller_settings or settings.controller_settings(topic),
+                           settings.subscriptions)
 
 
 def control_group(topic: str, pdf: pd.DataFrame, blob: bytes | None, settings: StageSettings,
@@ -308,7 +324,7 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     if (code < 0).any():
         raise ValueError("messages of a topic not given a controller state")
     keyed = pdf.assign(_topic=code, _seq_sort=pdf["sequence_id"].fillna(-1))
-    order = stable_order(keyed, ["_topic", *SORT_KEYS], TIE_KEYS)
+    order = ties_ranked_apart(keyed, ["_topic", *SORT_KEYS], TIE_KEYS)
     pdf = pdf.take(order).reset_index(drop=True)
     bounds = np.searchsorted(code[order], np.arange(len(topics) + 1))
     event = pdf["event_ms"].to_numpy(np.int64)
@@ -322,8 +338,9 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     bucket_index = np.zeros(n, dtype=np.int32)
     layout_epoch = np.zeros(n, dtype=np.int64)
     controllers = {}
+    fresh = settings.controller_settings_for([t for t in topics if blobs[t] is None])
     for i, topic in enumerate(topics):
-        ctl = new_controller(topic, blobs[topic], settings)
+        ctl = new_controller(topic, blobs[topic], settings, fresh.get(topic))
         lo, hi = int(bounds[i]), int(bounds[i + 1])
         if hi > lo or horizon_ms is not None:
             until = horizon_ms if horizon_ms is not None else int(event[lo:hi].max()) + 1
@@ -343,6 +360,31 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     routed_pdf = pdf.assign(segment_id=segment_id, bucket_index=bucket_index,
                             layout_epoch=layout_epoch)
     return routed_pdf, controllers
+
+
+def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -> npt.NDArray[Any]:
+    """:func:`stable_order` ``(pdf, keys, then)`` with the ``then`` keys ranked and sorted only
+    among the rows that tie on ``keys``, run by run (a window of thousands of quiet topics has
+    a few such rows: sorting all of them again on every key cost a tenth of the control
+    plane). The rows of a run are in input order after the sort on ``keys`` (a stable sort),
+    and ranking a subset orders its values as ranking them all does, so the order is
+    :func:`stable_order`'s (a test compares)."""
+    if not keys:  # every row ties
+        return stable_order(pdf, keys, then)
+    cols = [_sort_codes(pdf[k]) for k in keys]
+    order: npt.NDArray[Any] = np.lexsort(cols[::-1])
+    if not then or len(order) < 2:
+        return order
+    ranked = [c[order] for c in cols]
+    same = np.logical_and.reduce([_equal(c[1:], c[:-1]) for c in ranked])  # ties the previous
+    if not same.any():
+        return order
+    tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])  # sorted positions
+    run = np.cumsum(np.r_[True, ~same])[tied]
+    sub = pdf.take(order[tied])
+    inner = np.lexsort([*[_sort_codes(sub[k]) for k in then][::-1], run])
+    order[tied] = order[tied][inner]
+    return order
 
 
 TOP_KEYS = 10
@@ -423,20 +465,28 @@ def control_outputs(controllers: Mapping[str, TopicController],
     time, i.e. emulated ms × ``speed``), ``key_profiles``: a :func:`key_profile_row` per topic
     whose input has ended (its key statistics closed); topics in name order."""
     decisions, samples, segments, profiles = [], [], [], []
+    sample_topics: list[str] = []
     for topic, ctl in sorted(controllers.items()):
         ks = ctl.key_stats
         if ks is not None and ks.closed:
             profiles.append(key_profile_row(topic, ks, speed))
-        d, s = ctl.take_outputs()
+        d, s = ctl.take_rows()
         decisions += [{"topic": topic, **r} for r in d]
-        samples += [{"topic": topic, **r} for r in s]
+        if s:  # tuples, the topic as a column of its own (a dict per row cost more)
+            samples += s
+            sample_topics += [topic] * len(s)
         if ctl.layout is not None:
             segments += [{"topic": topic, **r} for r in segment_rows(ctl.layout)]
+    sample_frame = pd.DataFrame()
+    if samples:  # by a structured array: a third of pandas' inference from tuples
+        rows = np.array(samples, dtype=SAMPLE_DTYPE)
+        sample_frame = pd.DataFrame({"topic": sample_topics,
+                                     **{c: rows[c] for c in SAMPLE_COLUMNS}})
     return ControlResult(
         states={t: pickle.dumps(c) for t, c in controllers.items()} if keep_state else {},
         layouts={t: c.layout for t, c in controllers.items() if c.layout is not None},
         decisions=_times(pd.DataFrame(decisions), speed, {"eval_time_ms": "eval_time"}),
-        samples=_times(pd.DataFrame(samples), speed,
+        samples=_times(sample_frame, speed,
                        {"sample_time_ms": "sample_time", "modified_at_ms": "modified_at"}),
         segments=_times(pd.DataFrame(segments), speed,
                         {"created_at_ms": "created_at", "sealed_at_ms": "sealed_at"}),

@@ -52,7 +52,9 @@ consumers' ``leave_how`` (issue #29); a dispatcher keeps its last emitted window
 ``consumer_load`` / ``subscription_stats``, issue #30). 4: a topic's ``KeyStats`` makes its
 HyperLogLog registers only once its distinct keys outgrow the exact set (``None`` before). 5: a
 ``SubscriptionDispatcher`` pickles its consumers, counters and last window rows as plain values
-(its ``__getstate__``)."""
+(its ``__getstate__``); a ``TopicController``'s subscription step functions are not pickled
+(rebuilt, shared, on load); a ``KeyStats`` pickles its int64 arrays as one buffer and its key
+names as lists."""
 
 
 ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string()),

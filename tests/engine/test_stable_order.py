@@ -8,7 +8,7 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.engine.stages import _sorted, stable_order
+from pipelines.engine.stages import _sorted, stable_order, ties_ranked_apart
 from tests.conftest import examples
 
 rows = st.lists(
@@ -89,3 +89,15 @@ def test_replay_order_does_not_depend_on_the_input_order(rows: list[tuple], rnd)
     shuffled = list(rows)
     rnd.shuffle(shuffled)
     pd.testing.assert_frame_equal(_sorted(_messages(rows)), _sorted(_messages(shuffled)))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(rows, st.permutations(["event_ms", "producer_name", "seq"]), st.integers(0, 3))
+def test_ties_ranked_apart_equals_stable_order_with_tie_keys(data: list[tuple], keys: list[str],
+                                                            n_keys: int) -> None:
+    """The control plane's sort (tie keys ranked only among tied rows) gives stable_order's
+    order, whatever the keys, ties and nulls."""
+    pdf = _frame(data)
+    keys, then = keys[:n_keys], ["publish_time", "key"]
+    assert ties_ranked_apart(pdf, keys, then).tolist() == stable_order(pdf, keys, then).tolist()
+    assert ties_ranked_apart(pdf, keys, []).tolist() == stable_order(pdf, keys).tolist()
