@@ -983,6 +983,8 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
              else [c for c in changes if c < horizon_ms])
     until = (horizon_ms - 1 if horizon_ms is not None  # not final: advanced up to it
              else max([seen, *changes, *times[-1:].tolist()]))  # (times do not decrease)
+    bound = horizon_ms if final else until
+    complete = not len(times) or bound is None or int(times[-1]) <= bound
     outs = []
     for d in disp:
         start = 0
@@ -991,9 +993,11 @@ def _run_dispatchers(disp: Sequence[Any], seen: int, layout: SegmentLayout,
             _feed(d, cols, start, stop)
             d.on_layout(t, layout_as_of(layout, t))
             start = stop
-        # the last entries: nothing later at their instant (advanced or finished next), so
-        # the dispatcher may take that instant in bulk too
-        _feed(d, cols, start, len(times), complete=True)
+        # the last entries: nothing later at their instant when the dispatcher is advanced
+        # (or finished) past it next, so it may take that instant in bulk too. An entry
+        # published after the horizon (a batch flushed after it) is not: a later window may
+        # hold entries at its instant.
+        _feed(d, cols, start, len(times), complete=complete)
         if final:
             d.finish(horizon_ms)
         else:

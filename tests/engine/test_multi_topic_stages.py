@@ -225,3 +225,28 @@ def test_the_final_window_makes_no_state_and_the_same_rows() -> None:
     assert set(dispatched[0][1]) == set(topics) and dispatched[1][1] == {}
     for kind, frame in dispatched[0][0].items():
         pd.testing.assert_frame_equal(dispatched[1][0][kind], frame)
+
+
+def test_an_entry_published_after_the_window_horizon_is_dispatched_as_in_one_window() -> None:
+    """A batch flushed after its window's horizon (within max_publish_delay) is an entry
+    published after it: the window's dispatchers are advanced to the horizon only (taking its
+    instant in bulk raised "advance_to goes back before the horizon" when they were advanced to
+    the horizon next), and the two windows dispatch every entry as one window does."""
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    hi = START_MS + 60_000
+    rows = _window_rows(_messages(), None, hi)
+    topics = sorted(set(rows["topic"].astype(object)))
+    routed, controllers = stages.control_topics(rows, dict.fromkeys(topics), settings, hi, False)
+    layouts = {t: c.layout for t, c in controllers.items()}
+    _, ent, _ = stages.batch_topics(routed, dict.fromkeys(topics), settings.batching(), layouts,
+                                    hi, False)
+    ent = stages.entry_frame(None, ent, settings.speed)
+    quiet = ent[ent["topic"] == "b-quiet"].reset_index(drop=True)
+    assert quiet["emu_publish_ms"].iloc[-1] < hi
+    quiet.loc[len(quiet) - 1, "emu_publish_ms"] = hi + 100  # flushed after the horizon
+    layout = {"b-quiet": layouts["b-quiet"]}
+    first, blobs = stages.dispatch_topics(quiet, {"b-quiet": None}, settings, layout, hi, False)
+    last, _ = stages.dispatch_topics(quiet.iloc[:0], blobs, settings, layout, None, True)
+    whole, _ = stages.dispatch_topics(quiet, {"b-quiet": None}, settings, layout, None, True)
+    two = pd.concat([first["dispatch"], last["dispatch"]], ignore_index=True)
+    pd.testing.assert_frame_equal(two, whole["dispatch"], check_dtype=False)
