@@ -1095,11 +1095,11 @@ class SubscriptionDispatcher:
             slice(None) if m == 1 or bool((times[1:] != times[:-1]).all())
             else np.lexsort((np.arange(m), owner, times)))
         # The event loop closes a window at the first step past its end, after the deliveries
-        # of the window: book every window's per-consumer totals (one bincount over (window,
-        # owner) pairs), then close the windows before the last instant's at once. Closing a
-        # window reads only its own bookings and state the span does not change, and each
-        # window with entries is booked, so the windows closed and their rows are those of a
-        # close at each window's first instant.
+        # of the window: every window's per-consumer totals come from one bincount over
+        # (window, owner) pairs, booked window by window after closing the windows before it.
+        # Closing a window reads only its own bookings and state the span does not change, and
+        # each window with entries is booked, so the windows closed and their rows are those
+        # of a close at each window's first instant.
         w, k = self.window_ms, len(names)
         starts = times - times % w
         if starts[0] == starts[-1]:  # one window (a quiet topic's usual span)
@@ -1110,8 +1110,14 @@ class SubscriptionDispatcher:
             window_starts = starts[np.concatenate(([True], change))].tolist()
         msgs = np.bincount(slot, weights=nmsg)
         size = np.bincount(slot, weights=nbytes)
-        for j in np.flatnonzero(np.bincount(slot)).tolist():
+        booked = None
+        for j in np.flatnonzero(np.bincount(slot)).tolist():  # windows in time order
             ws = window_starts[j // k]
+            if ws != booked:  # the windows before it first, as the event loop closes them:
+                # a window closed reads the earliest window booked (_next_window), which must
+                # not scan every later window of a long span (quadratic in its windows)
+                self._close_windows_upto(ws)
+                booked = ws
             c = self._consumers[names[j % k]]
             c.win_msgs[ws] = c.win_msgs.get(ws, 0) + int(msgs[j])
             c.win_bytes[ws] = c.win_bytes.get(ws, 0) + int(size[j])
