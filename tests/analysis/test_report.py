@@ -116,23 +116,25 @@ def test_report_png_dir_holds_every_figure_of_the_page_as_png(output, tmp_path):
     assert struct.unpack(">II", layout[16:24]) == (figures.PNG_WIDTH, 560)
 
 
-def test_report_png_dir_without_a_browser_fails_before_writing_the_page(output, tmp_path,
-                                                                       monkeypatch):
-    def no_browser(*args, **kwargs):
+@pytest.fixture
+def no_browser(monkeypatch):
+    """kaleido as on a machine without Chrome or Chromium."""
+    def missing(*args, **kwargs):
         raise figures.ChromeNotFoundError("no chrome")
 
-    monkeypatch.setattr(figures.pio, "write_images", no_browser)
+    monkeypatch.setattr(figures.pio, "write_images", missing)
+
+
+@pytest.mark.usefixtures("no_browser")
+def test_report_png_dir_without_a_browser_fails_before_writing_the_page(output, tmp_path):
     with pytest.raises(PageError, match="--png-dir needs Chrome or Chromium"):
         write_report(str(output), [RUN], tmp_path / "r.html", png_dir=tmp_path / "png")
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.usefixtures("no_browser")
 def test_report_cli_without_a_browser_for_png_exits_2_with_one_sentence(output, tmp_path,
-                                                                        monkeypatch, capsys):
-    def no_browser(*args, **kwargs):
-        raise figures.ChromeNotFoundError("no chrome")
-
-    monkeypatch.setattr(figures.pio, "write_images", no_browser)
+                                                                        capsys):
     argv = ["report", "--output", str(output), "--html", str(tmp_path / "r.html"),
             "--png-dir", str(tmp_path / "png")]
     assert main(argv) == 2
