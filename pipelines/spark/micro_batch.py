@@ -36,7 +36,7 @@ from pipelines.spark.ingest import (
     salvage_files,
 )
 from pipelines.spark.replay_state import ReplayState
-from pipelines.spark.staging_pass import stage_batch
+from pipelines.spark.staging_pass import stage_batch, stage_files
 from pipelines.storage import fs as storage
 from pipelines.storage.commits import TableCommits
 from pipelines.storage.faults import fault
@@ -110,8 +110,26 @@ class MicroBatchIngest:
         ``fields``: the mapped records' metrics (``pipelines.spark.ingest.map_records``)."""
         plan = StagingPlan(self.input_spec, state.horizon_ms, state.finalized,
                            self.pseudonymize, self.topic_bins)
-        stage_batch(map_records(raw, self.input_spec, fields), self.staging, batch_id,
-                    plan, lambda v: self._write_quarantine(v, batch_id, bad_files))
+        records = map_records(raw, self.input_spec, fields)
+
+        def take(verdicts: DataFrame) -> None:
+            self._write_quarantine(verdicts, batch_id, bad_files)
+
+        if bad_files is None and self._stage_files(raw, records, batch_id, plan, take):
+            return
+        stage_batch(records, self.staging, batch_id, plan, take)
+
+    def _stage_files(self, raw: DataFrame, records: DataFrame, batch_id: int,
+                     plan: StagingPlan, take: Callable[[DataFrame], None]) -> bool:
+        """A Parquet micro-batch staged from its files, read by the tasks themselves
+        (``pipelines.spark.staging_pass.stage_files``; its files from the query's source log);
+        ``False`` when it was not (another format, a mapping Spark SQL evaluates, a file it
+        does not read): then Spark's reader ships the rows."""
+        if self.input_spec.format != "parquet" or "record" not in raw.columns:
+            return False
+        files = micro_batch_files(self.spark, self.checkpoint, batch_id)
+        names = list(raw.schema["record"].dataType.names)  # type: ignore[attr-defined]
+        return stage_files(records, files, names, self.staging, batch_id, plan, take)
 
     def _check_fields(self, parsed: Observation, batch_id: int, state: ReplayState) -> None:
         """JSON only, on the first micro-batch with records: each mapped field of

@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.contract.presets import InputSpec, get_preset
 from pipelines.engine.local import read_local
 from pipelines.spark.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
-from pipelines.spark.staging_pass import stage_batch
+from pipelines.spark.staging_pass import stage_batch, stage_files
 from pipelines.storage.staging import (
     MISPLACED_MARK,
     StagingPlan,
@@ -24,6 +26,7 @@ from pipelines.storage.staging import (
 pytestmark = pytest.mark.spark
 
 T0 = 1_704_067_200_000  # 2024-01-01T00:00:00Z, epoch ms
+TS = pa.timestamp("us", tz="UTC")
 RETAIL_HEADER = "InvoiceNo,StockCode,Description,Quantity,InvoiceDate,UnitPrice,CustomerID,Country"
 
 
@@ -123,3 +126,65 @@ def test_a_wrong_minute_hint_makes_the_pass_spread_again_in_one_task(spark, tmp_
     assert passes == 2
     assert not (tmp_path / "staging" / "batch_id=0" / MISPLACED_MARK).exists()
     assert _staged(tmp_path / "staging") == _local(path, spec)
+
+
+def _parquet(tmp_path: Path, name: str, **columns) -> Path:
+    base = {"topic": ["t", None, "u", "t"], "key": ["k1", "k2", None, "k4"],
+            "publish_time": pa.array([T0 * 1000 + i for i in range(4)], TS),
+            "payload_size": pa.array([1, 2, 3, -4], pa.int64())}
+    path = tmp_path / "in" / name
+    path.parent.mkdir(exist_ok=True)
+    pq.write_table(pa.table({**base, **columns}), path)
+    return path
+
+
+def _stage_both(spark, tmp_path: Path) -> tuple[bool, list[tuple], list[tuple]]:
+    """The input folder staged from its files by the tasks (``stage_files``) and, apart, from
+    the rows Spark ships (``stage_batch``): whether the tasks read the files, and each
+    way's quarantined rows and staged messages."""
+    spec = get_preset("contract", format="parquet")
+    raw = read_raw_batch(spark, str(tmp_path / "in"), "parquet")
+    files = sorted(r[0] for r in raw.select("source_file").distinct().collect())
+    names = list(raw.schema["record"].dataType.names)
+    out = []
+    taken: list[list[tuple]] = []
+
+    def take(verdicts) -> None:
+        taken.append(sorted(tuple(r) for r in quarantine_rows(verdicts, spec).collect()))
+
+    for way in ("files", "rows"):
+        staging = tmp_path / way
+        if way == "files":
+            direct = stage_files(map_records(raw, spec), files, names, str(staging), 0,
+                                 StagingPlan(spec), take)
+        else:
+            stage_batch(map_records(raw, spec), str(staging), 0, StagingPlan(spec), take)
+        staged = [tuple(str(v) for v in row) for topic in staged_batch_stats(str(staging), 0)
+                  for row in read_staged(str(staging), topic, None, None).itertuples(index=False)]
+        out.append((taken[-1], sorted(staged)))
+    return direct, out[0], out[1]
+
+
+def test_parquet_files_read_by_the_tasks_stage_and_quarantine_what_spark_rows_do(spark,
+                                                                                  tmp_path):
+    _parquet(tmp_path, "a.parquet")
+    _parquet(tmp_path, "b c.parquet", key=["x", "y", "z", None])
+
+    direct, (files_q, files_m), (rows_q, rows_m) = _stage_both(spark, tmp_path)
+
+    assert direct
+    assert files_q == rows_q and len(files_q) == 4  # a missing topic, a negative size, twice
+    assert files_m == rows_m and len(files_m) == 4
+
+
+def test_a_parquet_file_the_tasks_do_not_read_is_left_to_spark(spark, tmp_path):
+    _parquet(tmp_path, "a.parquet")
+    _parquet(tmp_path, "b.parquet", topic=pa.array([b"t\xff", b"t", b"t", b"t"],
+                                                   pa.binary()).cast(pa.string(), safe=False))
+
+    direct, _, (rows_q, rows_m) = _stage_both(spark, tmp_path)
+
+    assert not direct  # the invalid UTF-8 in b.parquet's topic: Spark's reader flags it
+    assert sorted(r[2] for r in rows_q) == ["invalid_utf8", "missing_topic",
+                                            "negative_payload_size", "negative_payload_size"]
+    assert len(rows_m) == 4
