@@ -70,6 +70,7 @@ def direct_columns(schema: pa.Schema, spec: Any, names: Sequence[str]) -> Direct
     fields = [f for f in names if row_field(f) in schema.names]
     made = {SOURCE_FILE, INVALID_UTF8_FLAG, MALFORMED_FLAG, *(row_field(f) for f in fields)}
     file_path = []
+    folded = {n.lower() for n in names}
     for column in schema.names:
         if column in made:
             continue
@@ -77,9 +78,9 @@ def direct_columns(schema: pa.Schema, spec: Any, names: Sequence[str]) -> Direct
         if column != mapped_name(contract):
             return None  # raw_record, o_<i>, minute_hint: Spark's work
         value = spec.columns.get(contract)
-        if value is None or (is_identifier(value) and value not in names
+        if value is None or (is_identifier(value) and value.lower() not in folded
                              and value not in ("source_file", "raw_record")):
-            continue  # null: mapped to nothing, or to a field no file has
+            continue  # null: mapped to nothing, or to a field no file has in any case
         if value == "source_file" and "source_file" not in names:
             file_path.append(column)
             continue

@@ -107,6 +107,8 @@ def test_a_cut_short_file_is_refused(tmp_path):
     ({"columns": {**SPEC.columns, "producer_name": "source_file"}}, True),
     ({"columns": {**SPEC.columns, "producer_name": "concat(topic, '-p')"}}, False),
     ({"columns": {**SPEC.columns, "producer_name": "raw_record"}}, False),
+    ({"columns": {**SPEC.columns, "producer_name": "no_such_field"}}, True),
+    ({"columns": {**SPEC.columns, "producer_name": "TOPIC"}}, False),  # Spark's case rules
 ])
 def test_only_a_mapping_spark_sql_has_nothing_to_evaluate_is_read_directly(changes, direct):
     plan = direct_columns(RECORDS, SPEC.replace(**changes), FIELDS)
