@@ -21,10 +21,13 @@ from pipelines.spark.session import is_connect
 from pipelines.spark.udfs import verdict_type
 from pipelines.storage.fs import arrow_filesystem
 from pipelines.storage.parquet_input import (
+    SPLIT_BYTES,
     DirectColumns,
     DirectReadRefused,
+    FilePart,
     direct_columns,
     file_groups,
+    file_parts,
     input_file,
     read_records,
 )
@@ -44,10 +47,10 @@ def _staging_task(plan: StagingPlan, folder: str, check_minutes: bool
 
 
 def _files_task(plan: StagingPlan, folder: str, columns: DirectColumns,
-                groups: list[list[str]]
+                groups: list[list[FilePart]]
                 ) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The ``mapInArrow`` function of :func:`stage_files`: each input row (``id``) is a group
-    of files this task reads and stages; a file it does not read leaves :data:`REFUSED_MARK`
+    of file parts this task reads and stages; a file it does not read leaves :data:`REFUSED_MARK`
     (the driver then gives the micro-batch to Spark's reader)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -55,7 +58,7 @@ def _files_task(plan: StagingPlan, folder: str, columns: DirectColumns,
         assert context is not None  # a Spark task's function
         for batch in batches:
             for g in batch.column(0).to_pylist():
-                records = (r for path in groups[g] for r in read_records(path, columns))
+                records = (r for part in groups[g] for r in read_records(part, columns))
                 try:
                     yield from stage_partition(records, plan, folder, context.partitionId())
                 except DirectReadRefused as exc:
@@ -71,13 +74,14 @@ not read one of its files itself (its text: why)."""
 
 
 def stage_files(records: Any, files: Sequence[str], names: Sequence[str], staging: str,
-                batch_id: int, plan: StagingPlan,
-                take_verdicts: Callable[[Any], None]) -> bool:
+                batch_id: int, plan: StagingPlan, take_verdicts: Callable[[Any], None],
+                split_bytes: int = SPLIT_BYTES) -> bool:
     """:func:`stage_batch` of a Parquet micro-batch from its ``files`` (paths as
     ``_metadata.file_path`` spells them), read by the tasks themselves: ``records`` is the
     micro-batch's mapped-records DataFrame (only its schema is used), ``names`` the Parquet
     row's fields. A task per group of files (:func:`file_groups`: as many as Spark runs at
-    once, by bytes). Returns ``False``, having staged nothing that stays, when the files
+    once, by bytes), a file larger than ``split_bytes`` split between tasks by row groups
+    (:func:`file_parts`). Returns ``False``, having staged nothing that stays, when the files
     cannot be read this way (``direct_columns`` or a task refused: the caller runs
     :func:`stage_batch`); ``take_verdicts`` then got a DataFrame whose rows must be
     replaced."""
@@ -87,7 +91,9 @@ def stage_files(records: Any, files: Sequence[str], names: Sequence[str], stagin
     spark = records.sparkSession
     tasks = (int(spark.conf.get("spark.sql.shuffle.partitions")) if is_connect(spark)
              else spark.sparkContext.defaultParallelism)
-    groups = file_groups(files, _sizes(files), tasks)
+    parts = [(part, size // len(split)) for path, size in zip(files, _sizes(files), strict=True)
+             for split in [file_parts(path, size, split_bytes)] for part in split]
+    groups = file_groups([p for p, _ in parts], [n for _, n in parts], tasks)
     folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
     _fresh_folder(folder)
     ids = spark.range(0, len(groups), 1, len(groups))

@@ -7,7 +7,8 @@ the 24–26 s ingest (a ``mapInArrow`` that only counts the rows of the bench's 
 12.1–13.7 s; Spark's own count 1.2 s), where pyarrow reads the same files in about a second.
 So, for a Parquet input whose mapping Spark SQL has nothing to evaluate (:func:`direct_columns`),
 the staging pass is given the files, not the rows: Spark still schedules the tasks (a task per
-group of files, :func:`file_groups`), and each task reads its files here (:func:`read_records`).
+group of files, :func:`file_groups`; a large file split by row groups, :func:`file_parts`), and
+each task reads its parts here (:func:`read_records`).
 
 What the records must equal, column by column (the Arrow schema of Spark's mapped records,
 computed on the driver): ``source_file`` the file's path as Spark's ``_metadata.file_path``
@@ -89,15 +90,58 @@ def direct_columns(schema: pa.Schema, spec: Any, names: Sequence[str]) -> Direct
     return DirectColumns(nullable, tuple(fields), tuple(file_path))
 
 
-def read_records(path: str, plan: DirectColumns) -> Iterator[pa.RecordBatch]:
-    """A Parquet input file (``path`` as Spark's ``_metadata.file_path`` spells it:
-    ``file:/…`` percent-encoded, or an object-store URL) as mapped records of ``plan.schema``
-    in batches of at most :data:`READ_BATCH_ROWS` rows, in file order.
+SPLIT_BYTES = 128 * 1024 * 1024
+"""A file larger than this is read by several tasks, a run of whole row groups of about this
+many bytes each (:func:`file_parts`), as Spark's reader splits it
+(``spark.sql.files.maxPartitionBytes``' default)."""
+
+
+@dataclass(frozen=True, order=True)
+class FilePart:
+    """What one task reads of an input file: ``path`` as Spark spells it, and its
+    ``row_groups`` (indices, ascending; empty: the whole file)."""
+
+    path: str
+    row_groups: tuple[int, ...] = ()
+
+
+def file_parts(path: str, size: int, split_bytes: int = SPLIT_BYTES) -> list[FilePart]:
+    """``path`` (of ``size`` bytes) as the parts tasks read: the whole file when it is not
+    larger than ``split_bytes``, else runs of consecutive row groups of at least
+    ``split_bytes`` compressed bytes each (the last one smaller), from its footer. A footer
+    that cannot be read leaves the file whole (its task finds out why)."""
+    if size <= split_bytes:
+        return [FilePart(path)]
+    try:
+        fs, local = input_file(path)
+        with fs.open_input_file(local) as f:
+            meta = pq.ParquetFile(f).metadata
+    except (OSError, pa.ArrowException):
+        return [FilePart(path)]
+    parts, run, run_bytes = [], [], 0
+    for i in range(meta.num_row_groups):
+        group = meta.row_group(i)
+        run.append(i)
+        run_bytes += sum(group.column(c).total_compressed_size for c in range(group.num_columns))
+        if run_bytes >= split_bytes:
+            parts.append(FilePart(path, tuple(run)))
+            run, run_bytes = [], 0
+    if run or not parts:
+        parts.append(FilePart(path, tuple(run)))
+    return parts if len(parts) > 1 else [FilePart(path)]
+
+
+def read_records(part: FilePart, plan: DirectColumns) -> Iterator[pa.RecordBatch]:
+    """A part of a Parquet input file (its path as Spark's ``_metadata.file_path`` spells it:
+    ``file:/…`` percent-encoded, or an object-store URL; its row groups, or all) as mapped
+    records of ``plan.schema`` in batches of at most :data:`READ_BATCH_ROWS` rows, in file
+    order.
 
     A zero-byte file has no records (Spark's scan makes no split of it). Raises
     :class:`DirectReadRefused` when the file cannot be read by pyarrow or is not what Spark
     would read the same way (a field of another type, a field only in another case, invalid
     UTF-8)."""
+    path = part.path
     try:
         fs, local = input_file(path)
         if fs.get_file_info(local).size == 0:
@@ -108,6 +152,7 @@ def read_records(path: str, plan: DirectColumns) -> Iterator[pa.RecordBatch]:
             _check_fields(file_schema, plan)
             present = [n for n in plan.fields if n in file_schema.names]
             for batch in pf.iter_batches(batch_size=READ_BATCH_ROWS, columns=present,
+                                         row_groups=list(part.row_groups) or None,
                                          use_threads=False):
                 yield _records(batch, path, plan)
     except DirectReadRefused:
@@ -168,15 +213,16 @@ def _records(batch: pa.RecordBatch, path: str, plan: DirectColumns) -> pa.Record
         schema=plan.schema)
 
 
-def file_groups(files: Sequence[str], sizes: Sequence[int], tasks: int) -> list[list[str]]:
-    """``files`` (with their ``sizes`` in bytes) spread over at most ``tasks`` groups, largest
-    first to the group with the fewest bytes (ties: the lower group), each group in path order;
-    the same groups for the same files, whatever order they are given in. Empty groups are
-    dropped."""
-    groups: list[list[str]] = [[] for _ in range(max(1, min(tasks, len(files))))]
+def file_groups(parts: Sequence[FilePart], sizes: Sequence[int],
+                tasks: int) -> list[list[FilePart]]:
+    """``parts`` (with their ``sizes`` in bytes) spread over at most ``tasks`` groups, largest
+    first to the group with the fewest bytes (ties: the lower group), each group in path and
+    row-group order; the same groups for the same parts, whatever order they are given in.
+    Empty groups are dropped."""
+    groups: list[list[FilePart]] = [[] for _ in range(max(1, min(tasks, len(parts))))]
     load = [0] * len(groups)
-    for size, path in sorted(zip(sizes, files, strict=True), key=lambda p: (-p[0], p[1])):
+    for size, part in sorted(zip(sizes, parts, strict=True), key=lambda p: (-p[0], p[1])):
         g = min(range(len(groups)), key=lambda i: (load[i], i))
-        groups[g].append(path)
+        groups[g].append(part)
         load[g] += size
     return [sorted(g) for g in groups if g]

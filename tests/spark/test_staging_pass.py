@@ -16,6 +16,7 @@ from pipelines.contract.presets import InputSpec, get_preset
 from pipelines.engine.local import read_local
 from pipelines.spark.ingest import map_records, quarantine_rows, read_raw_batch, resolve_input_spec
 from pipelines.spark.staging_pass import stage_batch, stage_files
+from pipelines.storage.parquet_input import SPLIT_BYTES
 from pipelines.storage.staging import (
     MISPLACED_MARK,
     StagingPlan,
@@ -138,7 +139,8 @@ def _parquet(tmp_path: Path, name: str, **columns) -> Path:
     return path
 
 
-def _stage_both(spark, tmp_path: Path) -> tuple[bool, list[tuple], list[tuple]]:
+def _stage_both(spark, tmp_path: Path, split_bytes: int = SPLIT_BYTES
+                ) -> tuple[bool, list[tuple], list[tuple]]:
     """The input folder staged from its files by the tasks (``stage_files``) and, apart, from
     the rows Spark ships (``stage_batch``): whether the tasks read the files, and each
     way's quarantined rows and staged messages."""
@@ -156,7 +158,7 @@ def _stage_both(spark, tmp_path: Path) -> tuple[bool, list[tuple], list[tuple]]:
         staging = tmp_path / way
         if way == "files":
             direct = stage_files(map_records(raw, spec), files, names, str(staging), 0,
-                                 StagingPlan(spec), take)
+                                 StagingPlan(spec), take, split_bytes)
         else:
             stage_batch(map_records(raw, spec), str(staging), 0, StagingPlan(spec), take)
         staged = [tuple(str(v) for v in row) for topic in staged_batch_stats(str(staging), 0)
@@ -188,3 +190,20 @@ def test_a_parquet_file_the_tasks_do_not_read_is_left_to_spark(spark, tmp_path):
     assert sorted(r[2] for r in rows_q) == ["invalid_utf8", "missing_topic",
                                             "negative_payload_size", "negative_payload_size"]
     assert len(rows_m) == 4
+
+
+def test_a_parquet_file_split_between_tasks_stages_what_it_stages_whole(spark, tmp_path):
+    path = tmp_path / "in" / "big.parquet"
+    path.parent.mkdir()
+    table = pa.table({"topic": ["t", "u", None, "t"] * 4,
+                      "key": [f"k{i}" for i in range(16)],
+                      "publish_time": pa.array([T0 * 1000 + i for i in range(16)], TS),
+                      "payload_size": pa.array([1, 2, 3, -4] * 4, pa.int64())})
+    pq.write_table(table, path, row_group_size=4)  # 4 row groups: 4 parts of split_bytes=1
+
+    direct, (files_q, files_m), (rows_q, rows_m) = _stage_both(spark, tmp_path, split_bytes=1)
+
+    assert direct
+    assert len(list((tmp_path / "files" / "batch_id=0").rglob("part-*.parquet"))) > 1
+    assert files_q == rows_q and len(files_q) == 8
+    assert files_m == rows_m and len(files_m) == 8

@@ -13,8 +13,10 @@ import pytest
 from pipelines.contract.presets import get_preset
 from pipelines.storage.parquet_input import (
     DirectReadRefused,
+    FilePart,
     direct_columns,
     file_groups,
+    file_parts,
     read_records,
 )
 
@@ -47,7 +49,7 @@ def _table(**columns) -> pa.Table:
 def _read(path: str) -> pa.Table:
     plan = direct_columns(RECORDS, SPEC, FIELDS)
     assert plan is not None
-    return pa.Table.from_batches(list(read_records(path, plan)), plan.schema)
+    return pa.Table.from_batches(list(read_records(FilePart(path), plan)), plan.schema)
 
 
 def test_records_carry_the_file_path_the_flags_and_the_row_fields(tmp_path):
@@ -122,7 +124,7 @@ def test_a_contract_column_mapped_to_source_file_holds_the_path(tmp_path):
     plan = direct_columns(RECORDS, spec, FIELDS)
     assert plan is not None
 
-    got = pa.Table.from_batches(list(read_records(path, plan)), plan.schema)
+    got = pa.Table.from_batches(list(read_records(FilePart(path), plan)), plan.schema)
 
     assert got.column("m_producer_name").to_pylist() == [path, path]
 
@@ -142,4 +144,31 @@ def test_text_formats_and_minute_spreading_are_spark_sql_work():
 ])
 def test_files_are_spread_over_the_tasks_by_bytes_whatever_their_order(files, sizes, tasks,
                                                                          groups):
-    assert file_groups(files, sizes, tasks) == groups
+    got = file_groups([FilePart(f) for f in files], sizes, tasks)
+
+    assert [[p.path for p in g] for g in got] == groups
+
+
+def _row_groups_file(tmp_path: Path, groups: int) -> tuple[str, int]:
+    path = tmp_path / "big.parquet"
+    table = _table(publish_time=pa.array([1_000 * i for i in range(2)], TS))
+    pq.write_table(pa.concat_tables([table] * groups), path, row_group_size=2)
+    return "file:" + str(path), path.stat().st_size
+
+
+def test_a_file_larger_than_the_split_is_read_in_runs_of_row_groups(tmp_path):
+    path, size = _row_groups_file(tmp_path, 5)
+
+    parts = file_parts(path, size, split_bytes=1)
+
+    assert parts == [FilePart(path, (i,)) for i in range(5)]
+    plan = direct_columns(RECORDS, SPEC, FIELDS)
+    assert plan is not None
+    pieces = [b for p in parts for b in read_records(p, plan)]
+    assert pa.Table.from_batches(pieces, plan.schema).equals(_read(path))
+
+
+def test_a_file_within_the_split_is_read_whole(tmp_path):
+    path, size = _row_groups_file(tmp_path, 5)
+
+    assert file_parts(path, size) == [FilePart(path)]
