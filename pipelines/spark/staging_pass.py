@@ -54,13 +54,11 @@ def _files_task(plan: StagingPlan, folder: str, columns: DirectColumns,
     (the driver then gives the micro-batch to Spark's reader)."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        context = TaskContext.get()
-        assert context is not None  # a Spark task's function
         for batch in batches:
-            for g in batch.column(0).to_pylist():
+            for g in batch.column(0).to_pylist():  # the group's files are part-<g>
                 records = (r for part in groups[g] for r in read_records(part, columns))
                 try:
-                    yield from stage_partition(records, plan, folder, context.partitionId())
+                    yield from stage_partition(records, plan, folder, g)
                 except DirectReadRefused as exc:
                     _mark(folder, REFUSED_MARK, str(exc))
                     return
