@@ -57,6 +57,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from pyspark.errors import AnalysisException
@@ -305,18 +306,20 @@ def salvage_files(
     fmt = normalize_format(fmt)
     record = raw_schema["record"].dataType if fmt == "parquet" else None
     assert record is None or isinstance(record, T.StructType)
+    # the log spells paths as URIs (a space is %20); Spark reads a path, so decode it to read
+    paths = {f: unquote(f) for f in files}
     errors: dict[str, str] = {}
     for f in files:
         try:
-            read_raw_batch(spark, [f], fmt, record_schema=record).count()
+            read_raw_batch(spark, [paths[f]], fmt, record_schema=record).count()
         except Exception as exc:  # any read failure of this one file
             errors[f] = _read_error(exc)
-    good = [f for f in files if f not in errors]
+    good = [paths[f] for f in files if f not in errors]
     frames = [read_raw_batch(spark, good, fmt, record_schema=record)] if good else []
     rows = []
     for f in sorted(errors):
         try:
-            salvaged = read_raw_batch(spark, [f], fmt, record_schema=record,
+            salvaged = read_raw_batch(spark, [paths[f]], fmt, record_schema=record,
                                       ignore_corrupt_files=True)
             n = salvaged.count()
         except Exception:  # it vanished (PATH_NOT_FOUND): nothing to salvage

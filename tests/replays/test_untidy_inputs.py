@@ -100,6 +100,12 @@ def _corrupt_parquet(d: Path) -> None:
     (d / "d_empty.parquet").write_bytes(b"")
 
 
+def _corrupt_parquet_beside_a_spaced_name(d: Path) -> None:
+    # the salvage reads each file again by the path the query logged (%20 for a space)
+    _parquet(d / "a good.parquet", 3)
+    (d / "c_garbage.parquet").write_bytes(b"not a parquet file at all")
+
+
 def _not_gzip(d: Path) -> None:
     (d / "a_good.json").write_bytes(_json(3))
     (d / "b_plain.json.gz").write_bytes(_json(2, start=10))  # named .gz, not compressed
@@ -117,6 +123,8 @@ READABLE = {  # case → (make the folder, format, accepted (exact, or (low, hig
                         {"b_corrupt.parquet": "unreadable_file",
                          "c_garbage.parquet": "unreadable_file"}, 1),
     "file_named_gz_not_gzip": (_not_gzip, "json", 3, {"b_plain.json.gz": "unreadable_file"}, 0),
+    "corrupt_parquet_beside_a_spaced_name": (_corrupt_parquet_beside_a_spaced_name, "parquet",
+                                             3, {"c_garbage.parquet": "unreadable_file"}, 0),
 }
 ENGINES = ["local", "spark"]
 
