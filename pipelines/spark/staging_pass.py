@@ -31,7 +31,13 @@ from pipelines.storage.parquet_input import (
     input_file,
     read_records,
 )
-from pipelines.storage.staging import MISPLACED_MARK, StagingPlan, stage_partition
+from pipelines.storage.staging import (
+    MISPLACED_MARK,
+    StagingPlan,
+    has_mark,
+    leave_mark,
+    stage_partition,
+)
 
 
 def _staging_task(plan: StagingPlan, folder: str, check_minutes: bool
@@ -60,7 +66,7 @@ def _files_task(plan: StagingPlan, folder: str, columns: DirectColumns,
                 try:
                     yield from stage_partition(records, plan, folder, g)
                 except DirectReadRefused as exc:
-                    _mark(folder, REFUSED_MARK, str(exc))
+                    leave_mark(folder, REFUSED_MARK, str(exc))
                     return
 
     return run
@@ -89,15 +95,19 @@ def stage_files(records: Any, files: Sequence[str], names: Sequence[str], stagin
     spark = records.sparkSession
     tasks = (int(spark.conf.get("spark.sql.shuffle.partitions")) if is_connect(spark)
              else spark.sparkContext.defaultParallelism)
-    parts = [(part, size // len(split)) for path, size in zip(files, _sizes(files), strict=True)
-             for split in [file_parts(path, size, split_bytes)] for part in split]
-    groups = file_groups([p for p, _ in parts], [n for _, n in parts], tasks)
+    parts: list[FilePart] = []
+    sizes: list[int] = []
+    for path, size in zip(files, _sizes(files), strict=True):
+        split = file_parts(path, size, split_bytes)
+        parts += split
+        sizes += [size // len(split)] * len(split)  # a part's share of its file's bytes
+    groups = file_groups(parts, sizes, tasks)
     folder = f"{staging.rstrip('/')}/batch_id={batch_id}"
     _fresh_folder(folder)
     ids = spark.range(0, len(groups), 1, len(groups))
     take_verdicts(ids.mapInArrow(_files_task(plan, folder, columns, groups),
                                  verdict_type(records)))
-    return not _marked(folder, REFUSED_MARK)
+    return not has_mark(folder, REFUSED_MARK)
 
 
 def _sizes(files: Sequence[str]) -> list[int]:
@@ -110,18 +120,6 @@ def _sizes(files: Sequence[str]) -> list[int]:
         except (OSError, pa.ArrowException, ValueError):
             out.append(0)
     return out
-
-
-def _mark(folder: str, mark: str, text: str) -> None:
-    fs, path = arrow_filesystem(folder)
-    fs.create_dir(path, recursive=True)
-    with fs.open_output_stream(f"{path}/{mark}") as out:
-        out.write(text.encode("utf-8"))
-
-
-def _marked(folder: str, mark: str) -> bool:
-    fs, path = arrow_filesystem(folder)
-    return bool(fs.get_file_info(f"{path}/{mark}").type != pafs.FileType.NotFound)
 
 
 def _fresh_folder(folder: str) -> None:
@@ -154,5 +152,5 @@ def stage_batch(records: Any, staging: str, batch_id: int, plan: StagingPlan,
         _fresh_folder(folder)
         take_verdicts(parts.mapInArrow(_staging_task(plan, folder, check),
                                        verdict_type(records)))
-        if not _marked(folder, MISPLACED_MARK):
+        if not has_mark(folder, MISPLACED_MARK):
             return

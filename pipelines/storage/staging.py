@@ -349,7 +349,7 @@ def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder
     writer = StagingWriter(folder, part, plan.pseudonymize, plan.bins)
     for records, verdict in ingest_batches(batches, plan.spec):
         if check_minutes and minutes_misplaced(records, verdict):
-            _mark_misplaced(folder)
+            leave_mark(folder, MISPLACED_MARK)
             return
         late = late_rows(verdict, plan.horizon_ms, plan.finalized)
         staged = verdict.accepted.filter(pa.array(~late)) if late.any() else verdict.accepted
@@ -360,7 +360,17 @@ def stage_partition(batches: Iterable[pa.RecordBatch], plan: StagingPlan, folder
     writer.close()
 
 
-def _mark_misplaced(folder: str) -> None:
+def leave_mark(folder: str, mark: str, text: str = "") -> None:
+    """Leave the file ``mark`` (holding ``text``) in a micro-batch's staging ``folder``: a task's
+    word to the driver that the pass must run again another way (:data:`MISPLACED_MARK`,
+    ``pipelines.spark.staging_pass.REFUSED_MARK``)."""
     fs, path = arrow_filesystem(folder)
     fs.create_dir(path, recursive=True)
-    fs.open_output_stream(f"{path}/{MISPLACED_MARK}").close()
+    with fs.open_output_stream(f"{path}/{mark}") as out:
+        out.write(text.encode("utf-8"))
+
+
+def has_mark(folder: str, mark: str) -> bool:
+    """Whether a task left ``mark`` in the staging ``folder`` (:func:`leave_mark`)."""
+    fs, path = arrow_filesystem(folder)
+    return bool(fs.get_file_info(f"{path}/{mark}").type != pafs.FileType.NotFound)
