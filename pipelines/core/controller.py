@@ -273,13 +273,15 @@ class TopicController:
     # ---- public API -----------------------------------------------------------------------
     def advance(self, event_ms: npt.NDArray[np.int64], segment_hash: npt.NDArray[np.int64],
                 hash_b: npt.NDArray[np.int64], payload_size: npt.NDArray[np.int64],
-                producer_name: Sequence[str], horizon_ms: int) -> RoutedMessages:
+                producer_name: Sequence[str | None] | npt.NDArray[Any],
+                horizon_ms: int) -> RoutedMessages:
         """Route one chunk of messages and run every control event with time ``<= horizon_ms``.
 
         Arrays are aligned, sorted by ``event_ms`` (ms, int64), and every ``event_ms`` must be
         ``< horizon_ms`` and ``>=`` any earlier chunk's horizon. ``segment_hash``/``hash_b`` are
-        ``-1`` for keyless messages; ``payload_size`` is bytes. ``ValueError`` on unsorted or
-        out-of-horizon input.
+        ``-1`` for keyless messages; ``payload_size`` is bytes. ``producer_name`` is read only
+        where the message is keyless (round-robin routing, reference §1.3): elsewhere it may
+        hold anything. ``ValueError`` on unsorted or out-of-horizon input.
         """
         ev = np.asarray(event_ms, dtype=np.int64)
         n = len(ev)
