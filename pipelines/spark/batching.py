@@ -1,4 +1,5 @@
-"""Bucketed batching as a grouped stateful operator, keyed by ``(run_id, bin, shard)``.
+"""Bucketed batching as a grouped stateful operator, keyed by ``(run_id, bin, shard)`` (grouped
+by the key's slot, :mod:`pipelines.spark.placement`).
 
 The Spark layer of batching: the rule is :mod:`pipelines.core.batching`, a topic's producers
 through it (both engines) :func:`pipelines.engine.stages.batch_topic`; this module only keys,
@@ -27,15 +28,20 @@ from typing import TYPE_CHECKING, Any
 from pipelines.spark.window_loop import WindowLoop, bound
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from pipelines.engine.stages import StageSettings
     from pipelines.spark.handover import Outputs, TopicStates
+    from pipelines.spark.placement import Slots
 
-BATCHING_OUT_DDL = ("run_id string, bin int, dispatcher int, window int, hi_ms long, "
-                    "final boolean, version long, control_s double, batching_s double")
+BATCHING_OUT_DDL = ("slot long, run_id string, bin int, dispatcher int, window int, "
+                    "hi_ms long, final boolean, version long, control_s double, "
+                    "batching_s double")
 """One row per (run, bin, dispatcher, window) from each shard that handed entries over (every
 shard in the final window; dispatcher 0's row always): the shard's entries of the window are
 handed over. Seconds travel on dispatcher 0's rows only. A run without subscriptions has the
-one dispatcher ``-1`` (no dispatch; the row carries the seconds)."""
+one dispatcher ``-1`` (no dispatch; the row carries the seconds). ``slot``: dispatch's key's
+(:meth:`pipelines.spark.placement.Slots.dispatch`)."""
 
 
 def dispatcher_count(settings: StageSettings) -> int:
@@ -46,11 +52,19 @@ def dispatcher_count(settings: StageSettings) -> int:
 
 class BatchingProcessor(WindowLoop):
     """``transformWithStateInPandas`` processor of batching (see the module), over
-    :class:`~pipelines.spark.window_loop.WindowLoop`; arguments as its."""
+    :class:`~pipelines.spark.window_loop.WindowLoop`; arguments as its, and ``slots``: the
+    replay's :class:`~pipelines.spark.placement.Slots` (dispatch's keys' slots go on the
+    rows)."""
 
     STATE = "batching"
-    OUT_COLUMNS = ("run_id", "bin", "dispatcher", "window", "hi_ms", "final", "version",
+    KEY = ("run_id", "bin", "shard")
+    OUT_COLUMNS = ("slot", "run_id", "bin", "dispatcher", "window", "hi_ms", "final", "version",
                    "control_s", "batching_s")
+
+    def __init__(self, settings: Mapping[str, StageSettings], emulation: str,
+                 slots: Slots) -> None:
+        super().__init__(settings, emulation)
+        self.slots = slots
 
     def window(self, key: tuple[Any, ...], w: Any, states: TopicStates,
                outputs: Outputs) -> bool:
@@ -58,7 +72,6 @@ class BatchingProcessor(WindowLoop):
         the final window) through their containers in one pass
         (:func:`pipelines.engine.stages.batch_topics`), the rows written, the entries handed
         over. Returns whether entries were handed over."""
-        import pandas as pd  # noqa: PLC0415
 
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
@@ -68,7 +81,7 @@ class BatchingProcessor(WindowLoop):
         version, final, hi = int(w.version), bool(w.final), bound(w.hi_ms)
         files = WindowFiles(self.emulation, version, run_id, b, int(w.window))
         routed = files.read_routed(shard)
-        active = set(pd.unique(routed["topic"].to_numpy(object))) if len(routed) else set()
+        active = set(routed["topic"].unique()) if len(routed) else set()
         topics = sorted(active | (set(states.all_topics()) if final else set()))
         if not topics:
             return False
@@ -89,10 +102,11 @@ class BatchingProcessor(WindowLoop):
                  seconds: float) -> list[tuple[Any, ...]]:
         """A row per dispatcher when entries were handed over or in the final window, else
         dispatcher 0's only (the seconds travel on it)."""
-        dispatchers = list(range(dispatcher_count(self.settings[str(key[0])]))) or [-1]
+        run_id, b = str(key[0]), int(key[1])
+        dispatchers = list(range(dispatcher_count(self.settings[run_id]))) or [-1]
         final = bool(w.final)
         first = dispatchers[0]
-        return [(str(key[0]), int(key[1]), d, int(w.window), bound(w.hi_ms), final,
-                 int(w.version), float(w.control_s) if d == first else 0.0,
+        return [(self.slots.dispatch(run_id, b, d), run_id, b, d, int(w.window), bound(w.hi_ms),
+                 final, int(w.version), float(w.control_s) if d == first else 0.0,
                  seconds if d == first else 0.0)
                 for d in (dispatchers if result or final else dispatchers[:1])]

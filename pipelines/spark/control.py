@@ -1,4 +1,5 @@
-"""The control plane as a grouped stateful operator, keyed by ``(run_id, bin)``: a topic bin
+"""The control plane as a grouped stateful operator, keyed by ``(run_id, bin)`` (grouped by
+the key's slot, :mod:`pipelines.spark.placement`): a topic bin
 (:func:`pipelines.storage.staging.topic_bin`) holds many topics, each with its controller in a
 ``MapState`` entry (:class:`pipelines.spark.handover.TopicStates`).
 
@@ -23,17 +24,20 @@ from pipelines.spark.window_loop import WindowLoop, bound
 if TYPE_CHECKING:
     from pipelines.engine.stages import StageSettings
     from pipelines.spark.handover import Outputs, TopicStates
+    from pipelines.spark.placement import Slots
 
-FEED_DDL = ("run_id string, bin int, window int, lo_ms long, hi_ms long, final boolean, "
-            "snapshot boolean, version long")
-"""One row per (run, topic bin, window) of a finalization: the staged messages with
+FEED_DDL = ("slot long, run_id string, bin int, window int, lo_ms long, hi_ms long, "
+            "final boolean, snapshot boolean, version long")
+"""One row per (run, topic bin, window) of a finalization (``slot``: the control plane's key's,
+:meth:`pipelines.spark.placement.Slots.control`): the staged messages with
 ``lo_ms <= event_ms < hi_ms`` (null = unbounded), ``final`` = end of input, ``snapshot`` = write
 the ``segments`` snapshot after it, ``version`` = the finalization's commit version."""
 
-CONTROL_OUT_DDL = ("run_id string, bin int, shard int, window int, hi_ms long, "
+CONTROL_OUT_DDL = ("slot long, run_id string, bin int, shard int, window int, hi_ms long, "
                    "final boolean, version long, control_s double")
 """One row per (run, bin, producer shard, window) where the shard has routed messages (every
-shard in the final window; shard 0 always): the shard's routed messages are ready.
+shard in the final window; shard 0 always): the shard's routed messages are ready. ``slot``:
+batching's key's (:meth:`pipelines.spark.placement.Slots.batching`).
 ``control_s``: the control plane's seconds for the window (on shard 0's row only)."""
 
 
@@ -43,16 +47,20 @@ class ControlProcessor(WindowLoop):
 
     ``settings``: run_id → :class:`~pipelines.engine.stages.StageSettings`; ``staging``: the
     replay's staging folder; ``emulation``: the emulation folder (:mod:`pipelines.spark.handover`);
-    ``shards``: producer shards per topic (``replay.producer_shards``)."""
+    ``slots``: the replay's :class:`~pipelines.spark.placement.Slots` (its producer shards
+    per topic, ``replay.producer_shards``; batching's keys' slots go on the rows)."""
 
     STATE = "controllers"
-    OUT_COLUMNS = ("run_id", "bin", "shard", "window", "hi_ms", "final", "version", "control_s")
+    KEY = ("run_id", "bin")
+    OUT_COLUMNS = ("slot", "run_id", "bin", "shard", "window", "hi_ms", "final", "version",
+                   "control_s")
 
     def __init__(self, settings: Mapping[str, StageSettings], staging: str,
-                 emulation: str, shards: int) -> None:
+                 emulation: str, slots: Slots) -> None:
         super().__init__(settings, emulation)
         self.staging = staging
-        self.shards = shards
+        self.shards = slots.shards
+        self.slots = slots
         self.dataset: Any = None
 
     def window(self, key: tuple[Any, ...], w: Any, states: TopicStates,
@@ -60,7 +68,6 @@ class ControlProcessor(WindowLoop):
         """One window of the bin: its staged messages read, its active topics advanced
         (:func:`pipelines.engine.stages.control_topics`), their routed messages and layouts
         handed over, their rows written. Returns the shards that got routed messages."""
-        import pandas as pd  # noqa: PLC0415
 
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
@@ -72,7 +79,7 @@ class ControlProcessor(WindowLoop):
         if self.dataset is None:  # the staging folder listed once per key and micro-batch
             self.dataset = staged_dataset(self.staging)
         pdf = read_bin(self.dataset, b, bound(w.lo_ms), hi)
-        active = set(pd.unique(pdf["topic"].to_numpy(object))) if len(pdf) else set()
+        active = set(pdf["topic"].unique()) if len(pdf) else set()
         topics = sorted(active | (set(states.all_topics()) if final or snapshot else set()))
         if not topics:
             return set()
@@ -96,8 +103,9 @@ class ControlProcessor(WindowLoop):
         """A row per shard with routed messages (every shard in the final window; shard 0
         always, with the seconds)."""
         final = bool(w.final)
-        return [(str(key[0]), int(key[1]), s, int(w.window), bound(w.hi_ms), final,
-                 int(w.version), seconds if s == 0 else 0.0)
+        run_id, b = str(key[0]), int(key[1])
+        return [(self.slots.batching(run_id, b, s), run_id, b, s, int(w.window), bound(w.hi_ms),
+                 final, int(w.version), seconds if s == 0 else 0.0)
                 for s in (range(self.shards) if final else sorted({0, *result}))]
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:

@@ -1,4 +1,5 @@
-"""Dispatch as a grouped stateful operator, keyed by ``(run_id, bin, dispatcher)``.
+"""Dispatch as a grouped stateful operator, keyed by ``(run_id, bin, dispatcher)`` (grouped by
+the key's slot, :mod:`pipelines.spark.placement`).
 
 A dispatcher (one subscription, or one consumer's cursor of an ungrouped checkpoint
 subscription: :func:`pipelines.engine.stages.new_dispatchers`) sees every entry of its topic; a
@@ -35,6 +36,7 @@ class DispatchProcessor(WindowLoop):
     :class:`~pipelines.spark.window_loop.WindowLoop`; arguments as its."""
 
     STATE = "dispatchers"
+    KEY = ("run_id", "bin", "dispatcher")
     OUT_COLUMNS = ("run_id", "bin", "dispatcher", "window", "version", "control_s",
                    "batching_s", "dispatch_s")
 
@@ -51,7 +53,6 @@ class DispatchProcessor(WindowLoop):
         final window) through their dispatchers in one pass
         (:func:`pipelines.engine.stages.dispatch_topics`), the rows written. A run without
         subscriptions (dispatcher ``-1``) dispatches nothing."""
-        import pandas as pd  # noqa: PLC0415
 
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
@@ -66,7 +67,7 @@ class DispatchProcessor(WindowLoop):
         if not len(entries) and not final:
             return
         layouts = files.read_layouts()
-        active = set(pd.unique(entries["topic"].to_numpy(object))) if len(entries) else set()
+        active = set(entries["topic"].unique()) if len(entries) else set()
         topics = [t for t in sorted(active | (set(layouts) if final else set()))
                   if t in layouts]
         if not topics:

@@ -12,7 +12,9 @@ files, so a restart after any commit finds the counts without the files.
 
 The operators are keyed by topic bins (:func:`pipelines.storage.staging.topic_bin`; ``bins``, a
 run constant), never by topic: the feed has a row per (run, bin, window), and each operator
-touches a topic only in the windows with its messages and in the final one.
+touches a topic only in the windows with its messages and in the final one. Each groups by its
+keys' slots (:mod:`pipelines.spark.placement`): every row names the next operator's key's slot,
+so the keys spread over the partitions in order, not where the hash puts them.
 
 Exactly-once: a micro-batch re-run after a crash starts from the state of the one before,
 rewrites the same files (names depend only on run, bin, shard or dispatcher and window) and
@@ -35,6 +37,7 @@ from pipelines.spark import handover
 from pipelines.spark.batching import BATCHING_OUT_DDL, BatchingProcessor
 from pipelines.spark.control import CONTROL_OUT_DDL, FEED_DDL, ControlProcessor
 from pipelines.spark.dispatch import DISPATCH_OUT_DDL, DispatchProcessor
+from pipelines.spark.placement import Slots
 from pipelines.storage import fs as storage
 from pipelines.storage.commits import version_name
 from pipelines.storage.faults import fault
@@ -43,7 +46,7 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 """The state store provider of the emulation's operators (``transformWithStateInPandas``
 requires it)."""
 
-FEED_SCHEMA = pa.schema([("run_id", pa.string()), ("bin", pa.int32()),
+FEED_SCHEMA = pa.schema([("slot", pa.int64()), ("run_id", pa.string()), ("bin", pa.int32()),
                          ("window", pa.int32()), ("lo_ms", pa.int64()), ("hi_ms", pa.int64()),
                          ("final", pa.bool_()), ("snapshot", pa.bool_()),
                          ("version", pa.int64())])
@@ -63,10 +66,17 @@ class Receipt:
 
 
 def default_bins(spark: Any) -> int:
-    """Topic bins when ``replay.topic_bins`` is not set: twice ``spark.sql.shuffle.partitions``
-    (enough keys per operator to keep every core busy once the hash has spread them over the
-    partitions; each key costs a few ms a micro-batch, whatever its topics)."""
-    return 2 * max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
+    """Topic bins when ``replay.topic_bins`` is not set: twice :func:`state_partitions` (two
+    bins on each partition, :mod:`pipelines.spark.placement`: topics hash to bins unevenly, and
+    a partition's two bins even that out; each key costs a few ms a micro-batch, whatever its
+    topics)."""
+    return 2 * state_partitions(spark)
+
+
+def state_partitions(spark: Any) -> int:
+    """The partitions a new emulation query's state gets: ``spark.sql.shuffle.partitions`` (its
+    checkpoint keeps them: a run constant, in its manifest)."""
+    return max(1, int(spark.conf.get("spark.sql.shuffle.partitions")))
 
 
 def emulation_dir(work_dir: str) -> str:
@@ -75,17 +85,18 @@ def emulation_dir(work_dir: str) -> str:
 
 
 def write_feed(emulation: str, version: int, windows: Sequence[stages.StageWindow],
-               runs: Sequence[str], bins: int, topics: int, snapshot: bool) -> bool:
-    """Append finalization ``version``'s feed file (a row per run, topic bin and window) unless
-    it exists (a restart re-feeds nothing the query has seen). ``topics``: how many topics have
-    staged messages. Returns whether there is anything to finalize (some topic)."""
+               slots: Slots, topics: int, snapshot: bool) -> bool:
+    """Append finalization ``version``'s feed file (a row per run, topic bin and window of
+    ``slots``, with the control plane's key's slot) unless it exists (a restart re-feeds
+    nothing the query has seen). ``topics``: how many topics have staged messages. Returns
+    whether there is anything to finalize (some topic)."""
     if not topics:
         return False
     path = storage.join(emulation, "feed", f"v-{version:020d}.parquet")
     if storage.is_file(path):
         return True
-    rows = [(r, b, i, w.lo_ms, w.hi_ms, w.final, snapshot, version)
-            for r in runs for b in range(bins) for i, w in enumerate(windows)]
+    rows = [(slots.control(r, b), r, b, i, w.lo_ms, w.hi_ms, w.final, snapshot, version)
+            for r in slots.runs for b in range(slots.bins) for i, w in enumerate(windows)]
     sink = pa.BufferOutputStream()
     pq.write_table(pa.Table.from_pylist(
         [dict(zip(FEED_SCHEMA.names, r, strict=True)) for r in rows], schema=FEED_SCHEMA), sink)
@@ -132,25 +143,26 @@ class ReceiptSink:
 
 
 def run_emulation(spark: Any, emulation: str, staging: str,
-                  settings: Mapping[str, stages.StageSettings], shards: int) -> None:
+                  settings: Mapping[str, stages.StageSettings], slots: Slots) -> None:
     """Run the emulation query over every feed file not yet processed (``availableNow``: one
     micro-batch per file) and wait for its end; a failure is raised.
 
     ``settings``: run_id → its :class:`~pipelines.engine.stages.StageSettings` (a sweep's
-    scenarios); ``shards``: producer shards per topic (a run constant: the state store's keys
-    depend on it, as on the feed's topic bins)."""
+    scenarios); ``slots``: the operators' keys' :class:`~pipelines.spark.placement.Slots`
+    (run constants: the state store's keys depend on them)."""
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
     spark.conf.set("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
                    "true")
     query = (spark.readStream.schema(FEED_DDL).option("maxFilesPerTrigger", 1)
              .parquet(storage.join(emulation, "feed"))
-             .groupBy("run_id", "bin")
-             .transformWithStateInPandas(ControlProcessor(settings, staging, emulation, shards),
-                                         CONTROL_OUT_DDL, "Append", "None")
-             .groupBy("run_id", "bin", "shard")
-             .transformWithStateInPandas(BatchingProcessor(settings, emulation),
+             .groupBy("slot")
+             .transformWithStateInPandas(
+                 ControlProcessor(settings, staging, emulation, slots),
+                 CONTROL_OUT_DDL, "Append", "None")
+             .groupBy("slot")
+             .transformWithStateInPandas(BatchingProcessor(settings, emulation, slots),
                                          BATCHING_OUT_DDL, "Append", "None")
-             .groupBy("run_id", "bin", "dispatcher")
+             .groupBy("slot")
              .transformWithStateInPandas(DispatchProcessor(settings, emulation),
                                          DISPATCH_OUT_DDL, "Append", "None")
              .writeStream.foreachBatch(ReceiptSink(emulation, list(settings)))

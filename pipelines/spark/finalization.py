@@ -12,6 +12,7 @@ on the windows (the core is chunking-invariant).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from pyspark.sql import SparkSession
 from pipelines.contract.config import ReplayConfig
 from pipelines.engine import stages
 from pipelines.spark import handover
+from pipelines.spark.batching import dispatcher_count
 from pipelines.spark.emulation import (
     Receipt,
     emulation_dir,
@@ -33,12 +35,13 @@ from pipelines.spark.emulation import (
     run_emulation,
     write_feed,
 )
+from pipelines.spark.placement import Slots, placement_order
 from pipelines.spark.replay_state import ReplayState
 from pipelines.spark.stopwatch import Stopwatch
 from pipelines.storage import fs as storage
 from pipelines.storage.commits import TableCommits
 from pipelines.storage.frames import APPENDED_KINDS, KEY_PROFILE_KIND, SNAPSHOT_KINDS
-from pipelines.storage.staging import staged_histogram
+from pipelines.storage.staging import staged_histogram, topic_bin
 
 FINALIZE_WINDOWS_PER_JOB = 64
 """End-of-input windows run per micro-batch of the emulation query and committed together
@@ -87,6 +90,26 @@ def window_cuts(lo: int, width: int, counts: npt.NDArray[np.int64], limit: int) 
     return cuts
 
 
+def kept_placement(emulation: str, bins: int, staged: Mapping[str, int]) -> tuple[int, ...]:
+    """The replay's placement order of its topic bins (:mod:`pipelines.spark.placement`): at
+    its first finalization, :func:`~pipelines.spark.placement.placement_order` of the messages
+    staged per bin (``staged``: topic → messages, :attr:`ReplayState.staged`), written to
+    ``placement.json`` beside the emulation's checkpoint before the query first runs; read
+    back from it at every later finalization and restart (the operators' state is keyed by
+    slots that follow from it)."""
+    path = storage.join(emulation, "placement.json")
+    if storage.is_file(path):
+        kept: list[int] = json.loads(storage.read_bytes(path).decode("utf-8"))["bin_order"]
+        return tuple(kept)
+    loads: dict[int, int] = {}
+    for topic, n in staged.items():
+        b = topic_bin(topic, bins)
+        loads[b] = loads.get(b, 0) + int(n)
+    order = placement_order(loads, bins)
+    storage.write_bytes(path, json.dumps({"bin_order": list(order)}).encode("utf-8"))
+    return order
+
+
 def key_profiles_dir(work_dir: str, run_id: str) -> str:
     """Where the end of input's key-profile files of ``run_id`` are kept until the answers
     are written (``<work_dir>/key_profile/<run_id>``; rewritten whole by a re-run)."""
@@ -104,7 +127,10 @@ def read_rows(folder: str) -> pd.DataFrame:
 @dataclass(frozen=True)
 class Finalizer:
     """Runs a replay's windows through the emulation query and commits their tables:
-    ``configs`` are its runs (run_id → config), ``staging`` / ``work_dir`` its folders."""
+    ``configs`` are its runs (run_id → config), ``staging`` / ``work_dir`` its folders;
+    ``topic_bins``, ``producer_shards`` and ``state_partitions`` (the emulation state's
+    partitions) are run constants, from its manifest: the operators' keys' slots follow from
+    them (:class:`~pipelines.spark.placement.Slots`)."""
 
     spark: SparkSession
     configs: Mapping[str, ReplayConfig]
@@ -112,6 +138,7 @@ class Finalizer:
     work_dir: str
     topic_bins: int
     producer_shards: int
+    state_partitions: int
     commits: TableCommits
     stopwatch: Stopwatch
 
@@ -148,9 +175,14 @@ class Finalizer:
         t0 = time.perf_counter()
         self.stopwatch.tick()
         # every topic with a controller has staged messages: state.staged lists them all
-        if write_feed(emulation, version, windows, list(settings), self.topic_bins,
-                      len(state.staged), snapshot=snapshot):
-            run_emulation(self.spark, emulation, self.staging, settings, self.producer_shards)
+        # (the placement is kept once there are some: it orders the bins by them)
+        if state.staged:
+            slots = Slots.of(settings, self.topic_bins, self.producer_shards,
+                             max(dispatcher_count(s) for s in settings.values()),
+                             self.state_partitions,
+                             kept_placement(emulation, self.topic_bins, state.staged))
+            write_feed(emulation, version, windows, slots, len(state.staged), snapshot=snapshot)
+            run_emulation(self.spark, emulation, self.staging, settings, slots)
             receipt = read_receipt(emulation, version)
         else:
             receipt = Receipt({}, {})

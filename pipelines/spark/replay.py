@@ -43,7 +43,7 @@ from pipelines.engine.summary import run_summary, runs_row
 from pipelines.ingest.privacy import Pseudonymizer, pseudonymizer
 from pipelines.spark import finalization
 from pipelines.spark.delta_spark import open_store
-from pipelines.spark.emulation import default_bins
+from pipelines.spark.emulation import default_bins, state_partitions
 from pipelines.spark.finalization import Finalizer, key_profiles_dir, read_rows
 from pipelines.spark.ingest import read_raw_stream
 from pipelines.spark.kafka import read_kafka_stream
@@ -107,6 +107,7 @@ class Replay:
     finalizer: Finalizer = field(init=False, repr=False)
     pseudonymize: Pseudonymizer | None = field(init=False, default=None, repr=False)
     topic_bins: int = field(init=False, default=1)  # the run's (its manifest's)
+    state_partitions: int = field(init=False, default=1)  # the run's (its manifest's)
     stop_requested: threading.Event = field(init=False, default_factory=threading.Event,
                                             repr=False)
     _batch_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
@@ -134,13 +135,18 @@ class Replay:
         self.commits = TableCommits(self.store, self.config.output.tables, self.stopwatch.timed)
         manifest = manifest_path(self.output, self.run_id)
         if not storage.is_file(manifest):
-            # topic bins: a run constant (the emulation's state is keyed by them), kept here
+            # topic bins and the state's partitions: run constants (the emulation's state is
+            # keyed by the bins, its keys' slots follow from both), kept here
             self.topic_bins = self.config.replay.topic_bins or default_bins(self.spark)
+            self.state_partitions = state_partitions(self.spark)
             write_manifest(manifest, self.config, self.input_spec.preset, self.topic_bins,
-                           lanes)
+                           lanes, state_partitions=self.state_partitions)
         else:
-            self.topic_bins = int(read_manifest(manifest).get("topic_bins")
-                                  or self.config.replay.topic_bins or default_bins(self.spark))
+            kept = read_manifest(manifest)
+            self.topic_bins = int(kept.get("topic_bins") or self.config.replay.topic_bins
+                                  or default_bins(self.spark))
+            self.state_partitions = int(kept.get("state_partitions")
+                                        or state_partitions(self.spark))
         self.state_files = StateFiles(self.work_dir)
         self.state = self.state_files.latest()
         self.ingest = MicroBatchIngest(
@@ -149,7 +155,8 @@ class Replay:
             [r.run_id for r in self.runs], self.progress)
         self.finalizer = Finalizer(
             self.spark, {r.run_id: r.config for r in self.runs}, self.staging, self.work_dir,
-            self.topic_bins, self.config.replay.producer_shards, self.commits, self.stopwatch)
+            self.topic_bins, self.config.replay.producer_shards, self.state_partitions,
+            self.commits, self.stopwatch)
 
     # ---- paths --------------------------------------------------------------------------------
     @property

@@ -43,7 +43,9 @@ STATE_KEY_DDL = "topic string"
 
 
 class WindowLoop(StatefulProcessor):
-    """``transformWithStateInPandas`` processor running its windows in order (see the module).
+    """``transformWithStateInPandas`` processor running its windows in order (see the module),
+    grouped by a slot (:mod:`pipelines.spark.placement`): its key is the :attr:`KEY` columns
+    of its rows.
 
     ``settings``: run_id → :class:`~pipelines.engine.stages.StageSettings`; ``emulation``: the
     emulation folder (:mod:`pipelines.spark.handover`). Subclasses set :attr:`STATE` (their
@@ -51,6 +53,9 @@ class WindowLoop(StatefulProcessor):
     :meth:`window` and :meth:`out_rows`."""
 
     STATE: ClassVar[str]
+    KEY: ClassVar[tuple[str, ...]]
+    """The input columns naming the key (``run_id``, ``bin``, ...): Spark groups by the key's
+    slot (:mod:`pipelines.spark.placement`), every row of a slot carries them."""
     OUT_COLUMNS: ClassVar[tuple[str, ...]]
     OUT_TYPES: ClassVar[Mapping[str, str]] = {"hi_ms": "Int64"}
     """Output columns cast before yielding (a nullable bound as a nullable long)."""
@@ -82,9 +87,10 @@ class WindowLoop(StatefulProcessor):
         from pipelines.ingest.privacy import withheld_columns  # noqa: PLC0415
         from pipelines.spark.handover import Outputs, TopicStates  # noqa: PLC0415
 
-        key = tuple(key)
+        given = pd.concat(list(rows), ignore_index=True)
+        key = tuple(given[c].iloc[0] for c in self.KEY)
         run_id = str(key[0])
-        windows = self.windows(pd.concat(list(rows), ignore_index=True))
+        windows = self.windows(given)
         states = TopicStates(self.state)
         outputs = Outputs(self.emulation, run_id,
                           withheld_columns(self.settings[run_id].config))

@@ -76,7 +76,9 @@ def check_output(output: str, run_id: str, config: ReplayConfig,
     manifest = manifest_path(output, run_id)
     if storage.is_file(manifest):
         have = read_manifest(manifest)
-        have.pop("topic_bins", None)  # resolved when the run started: not part of its identity
+        # resolved when the run started: not part of its identity
+        have.pop("topic_bins", None)
+        have.pop("state_partitions", None)
         have["config"] = run_identity(have.get("config", {}))
         if "lanes" in have:
             have["lanes"] = {k: run_identity(v) for k, v in have["lanes"].items()}
@@ -120,9 +122,12 @@ def read_manifest(path: str) -> dict[str, Any]:
 
 
 def write_manifest(path: str, config: ReplayConfig, preset: str | None, topic_bins: int,
-                   lanes: Mapping[str, ReplayConfig] | None = None) -> None:
-    """Record a run's identity and its run constants (``topic_bins``) as it starts."""
+                   lanes: Mapping[str, ReplayConfig] | None = None,
+                   state_partitions: int | None = None) -> None:
+    """Record a run's identity and its run constants (``topic_bins``; ``state_partitions``:
+    the emulation state's partitions, when the run has a Spark emulation) as it starts."""
     storage.write_bytes(path, json.dumps(
         {"config": config.to_dict(), "preset": preset, "topic_bins": topic_bins,
+         **({"state_partitions": state_partitions} if state_partitions else {}),
          **({"lanes": {k: v.to_dict() for k, v in lanes.items()}} if lanes else {})},
         sort_keys=True).encode("utf-8"))

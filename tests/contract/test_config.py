@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import textwrap
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,7 +28,11 @@ from pipelines.contract.schemas import TABLES
 from pipelines.core.batching import BatchingConfig
 from pipelines.core.policy import AutoScaleConfig
 from pipelines.storage.delta import DeltaStore
-from pipelines.storage.output_identity import OutputConflictError, check_output
+from pipelines.storage.output_identity import (
+    OutputConflictError,
+    check_output,
+    write_manifest,
+)
 
 FIRST_EVENT_MS = 1_291_190_400_000  # 2010-12-01T08:00:00Z
 
@@ -632,12 +635,12 @@ def test_invalid_policy_is_refused_at_start_with_every_problem_listed(
 
 
 def _started(out: Path, run_id: str, sets: list[str]) -> None:
-    """Leave the manifest a replay writes when it starts ``run_id`` under ``sets``."""
-    cfg = load_config(None, sets)
+    """Leave the manifest a replay writes when it starts ``run_id`` under ``sets`` (with the
+    run constants it resolved: topic bins, the emulation state's partitions)."""
     manifest = out / "_work" / run_id / "run.json"
     manifest.parent.mkdir(parents=True)
-
-    manifest.write_text(json.dumps({"config": cfg.to_dict(), "preset": "contract"}))
+    write_manifest(str(manifest), load_config(None, sets), "contract", topic_bins=16,
+                   state_partitions=8)
 
 
 @pytest.mark.parametrize(

@@ -157,12 +157,13 @@ def _uses_spark(module: str) -> bool:
                for name, _ in _imports(module))
 
 
-PURE_SPARK_SIDE = {"pipelines.spark.handover", "pipelines.spark.progress",
-                   "pipelines.spark.stopwatch"}
+PURE_SPARK_SIDE = {"pipelines.spark.handover", "pipelines.spark.placement",
+                   "pipelines.spark.progress", "pipelines.spark.stopwatch"}
 """Modules of ``pipelines.spark`` that import neither pyspark nor another Spark module: what
-the emulation operators hand each other (handover), the replay's progress display
-(progress) and its stage timers (stopwatch). They live there because only the Spark runtime
-and the commands that run it use them."""
+the emulation operators hand each other (handover), where Spark's hash partitioning puts
+their keys (placement), the replay's progress display (progress) and its stage timers
+(stopwatch). They live there because only the Spark runtime and the commands that run it use
+them."""
 
 
 @pytest.mark.parametrize("module", sorted(set(SPARK_MODULES) - PURE_SPARK_SIDE))

@@ -16,6 +16,7 @@ import pytest
 from pipelines.engine.stages import StageWindow
 from pipelines.spark import handover
 from pipelines.spark.emulation import FEED_SCHEMA, write_feed
+from pipelines.spark.placement import Slots
 from pipelines.spark.replay_state import REPLAY_STATE_FORMAT, ReplayState, read_state, state_blob
 
 
@@ -122,7 +123,8 @@ def test_replay_state_of_another_format_is_refused() -> None:
 
 def test_feed_has_a_row_per_run_bin_and_window(tmp_path) -> None:
     windows = [StageWindow(None, 100, False), StageWindow(100, None, True)]
-    assert write_feed(str(tmp_path), 7, windows, ["r1", "r2"], 2, 5000, snapshot=False)
+    slots = Slots.of(["r2", "r1"], bins=2, shards=4, dispatchers=1, partitions=8)
+    assert write_feed(str(tmp_path), 7, windows, slots, 5000, snapshot=False)
     table = pq.read_table(tmp_path / "feed" / f"v-{7:020d}.parquet")
     assert table.schema.equals(FEED_SCHEMA)
     rows = table.to_pylist()
@@ -132,18 +134,22 @@ def test_feed_has_a_row_per_run_bin_and_window(tmp_path) -> None:
     assert [(r["lo_ms"], r["hi_ms"], r["final"]) for r in rows[:2]] == [
         (None, 100, False), (100, None, True)]
     assert {r["version"] for r in rows} == {7}
+    assert [r["slot"] for r in rows] == [slots.control(r["run_id"], r["bin"]) for r in rows]
+
+
+ONE_RUN = Slots.of(["r"], bins=4, shards=1, dispatchers=1, partitions=2)
 
 
 def test_feed_is_written_once_per_version(tmp_path) -> None:
-    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], 4, 1, snapshot=False)
+    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ONE_RUN, 1, snapshot=False)
     path = tmp_path / "feed" / f"v-{7:020d}.parquet"
     before = path.stat().st_mtime_ns
-    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], 4, 1, snapshot=False)
+    write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ONE_RUN, 1, snapshot=False)
     assert path.stat().st_mtime_ns == before
 
 
 def test_no_topics_means_nothing_to_feed(tmp_path) -> None:
-    assert not write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ["r"], 4, 0,
+    assert not write_feed(str(tmp_path), 7, [StageWindow(None, None, True)], ONE_RUN, 0,
                           snapshot=False)
     assert not (tmp_path / "feed").exists()
 

@@ -14,11 +14,13 @@ from pipelines.engine.stages import StageSettings
 from pipelines.spark.batching import BATCHING_OUT_DDL, BatchingProcessor
 from pipelines.spark.control import CONTROL_OUT_DDL
 from pipelines.spark.handover import WindowFiles, out_dir
+from pipelines.spark.placement import Slots
 from tests.spark.operator_query import OperatorQuery, hand_over_routed, read_kind
 
 pytestmark = pytest.mark.spark
 
 RUN = "r"
+SLOTS = Slots.of([RUN], bins=1, shards=1, dispatchers=1, partitions=2)
 SETS = ["batching.max_messages=2", "batching.max_publish_delay_ms=10"]
 WINDOW_0 = [("a", "p", 0), ("a", "p", 1), ("a", "p", 2), ("b", "q", 3)]
 """Window 0 (``event_ms < 5``): ``a``'s first two messages fill a batch (sent at 1); its third
@@ -26,13 +28,14 @@ and ``b``'s message are still open at the window's end."""
 
 
 def _tokens(window: int, hi: int | None, final: bool, version: int) -> pa.Table:
-    return pa.Table.from_pylist([{"run_id": RUN, "bin": 0, "shard": 0, "window": window,
+    return pa.Table.from_pylist([{"slot": 0, "run_id": RUN, "bin": 0, "shard": 0, "window": window,
                                   "hi_ms": hi, "final": final, "version": version,
                                   "control_s": 0.5}], schema=_schema())
 
 
 def _schema() -> pa.Schema:
-    return pa.schema([("run_id", pa.string()), ("bin", pa.int32()), ("shard", pa.int32()),
+    return pa.schema([("slot", pa.int64()), ("run_id", pa.string()), ("bin", pa.int32()),
+                      ("shard", pa.int32()),
                       ("window", pa.int32()), ("hi_ms", pa.int64()), ("final", pa.bool_()),
                       ("version", pa.int64()), ("control_s", pa.float64())])
 
@@ -45,8 +48,8 @@ def batching(spark, tmp_path_factory):
     emulation = str(folder / "emulation")
     settings = StageSettings.from_config(load_config(None, SETS), 0)
     hand_over_routed(emulation, RUN, settings, [(1, 5, False, WINDOW_0), (2, None, True, [])])
-    query = OperatorQuery(spark, folder, BatchingProcessor({RUN: settings}, emulation),
-                          CONTROL_OUT_DDL, ["run_id", "bin", "shard"], BATCHING_OUT_DDL)
+    query = OperatorQuery(spark, folder, BatchingProcessor({RUN: settings}, emulation, SLOTS),
+                          CONTROL_OUT_DDL, ["slot"], BATCHING_OUT_DDL)
     return emulation, query.run(_tokens(0, 5, False, 1)), query.run(_tokens(1, None, True, 2))
 
 

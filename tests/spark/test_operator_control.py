@@ -14,6 +14,7 @@ from pipelines.engine.stages import StageSettings
 from pipelines.spark.control import CONTROL_OUT_DDL, FEED_DDL, ControlProcessor
 from pipelines.spark.emulation import FEED_SCHEMA
 from pipelines.spark.handover import WindowFiles, out_dir
+from pipelines.spark.placement import Slots
 from pipelines.storage.staging import StagingWriter
 from tests.spark.operator_query import OperatorQuery, keyless, read_kind
 
@@ -21,15 +22,16 @@ pytestmark = pytest.mark.spark
 
 RUN = "r"
 SHARDS = 2
+SLOTS = Slots.of([RUN], bins=1, shards=SHARDS, dispatchers=1, partitions=2)
 MESSAGES = [*(("a", f"p{i % 2}", 1000 + i) for i in range(10)), ("b", "q", 1000),
             ("b", "q", 5000)]
 """Topic ``a``: 10 messages in window 0 only; ``b``: one in each window."""
 
 
 def _feed(window: int, lo: int | None, hi: int | None, final: bool, version: int) -> pa.Table:
-    return pa.Table.from_pylist([{"run_id": RUN, "bin": 0, "window": window, "lo_ms": lo,
-                                  "hi_ms": hi, "final": final, "snapshot": False,
-                                  "version": version}], schema=FEED_SCHEMA)
+    return pa.Table.from_pylist([{"slot": SLOTS.control(RUN, 0), "run_id": RUN, "bin": 0,
+                                  "window": window, "lo_ms": lo, "hi_ms": hi, "final": final,
+                                  "snapshot": False, "version": version}], schema=FEED_SCHEMA)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +45,8 @@ def control(spark, tmp_path_factory):
     writer.close()
     settings = StageSettings.from_config(load_config(None, []), 1000)
     query = OperatorQuery(spark, folder, ControlProcessor({RUN: settings}, str(staging),
-                                                          str(folder / "emulation"), SHARDS),
-                          FEED_DDL, ["run_id", "bin"], CONTROL_OUT_DDL)
+                                                          str(folder / "emulation"), SLOTS),
+                          FEED_DDL, ["slot"], CONTROL_OUT_DDL)
     first = query.run(_feed(0, None, 3000, False, 1))
     second = query.run(_feed(1, 3000, None, True, 2))
     return folder / "emulation", first, second
@@ -81,6 +83,12 @@ def test_the_final_window_advances_every_topic_from_the_carried_state(control):
     assert sorted(layouts) == ["a", "b"]
     assert sorted(second["shard"]) == list(range(SHARDS))  # every shard in the final window
     assert second["final"].all()
+
+
+def test_each_row_names_the_slot_of_its_batching_key(control):
+    _, first, second = control
+    for out in (first, second):
+        assert out["slot"].tolist() == [SLOTS.batching(RUN, 0, s) for s in out["shard"]]
 
 
 def test_the_final_window_writes_the_segments_of_every_topic(control):

@@ -26,12 +26,12 @@ WINDOWS = [(1, 1000, False, [("a", "p", 0), ("a", "p", 500), ("b", "q", 20)]),
 
 def _tokens(window: int, hi: int | None, final: bool, version: int) -> pa.Table:
     """The window's rows from two producer shards (their seconds add up)."""
-    schema = pa.schema([("run_id", pa.string()), ("bin", pa.int32()),
+    schema = pa.schema([("slot", pa.int64()), ("run_id", pa.string()), ("bin", pa.int32()),
                         ("dispatcher", pa.int32()), ("window", pa.int32()),
                         ("hi_ms", pa.int64()), ("final", pa.bool_()), ("version", pa.int64()),
                         ("control_s", pa.float64()), ("batching_s", pa.float64())])
     return pa.Table.from_pylist([
-        {"run_id": RUN, "bin": 0, "dispatcher": 0, "window": window, "hi_ms": hi,
+        {"slot": 0, "run_id": RUN, "bin": 0, "dispatcher": 0, "window": window, "hi_ms": hi,
          "final": final, "version": version, "control_s": c, "batching_s": b}
         for c, b in ((0.5, 0.25), (0.0, 0.125))], schema=schema)
 
@@ -45,7 +45,7 @@ def dispatch(spark, tmp_path_factory):
     settings = StageSettings.from_config(load_config(None, SETS), 0)
     entries = hand_over_entries(emulation, RUN, settings, WINDOWS)
     query = OperatorQuery(spark, folder, DispatchProcessor({RUN: settings}, emulation),
-                          BATCHING_OUT_DDL, ["run_id", "bin", "dispatcher"], DISPATCH_OUT_DDL)
+                          BATCHING_OUT_DDL, ["slot"], DISPATCH_OUT_DDL)
     return (emulation, entries, query.run(_tokens(0, 1000, False, 1)),
             query.run(_tokens(1, None, True, 2)))
 

@@ -16,13 +16,15 @@ from pipelines.engine import stages
 from pipelines.spark.batching import BatchingProcessor
 from pipelines.spark.control import ControlProcessor
 from pipelines.spark.dispatch import DispatchProcessor
+from pipelines.spark.placement import Slots
 from pipelines.spark.window_loop import STATE_DDL, STATE_KEY_DDL, WindowLoop
 
 SETTINGS = {"run-a": stages.StageSettings.from_config(load_config(None, []), 0)}
+SLOTS = Slots.of(SETTINGS, bins=2, shards=4, dispatchers=1, partitions=2)
 
 PROCESSORS = {
-    "control": ControlProcessor(SETTINGS, "/staging", "/emulation", 4),
-    "batching": BatchingProcessor(SETTINGS, "/emulation"),
+    "control": ControlProcessor(SETTINGS, "/staging", "/emulation", SLOTS),
+    "batching": BatchingProcessor(SETTINGS, "/emulation", SLOTS),
     "dispatch": DispatchProcessor(SETTINGS, "/emulation"),
 }
 
@@ -54,6 +56,6 @@ def test_a_processor_unpickled_in_a_task_has_its_settings(name: str) -> None:
 
 
 def test_settings_read_on_the_driver_are_not_pickled_again() -> None:
-    processor = ControlProcessor(SETTINGS, "/staging", "/emulation", 4)
+    processor = ControlProcessor(SETTINGS, "/staging", "/emulation", SLOTS)
     assert processor.settings == SETTINGS  # unpickled once, kept
     assert pickle.loads(cloudpickle.dumps(processor)).__dict__["_settings"] is None
