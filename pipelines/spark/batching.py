@@ -79,7 +79,7 @@ class BatchingProcessor(WindowLoop):
         run_id, b, shard = str(key[0]), int(key[1]), int(key[2])
         settings = self.settings[run_id]
         version, final, hi = int(w.version), bool(w.final), bound(w.hi_ms)
-        files = WindowFiles(self.emulation, version, run_id, b, int(w.window))
+        files = WindowFiles(self.emulation, version, run_id, b, int(w.window), outputs.thread)
         routed = files.read_routed(shard)
         active = set(routed["topic"].unique()) if len(routed) else set()
         topics = sorted(active | (set(states.all_topics()) if final else set()))

@@ -88,7 +88,8 @@ class ControlProcessor(WindowLoop):
         result = stages.control_outputs(controllers, settings.speed, keep_state=not final)
         for topic, blob in result.states.items():
             states.put(topic, blob)
-        files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window))
+        files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window),
+                            outputs.thread)
         shards = files.write_routed(routed, self.shards) if len(routed) else set()
         files.write_layouts(result.layouts)
         frames = {"sample": result.samples, "decision": result.decisions}

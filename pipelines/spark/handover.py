@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from pipelines.core.layout import SegmentLayout
 from pipelines.storage import fs as storage
-from pipelines.storage.frames import FrameWriter
+from pipelines.storage.frames import FrameWriter, WriterThread
 from pipelines.storage.fs import arrow_filesystem
 from pipelines.storage.staging import arrow_strings
 
@@ -247,22 +247,35 @@ class WindowFiles:
     ``run_id``): what the control plane hands batching (each producer shard's routed messages,
     the window's layouts) and what batching hands dispatch (each shard's entries). Paths as the
     module says; each file is written whole (a re-run replaces it) and read by the next
-    operator of the same micro-batch."""
+    operator of the same micro-batch. ``thread``: the task's
+    :class:`~pipelines.storage.frames.WriterThread` (:attr:`Outputs.thread`, drained before the
+    task ends, so before the next operator reads), which writes the routed messages and the
+    entries; without it they are written at once."""
 
-    def __init__(self, emulation: str, version: int, run_id: str, b: int, window: int) -> None:
+    def __init__(self, emulation: str, version: int, run_id: str, b: int, window: int,
+                 thread: WriterThread | None = None) -> None:
         self.routed_dir = window_dir(emulation, version, "routed", run_id, b, window)
         self.entries_dir = window_dir(emulation, version, "handover", run_id, b, window)
+        self.thread = thread
+
+    def _write(self, path: str, table: pa.Table) -> None:
+        """:func:`write_frame`, on :attr:`thread` when there is one."""
+        if self.thread is None:
+            write_frame(path, table)
+        else:
+            self.thread.submit(write_frame, path, table)
 
     def write_routed(self, routed: pd.DataFrame, shards: int) -> set[int]:
         """Write each producer shard's rows of ``routed`` (:data:`ROUTED_COLUMNS`; shard by
         :func:`producer_shard`, ``shards`` per topic), a file per shard with rows; returns
         those shards."""
-        table = pa.Table.from_pandas(routed[ROUTED_COLUMNS], preserve_index=False)
+        # the columns selected as Arrow converts (a pandas selection copies the frame)
+        table = pa.Table.from_pandas(routed, columns=ROUTED_COLUMNS, preserve_index=False)
         shard = producer_shard(routed["producer_name"], shards)
         written = set()
         for s, part in enumerate(split_by_shard(table, shard, shards)):
             if part.num_rows:
-                write_frame(shard_file(self.routed_dir, s), part)
+                self._write(shard_file(self.routed_dir, s), part)
                 written.add(s)
         return written
 
@@ -286,9 +299,8 @@ class WindowFiles:
     def write_entries(self, shard: int, entries: pd.DataFrame) -> None:
         """Producer shard ``shard``'s entries of the window (:data:`ENTRY_HANDOVER`'s columns
         of ``entries``)."""
-        write_frame(shard_file(self.entries_dir, shard),
-                    pa.Table.from_pandas(entries[ENTRY_HANDOVER.names], preserve_index=False,
-                                         schema=ENTRY_HANDOVER))
+        self._write(shard_file(self.entries_dir, shard),
+                    pa.Table.from_pandas(entries, schema=ENTRY_HANDOVER, preserve_index=False))
 
     def read_entries(self) -> pd.DataFrame:
         """Every shard's entries of the window (:data:`ENTRY_HANDOVER`), in shard order; no
@@ -304,20 +316,24 @@ class Outputs:
     """An operator key's table rows of a micro-batch: a
     :class:`~pipelines.storage.frames.FrameWriter` per finalization ``version`` (made when
     first written to, in :func:`out_dir`), ``withheld``: the run's withheld columns
-    (``output.keys``)."""
+    (``output.keys``). Its :attr:`thread` (:class:`~pipelines.storage.frames.WriterThread`)
+    writes their row groups and the key's hand-over files (:class:`WindowFiles`), all done
+    by :meth:`close`."""
 
     def __init__(self, emulation: str, run_id: str, withheld: Any) -> None:
         self.emulation, self.run_id, self.withheld = emulation, run_id, withheld
         self.writers: dict[int, FrameWriter] = {}
+        self.thread = WriterThread()
 
     def writer(self, version: int) -> FrameWriter:
         """The :class:`~pipelines.storage.frames.FrameWriter` of ``version``."""
         if version not in self.writers:
             self.writers[version] = FrameWriter(out_dir(self.emulation, version, self.run_id),
-                                                self.withheld)
+                                                self.withheld, self.thread)
         return self.writers[version]
 
     def close(self) -> None:
-        """Finish every file written."""
+        """Wait for the writer thread (the hand-over files too), finish every file written."""
+        self.thread.drain()
         for writer in self.writers.values():
             writer.close()

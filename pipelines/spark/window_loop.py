@@ -94,13 +94,17 @@ class WindowLoop(StatefulProcessor):
         states = TopicStates(self.state)
         outputs = Outputs(self.emulation, run_id,
                           withheld_columns(self.settings[run_id].config))
-        out: list[tuple[Any, ...]] = []
+        done: list[tuple[Any, Any, float]] = []
         for w in windows.itertuples(index=False):
             t0 = time.perf_counter()
-            result = self.window(key, w, states, outputs)
-            out += self.out_rows(key, w, result, time.perf_counter() - t0)
-        outputs.close()
+            done.append((w, self.window(key, w, states, outputs), time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        outputs.close()  # the writes still queued: the last window's seconds
+        if done:
+            done[-1] = (*done[-1][:2], done[-1][2] + time.perf_counter() - t0)
         states.save()
+        out = [row for w, result, seconds in done
+               for row in self.out_rows(key, w, result, seconds)]
         frame = pd.DataFrame(out, columns=list(self.OUT_COLUMNS))
         yield frame.astype({c: t for c, t in self.OUT_TYPES.items() if c in frame.columns})
 
