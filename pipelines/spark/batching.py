@@ -72,7 +72,6 @@ class BatchingProcessor(WindowLoop):
         the final window) through their containers in one pass
         (:func:`pipelines.engine.stages.batch_topics`), the rows written, the entries handed
         over. Returns whether entries were handed over."""
-
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
 

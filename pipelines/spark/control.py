@@ -68,7 +68,6 @@ class ControlProcessor(WindowLoop):
         """One window of the bin: its staged messages read, its active topics advanced
         (:func:`pipelines.engine.stages.control_topics`), their routed messages and layouts
         handed over, their rows written. Returns the shards that got routed messages."""
-
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
         from pipelines.storage.staging import read_bin, staged_dataset  # noqa: PLC0415

@@ -53,7 +53,6 @@ class DispatchProcessor(WindowLoop):
         final window) through their dispatchers in one pass
         (:func:`pipelines.engine.stages.dispatch_topics`), the rows written. A run without
         subscriptions (dispatcher ``-1``) dispatches nothing."""
-
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
 
