@@ -17,6 +17,7 @@ tables (``segment_load``, ``autoscale_decisions``, ``segments``) go to one file 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from pipelines.spark.window_loop import WindowLoop, bound
@@ -62,6 +63,42 @@ class ControlProcessor(WindowLoop):
         self.shards = slots.shards
         self.slots = slots
         self.dataset: Any = None
+        self.reader: Any = None  # the task's reader thread (ThreadPoolExecutor), made in a task
+        self.next_bounds: dict[tuple[int | None, int | None], tuple[int | None, int | None]] = {}
+        self.ahead: dict[tuple[int | None, int | None], Any] = {}  # bounds → Future of its read
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without a task's listing, reader thread or reads."""
+        return {**super().__getstate__(), "dataset": None, "reader": None, "ahead": {}}
+
+    def windows(self, rows: Any) -> Any:
+        """:meth:`WindowLoop.windows`, each window's bounds noted with the next one's (its
+        read starts as the window before it is handed its messages)."""
+        ordered = super().windows(rows)
+        bounds = [(bound(r.lo_ms), bound(r.hi_ms)) for r in ordered.itertuples(index=False)]
+        self.next_bounds = dict(pairwise(bounds))
+        return ordered
+
+    def read(self, b: int, lo: int | None, hi: int | None) -> Any:
+        """Bin ``b``'s staged messages with ``lo <= event_ms < hi``
+        (:func:`pipelines.storage.staging.read_bin`), read one window ahead: the next window's
+        read starts on the task's reader thread as this one's is returned (Arrow reads without
+        the GIL; a busy topic's control-plane task bounds its stage, and a seventh of it was
+        reading)."""
+        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+        from pipelines.storage.staging import read_bin, staged_dataset  # noqa: PLC0415
+
+        if self.dataset is None:  # the staging folder listed once per key and micro-batch
+            self.dataset = staged_dataset(self.staging)
+        future = self.ahead.pop((lo, hi), None)
+        pdf = future.result() if future is not None else read_bin(self.dataset, b, lo, hi)
+        following = self.next_bounds.get((lo, hi))
+        if following is not None:
+            if self.reader is None:
+                self.reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="reader")
+            self.ahead[following] = self.reader.submit(read_bin, self.dataset, b, *following)
+        return pdf
 
     def window(self, key: tuple[Any, ...], w: Any, states: TopicStates,
                outputs: Outputs) -> set[int]:
@@ -70,14 +107,11 @@ class ControlProcessor(WindowLoop):
         handed over, their rows written. Returns the shards that got routed messages."""
         from pipelines.engine import stages  # noqa: PLC0415
         from pipelines.spark.handover import WindowFiles  # noqa: PLC0415
-        from pipelines.storage.staging import read_bin, staged_dataset  # noqa: PLC0415
 
         run_id, b = str(key[0]), int(key[1])
         settings = self.settings[run_id]
         final, snapshot, hi = bool(w.final), bool(w.snapshot), bound(w.hi_ms)
-        if self.dataset is None:  # the staging folder listed once per key and micro-batch
-            self.dataset = staged_dataset(self.staging)
-        pdf = read_bin(self.dataset, b, bound(w.lo_ms), hi)
+        pdf = self.read(b, bound(w.lo_ms), hi)
         active = set(pdf["topic"].unique()) if len(pdf) else set()
         topics = sorted(active | (set(states.all_topics()) if final or snapshot else set()))
         if not topics:
@@ -110,4 +144,9 @@ class ControlProcessor(WindowLoop):
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
         self.dataset = None  # staged files of this micro-batch: listed anew
-        return super().handleInputRows(key, rows, timerValues)
+        try:
+            yield from super().handleInputRows(key, rows, timerValues)
+        finally:  # the key's reads: none left running into the next key
+            if self.reader is not None:
+                self.reader.shutdown(wait=True, cancel_futures=True)
+            self.reader, self.ahead, self.next_bounds = None, {}, {}

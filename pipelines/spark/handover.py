@@ -268,16 +268,23 @@ class WindowFiles:
     def write_routed(self, routed: pd.DataFrame, shards: int) -> set[int]:
         """Write each producer shard's rows of ``routed`` (:data:`ROUTED_COLUMNS`; shard by
         :func:`producer_shard`, ``shards`` per topic), a file per shard with rows; returns
-        those shards."""
+        those shards. The split and the writes go to :attr:`thread` whole when there is one
+        (a busy topic's control-plane task bounds its stage: a tenth of it was this split)."""
+        shard = producer_shard(routed["producer_name"], shards)
+        if self.thread is None:
+            self._write_routed(routed, shard, shards)
+        else:
+            self.thread.submit(self._write_routed, routed, shard, shards)
+        return {int(s) for s in np.unique(shard)}
+
+    def _write_routed(self, routed: pd.DataFrame, shard: npt.NDArray[np.int64],
+                      shards: int) -> None:
+        """:meth:`write_routed`'s files (``shard``: each row's producer shard)."""
         # the columns selected as Arrow converts (a pandas selection copies the frame)
         table = pa.Table.from_pandas(routed, columns=ROUTED_COLUMNS, preserve_index=False)
-        shard = producer_shard(routed["producer_name"], shards)
-        written = set()
         for s, part in enumerate(split_by_shard(table, shard, shards)):
             if part.num_rows:
-                self._write(shard_file(self.routed_dir, s), part)
-                written.add(s)
-        return written
+                write_frame(shard_file(self.routed_dir, s), part)
 
     def read_routed(self, shard: int) -> pd.DataFrame:
         """Producer shard ``shard``'s routed messages (strings as ``pd.ArrowDtype``, as the

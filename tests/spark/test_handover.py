@@ -18,6 +18,7 @@ from pipelines.spark import handover
 from pipelines.spark.emulation import FEED_SCHEMA, write_feed
 from pipelines.spark.placement import Slots
 from pipelines.spark.replay_state import REPLAY_STATE_FORMAT, ReplayState, read_state, state_blob
+from pipelines.storage.frames import WriterThread
 
 
 class FakeMapState:
@@ -186,3 +187,27 @@ def test_frame_round_trips_through_its_file(tmp_path) -> None:
     assert handover.read_frame(path).equals(table)
     assert handover.read_frame(str(tmp_path / "missing.arrow")) is None
     assert [p.name for p in (tmp_path / "w").iterdir()] == ["shard-0001.arrow"]  # no temp left
+
+
+def _routed(n: int) -> pd.DataFrame:
+    """``n`` routed messages of four producers (every column of ``ROUTED_SCHEMA``)."""
+    rows = [{"topic": "t", "key": f"k{i}", "producer_name": f"p{i % 4}", "sequence_id": i,
+             "publish_time": i, "payload_size": 10, "event_ms": i, "hash32": i,
+             "segment_hash": i, "hash_b": i, "segment_id": 0, "bucket_index": 0,
+             "layout_epoch": 0} for i in range(n)]
+    return pa.Table.from_pylist(rows, schema=handover.ROUTED_SCHEMA).to_pandas(
+        types_mapper=handover.arrow_strings)
+
+
+def test_routed_messages_written_by_the_writer_thread_are_those_written_at_once(
+        tmp_path) -> None:
+    routed = _routed(40)
+    at_once = handover.WindowFiles(str(tmp_path / "a"), 1, "r", 0, 0)
+    thread = WriterThread()
+    later = handover.WindowFiles(str(tmp_path / "b"), 1, "r", 0, 0, thread)
+    shards = at_once.write_routed(routed, 3)
+    assert later.write_routed(routed, 3) == shards
+    thread.drain()
+    assert shards == {s for s in range(3) if len(at_once.read_routed(s))}
+    for s in range(3):
+        assert later.read_routed(s).equals(at_once.read_routed(s))

@@ -96,3 +96,20 @@ def test_the_final_window_writes_the_segments_of_every_topic(control):
     segments = read_kind(out_dir(str(emulation), 2, RUN), "segment")
     assert sorted(segments["topic"].unique()) == ["a", "b"]
     assert read_kind(out_dir(str(emulation), 1, RUN), "segment").empty  # not a snapshot
+
+
+def test_each_window_reads_its_own_messages_the_next_read_ahead(tmp_path):
+    staging = tmp_path / "staging"
+    writer = StagingWriter(str(staging / "batch_id=0"), 0, bins=1)
+    writer.add(keyless(MESSAGES).to_batches()[0])
+    writer.close()
+    processor = ControlProcessor({}, str(staging), str(tmp_path / "emulation"), SLOTS)
+    processor.windows(pa.Table.from_pylist([
+        {"window": i, "lo_ms": lo, "hi_ms": hi} for i, (lo, hi) in
+        enumerate([(None, 1005), (1005, 3000), (3000, None)])]).to_pandas())
+    first = processor.read(0, None, 1005)
+    assert list(processor.ahead) == [(1005, 3000)]  # the next window's read has started
+    got = [first, processor.read(0, 1005, 3000), processor.read(0, 3000, None)]
+    assert [sorted(g["event_ms"]) for g in got] == [
+        [1000, 1000, 1001, 1002, 1003, 1004], [1005, 1006, 1007, 1008, 1009], [5000]]
+    assert processor.ahead == {}  # each read ahead was taken by its window
