@@ -700,7 +700,7 @@ def _merge_states(states: Sequence[BatchingState], topics: Sequence[str], routed
         containers.append(ContainerState(c.producer + offsets[i], c.segment_id, c.last_send_ms,
                                          c.task_ms, c.next_sequence_id))
         if st.pending is not None and len(st.pending):
-            pending.append((st.pending, offsets[i] + _codes_of(names, st.pending["producer_name"])))
+            pending.append((st.pending, offsets[i] + codes_in(st.pending["producer_name"], names)))
         offsets[i + 1] = offsets[i] + len(names)
 
     def joined(attr: str) -> npt.NDArray[Any]:
@@ -727,12 +727,6 @@ def _grow_producers(st: BatchingState, seen: npt.NDArray[Any]) -> npt.NDArray[An
         st.containers.producer = old[st.containers.producer].astype(np.int64)
         st.producers = names
     return names
-
-
-def _codes_of(names: npt.NDArray[Any], producer_name: pd.Series) -> npt.NDArray[np.int64]:
-    """Each row's producer code (int64): its name's index in ``names`` (sorted, holding every
-    name). A hash lookup: a binary search compares Python strings, three times slower."""
-    return codes_in(producer_name, names)
 
 
 def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],

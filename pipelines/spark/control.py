@@ -60,7 +60,6 @@ class ControlProcessor(WindowLoop):
                  emulation: str, slots: Slots) -> None:
         super().__init__(settings, emulation)
         self.staging = staging
-        self.shards = slots.shards
         self.slots = slots
         self.dataset: Any = None
         self.reader: Any = None  # the task's reader thread (ThreadPoolExecutor), made in a task
@@ -123,7 +122,7 @@ class ControlProcessor(WindowLoop):
             states.put(topic, blob)
         files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window),
                             outputs.thread)
-        shards = files.write_routed(routed, self.shards) if len(routed) else set()
+        shards = files.write_routed(routed, self.slots.shards) if len(routed) else set()
         files.write_layouts(result.layouts)
         frames = {"sample": result.samples, "decision": result.decisions}
         if final or snapshot:
@@ -140,7 +139,7 @@ class ControlProcessor(WindowLoop):
         run_id, b = str(key[0]), int(key[1])
         return [(self.slots.batching(run_id, b, s), run_id, b, s, int(w.window), bound(w.hi_ms),
                  final, int(w.version), seconds if s == 0 else 0.0)
-                for s in (range(self.shards) if final else sorted({0, *result}))]
+                for s in (range(self.slots.shards) if final else sorted({0, *result}))]
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
         self.dataset = None  # staged files of this micro-batch: listed anew
