@@ -100,8 +100,10 @@ def _add_replay_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     r.add_argument("--remote", default=None, metavar="sc://HOST:PORT",
                    help="run on a Spark Connect server (also SPARK_REMOTE; not with "
                         "--master); Delta writes with delta-rs (docs/cluster.md)")
-    r.add_argument("--shuffle-partitions", type=int, default=8,
-                   help="spark.sql.shuffle.partitions (default 8)")
+    r.add_argument("--shuffle-partitions", type=int, default=None,
+                   help="spark.sql.shuffle.partitions (default: as configured for Spark, "
+                        "else twice the cores of the master; the emulation's state keeps "
+                        "them for the run)")
     r.add_argument("--verbose", action="store_true",
                    help="also show Spark's own log on the console (default: only "
                         "topic-replay's lines; Spark's log goes to DIR/_work/spark.log; "

@@ -43,6 +43,7 @@ from pipelines.storage.delta_format import (
     PLAIN_VALUE,
     TABLE_PROPERTIES,
     add_stats,
+    parquet_options,
     run_predicate,
 )
 from pipelines.storage.delta_rs import RsDeltaWriter
@@ -315,9 +316,7 @@ def _write_files(path: str, data: pa.Table, app_id: str,
         tag = hashlib.sha1(f"{app_id}:{version}:{run}".encode()).hexdigest()
         rel = f"run_id={run}/part-{version:020d}-{tag[:20]}.parquet"
         fs.create_dir(f"{base}/run_id={run}", recursive=True)
-        strings = [f.name for f in rows.schema if f.type == "string"]
-        pq.write_table(rows, f"{base}/{rel}", filesystem=fs, compression="zstd",
-                       use_dictionary=strings)
+        pq.write_table(rows, f"{base}/{rel}", filesystem=fs, **parquet_options(rows.schema))
         meta = pq.ParquetFile(f"{base}/{rel}", filesystem=fs).metadata
         adds.append({"path": rel, "partitionValues": {"run_id": run},
                      "size": fs.get_file_info(f"{base}/{rel}").size,

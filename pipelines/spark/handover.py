@@ -201,7 +201,7 @@ def write_frame(path: str, table: pa.Table) -> None:
     with pa.ipc.new_file(sink, table.schema,
                          options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
         writer.write_table(table)
-    storage.write_bytes(path, sink.getvalue().to_pybytes())
+    storage.write_bytes(path, sink.getvalue())  # the buffer itself: no copy
 
 
 def read_frame(path: str) -> pa.Table | None:

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
@@ -207,10 +208,10 @@ def read_bytes(location: str) -> bytes:
         return bytes(f.read())
 
 
-def write_bytes(location: str, data: bytes) -> None:
-    """Write ``data`` to ``location`` whole or not at all: to a hidden temporary file first,
-    then moved into place (a rename on a filesystem; on an object store the object appears
-    whole when its upload completes). Creates the parent folder."""
+def write_bytes(location: str, data: bytes | pa.Buffer) -> None:
+    """Write ``data`` (bytes or an Arrow buffer) to ``location`` whole or not at all: to a
+    hidden temporary file first, then moved into place (a rename on a filesystem; on an object
+    store the object appears whole when its upload completes). Creates the parent folder."""
     fs, path = arrow_filesystem(location)
     folder, name = path.rsplit("/", 1)
     fs.create_dir(folder, recursive=True)

@@ -27,7 +27,11 @@ from pipelines.contract.config import load_config
 from pipelines.contract.presets import get_preset
 from pipelines.spark.replay import Replay
 from pipelines.storage.delta import DeltaStore
-from pipelines.storage.output_identity import OutputConflictError, check_output_path
+from pipelines.storage.output_identity import (
+    OutputConflictError,
+    check_output_path,
+    read_manifest,
+)
 from tests.guarantees.conftest import assert_replays_equal
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,6 +85,15 @@ def test_cluster_replay_accepts_every_sample_message(runs):
     assert f"accepted {SAMPLE_MESSAGES:,}  quarantined 0" in printed
     assert len(DeltaStore(str(cwd / "cluster"), engine="delta-rs").read(
         "messages", "sample")) == SAMPLE_MESSAGES
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cluster_replay_without_shuffle_partitions_keeps_twice_the_cluster_cores(runs):
+    # two one-core workers, no --shuffle-partitions: 2 × 2 state partitions, in the manifest
+    cwd, _ = runs
+    assert read_manifest(str(cwd / "cluster" / "_work" / "sample" / "run.json"))[
+        "state_partitions"] == 4
 
 
 @pytest.mark.spark
