@@ -188,6 +188,16 @@ def codes_in(s: pd.Series, labels: Sequence[Any] | npt.NDArray[Any]) -> npt.NDAr
     return np.where(codes >= 0, where[codes], -1)
 
 
+def labelled(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[Any]) -> Any:
+    """``labels[codes]`` as an Arrow-backed string array (``pd.ArrowDtype(pa.string())``),
+    decoded by Arrow from a dictionary: no Python string per row to make now or to convert
+    when the rows are written (an entry's topic and producer: at 10 M messages, 5.6 M rows
+    each, about 1.5 s of batching's CPU as object strings)."""
+    dictionary = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, dtype=np.int32)),
+                                                pa.array(list(labels), pa.string()))
+    return pd.arrays.ArrowExtensionArray(dictionary.cast(pa.string()))
+
+
 class RowsTaken:
     """A string column turned into Python strings only for the rows asked for:
     ``rows[idx]`` (``idx`` int64 positions) is those rows' values as an object array. The key
@@ -645,8 +655,8 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
                               entry_id=r.entry_seq[sent])
     topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))
     entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"})
-    entries.insert(0, "producer_name", names[r.entries["producer"]])
-    entries.insert(0, "topic", np.asarray(topics, dtype=object)[topic_of[r.entries["producer"]]])
+    entries.insert(0, "producer_name", labelled(names, r.entries["producer"]))
+    entries.insert(0, "topic", labelled(topics, topic_of[r.entries["producer"]]))
     if not keep_state:  # the open containers and counters only matter to a next window
         return conform_messages(messages), entries, {}
     merged.next_entry = merged.next_entry + r.entries_per_producer
@@ -845,7 +855,8 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
     renames = {"open_time_ms": "open_time", "publish_time_ms": "publish_time"}
     times = _times(entries[list(renames)].copy(), speed, renames)  # two columns copied
     columns = {"entry_id": entries["entry_seq"],
-               "topic": entries["topic"].astype(object) if topic is None else topic,
+               "topic": (entries["topic"] if topic is None else
+                         labelled([topic], np.zeros(len(entries), dtype=np.int32))),
                "close_reason": entries["close_reason"].astype(object),
                "emu_publish_ms": entries["publish_time_ms"],
                "open_time": times["open_time"], "publish_time": times["publish_time"]}
