@@ -456,6 +456,12 @@ def build_session(  # noqa: C901
         "spark.ui.retainedTasks": "10000",
         "spark.sql.ui.retainedExecutions": "50",
         "spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL": "system",
+        # Spark keeps a Python worker daemon per set of worker environment variables, and its
+        # SQL UDF runners add SPARK_SIMPLIFIED_TRACEBACK=1 where transformWithStateInPandas's
+        # does not: the emulation query started a second daemon (1.2 s of imports before its
+        # first task, on the critical path) instead of reusing the ingest's idle workers. A
+        # worker's error then shows pyspark's frames too.
+        "spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled": "false",
         # PySpark's DataFrame query context: every Column function records its Python call site
         # in the JVM (a few py4j round trips each). A replay builds its ingest plan anew for
         # every micro-batch: with the call sites, 40 % of the plan's 0.14 s.

@@ -1,0 +1,25 @@
+"""Session settings a replay depends on for its speed: the default ``spark.sql.shuffle.partitions``
+(twice the cores its master gives, ``pipelines.spark.command_session.default_partitions``; the
+emulation's state keeps them for the run; the value a cluster replay takes is checked in
+``tests/guarantees/test_cluster.py``), and one Python worker daemon for every query."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.spark.command_session import CORES_PER_PARTITION, default_partitions
+
+pytestmark = pytest.mark.spark
+
+
+def test_default_partitions_are_twice_the_cores_of_the_master(spark):
+    # the tests' session: spark.default.parallelism = 2
+    assert spark.sparkContext.defaultParallelism == 2
+    assert CORES_PER_PARTITION == 2
+    assert default_partitions(spark) == 4
+
+
+def test_session_asks_for_worker_environments_that_share_one_python_daemon(spark):
+    # SQL UDF runners add SPARK_SIMPLIFIED_TRACEBACK to their workers' environment unless this
+    # is off, and transformWithStateInPandas's never does: two environments, two daemons
+    assert spark.conf.get("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled") == "false"
