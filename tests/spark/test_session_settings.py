@@ -23,3 +23,19 @@ def test_session_asks_for_worker_environments_that_share_one_python_daemon(spark
     # SQL UDF runners add SPARK_SIMPLIFIED_TRACEBACK to their workers' environment unless this
     # is off, and transformWithStateInPandas's never does: two environments, two daemons
     assert spark.conf.get("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled") == "false"
+
+
+def test_python_workers_are_started_by_a_job_of_their_own_on_a_local_master(spark):
+    from pipelines.spark.command_session import (  # noqa: PLC0415
+        WORKERS_JOB_GROUP,
+        start_python_workers,
+    )
+
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup(WORKERS_JOB_GROUP))
+    thread = start_python_workers(spark)
+    assert thread is not None
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    (job,) = set(tracker.getJobIdsForGroup(WORKERS_JOB_GROUP)) - before
+    assert tracker.getJobInfo(job).status == "SUCCEEDED"
