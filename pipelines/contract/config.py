@@ -446,9 +446,9 @@ class ReplaySection(_Model):
     # depend on it); the tables do not depend on it.
     producer_shards: Annotated[int, Field(ge=1, le=4096)] = 4
     # Topic bins: the Spark runtime's operators are keyed by groups of topics (a topic's bin is
-    # a hash of its name modulo this), never by topic. null = twice spark.sql.shuffle.partitions
-    # at the run's start. A run constant (recorded in the run's manifest; the state store's
-    # keys depend on it); the tables do not depend on it.
+    # a hash of its name modulo this), never by topic. null = four times
+    # spark.sql.shuffle.partitions at the run's start. A run constant (recorded in the run's
+    # manifest; the state store's keys depend on it); the tables do not depend on it.
     topic_bins: Annotated[int, Field(ge=1, le=65536)] | None = None
 
 

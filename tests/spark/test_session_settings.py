@@ -39,3 +39,11 @@ def test_python_workers_are_started_by_a_job_of_their_own_on_a_local_master(spar
     assert not thread.is_alive()
     (job,) = set(tracker.getJobIdsForGroup(WORKERS_JOB_GROUP)) - before
     assert tracker.getJobInfo(job).status == "SUCCEEDED"
+
+
+def test_default_topic_bins_are_four_per_state_partition(spark):
+    from pipelines.spark.emulation import default_bins  # noqa: PLC0415
+
+    # the tests' session: 2 shuffle partitions
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert default_bins(spark) == 8
