@@ -34,6 +34,7 @@ from pipelines.ingest.rules import (
     minutes_misplaced,
     verdict_rows,
 )
+from pipelines.storage.delta_format import delta_packed
 from pipelines.storage.fs import arrow_filesystem
 
 STAGE_INPUT_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time",
@@ -55,10 +56,6 @@ STAGING_ROW_GROUP_ROWS = 65_536
 small row groups let :func:`read_staged` skip, by their ``event_ms`` statistics, the part of a
 micro-batch outside the window (one row group per file would make every window overlapping a
 micro-batch read all of it)."""
-
-STAGING_PACKED_COLUMNS = ("sequence_id", "publish_time", "payload_size", "event_ms")
-"""Staged columns written ``DELTA_BINARY_PACKED`` (ascending per producer or small; the hashes,
-uniformly random, stay plain)."""
 
 KEY_HASH_COLUMNS = ("hash32", "segment_hash", "hash_b")
 """Staged columns the staging writer adds (``pipelines.ingest.rules.key_hashes_arrow`` of
@@ -189,7 +186,7 @@ class StagingWriter:
             self.writers[b] = (pq.ParquetWriter(
                 _hidden(target), table.schema, filesystem=self.fs, compression="lz4",
                 use_dictionary=["topic", "producer_name"],
-                column_encoding={c: "DELTA_BINARY_PACKED" for c in STAGING_PACKED_COLUMNS}),
+                column_encoding=delta_packed(table.schema)),
                 target)
         self.writers[b][0].write_table(table.slice(0, rows), row_group_size=size)
 
