@@ -383,9 +383,13 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     code = codes_in(pdf["topic"], topics)
     if (code < 0).any():
         raise ValueError("messages of a topic not given a controller state")
-    keyed = pdf.assign(_topic=code, _seq_sort=pdf["sequence_id"].fillna(-1))
+    # the sort's own columns only, and the rows taken column by column into a frame that is
+    # not consolidated: an assign, a take and a reset_index each copied every column
+    keyed = pd.DataFrame({"_topic": code, "_seq_sort": pdf["sequence_id"].fillna(-1),
+                          **{c: pdf[c] for c in (*SORT_KEYS, *TIE_KEYS) if c != "_seq_sort"}},
+                         copy=False)
     order = ties_ranked_apart(keyed, ["_topic", *SORT_KEYS], TIE_KEYS)
-    pdf = pdf.take(order).reset_index(drop=True)
+    pdf = taken(pdf, order)
     bounds = np.searchsorted(code[order], np.arange(len(topics) + 1))
     event = pdf["event_ms"].to_numpy(np.int64)
     segment_hash = pdf["segment_hash"].fillna(-1).to_numpy(np.int64)
@@ -417,9 +421,19 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
         update_many([_key_stats(ctl, settings) for ctl in ctls], bounds, *counted)
     if final:
         close_many([ks for ctl in controllers.values() if (ks := ctl.key_stats) is not None])
-    routed_pdf = pdf.assign(segment_id=segment_id, bucket_index=bucket_index,
-                            layout_epoch=layout_epoch)
-    return routed_pdf, controllers
+    pdf["segment_id"], pdf["bucket_index"], pdf["layout_epoch"] = (segment_id, bucket_index,
+                                                                   layout_epoch)
+    return pdf, controllers
+
+
+def taken(pdf: pd.DataFrame, order: npt.NDArray[Any]) -> pd.DataFrame:
+    """Rows ``order`` (int64 positions) of ``pdf``, every column kept with its dtype, in a new
+    frame with a fresh range index whose columns are not consolidated (``DataFrame.take`` and
+    ``reset_index`` each copy the whole frame; NumPy columns are indexed as arrays, others by
+    their array's ``take``)."""
+    return pd.DataFrame({c: (col.to_numpy()[order] if isinstance(col.dtype, np.dtype)
+                             else col.array.take(order))
+                         for c, col in pdf.items()}, copy=False)
 
 
 def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -> npt.NDArray[Any]:
@@ -647,14 +661,18 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     changes.sort(key=lambda c: c.time_ms)  # stable: a topic's own changes keep their order
     r = batch(_core_messages(rows, codes_all, bcfg.mode is BatchingMode.KEY_BASED),
               merged.containers, changes, bcfg, len(names), merged.next_entry, to)
-    rows = rows.assign(segment_id=r.segment_id, bucket_index=r.bucket_index.astype(np.int32),
-                       layout_epoch=r.epoch, _time_ms=r.time_ms, _resent=r.resent)
+    # the core's columns beside the rows (an assign would copy every column of the window)
+    routed_by_core: dict[str, npt.NDArray[Any]] = {
+        "segment_id": r.segment_id, "bucket_index": r.bucket_index.astype(np.int32),
+        "layout_epoch": r.epoch, "_time_ms": r.time_ms, "_resent": r.resent}
     sent = np.flatnonzero(r.entry_seq >= 0)
     sent = sent[np.lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
-    messages = _message_table(rows, sent, segment_sequence_id=r.segment_sequence_id[sent],
+    messages = _message_table(rows, sent, **{c: routed_by_core[c][sent] for c in
+                                             ("segment_id", "bucket_index", "layout_epoch")},
+                              segment_sequence_id=r.segment_sequence_id[sent],
                               entry_id=r.entry_seq[sent])
     topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))
-    entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"})
+    entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"}, copy=False)
     entries.insert(0, "producer_name", labelled(names, r.entries["producer"]))
     entries.insert(0, "topic", labelled(topics, topic_of[r.entries["producer"]]))
     if not keep_state:  # the open containers and counters only matter to a next window
@@ -662,6 +680,8 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     merged.next_entry = merged.next_entry + r.entries_per_producer
     still = np.flatnonzero(r.entry_seq < 0)
     open_rows = rows.iloc[still].reset_index(drop=True)
+    for c, v in routed_by_core.items():
+        open_rows[c] = v[still]
     open_topic = topic_of[codes_all[still]]
     out = {}
     for i, (t, st) in enumerate(zip(topics, states, strict=True)):
@@ -695,7 +715,7 @@ def _merge_states(states: Sequence[BatchingState], topics: Sequence[str], routed
         raise ValueError("routed messages of a topic not given a state")
     p_code, p_names = factorized(routed["producer_name"])
     width = max(len(p_names), 1)
-    pairs, inverse = np.unique(t_code.astype(np.int64) * width + p_code, return_inverse=True)
+    pairs, inverse = dense_unique(t_code.astype(np.int64) * width + p_code, len(topics) * width)
     pair_topic, pair_name = pairs // width, np.asarray(p_names, dtype=object)[pairs % width]
     bounds = np.searchsorted(pair_topic, np.arange(len(topics) + 1))
     pair_code = np.zeros(len(pairs), dtype=np.int64)
@@ -722,6 +742,23 @@ def _merge_states(states: Sequence[BatchingState], topics: Sequence[str], routed
                            ContainerState.concat(containers) if containers else ContainerState())
     codes = pair_code[inverse.reshape(-1)] if len(routed) else np.zeros(0, dtype=np.int64)
     return merged, offsets, codes.astype(np.int64), pending
+
+
+def dense_unique(values: npt.NDArray[np.int64], bound: int
+                 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """``np.unique(values, return_inverse=True)`` of values below ``bound``: by a table of
+    ``bound`` flags instead of a sort when every value is ``>= 0`` and ``bound`` is at most a
+    few times the values' count (a window's (topic, producer) pairs: the sort of every
+    message's pair was a tenth of batching's pandas and NumPy glue). Returns the distinct
+    values (sorted, int64) and each value's index in them (int64)."""
+    if bound > 4 * len(values) + 1024 or (len(values) and int(values.min()) < 0):
+        pairs, inverse = np.unique(values, return_inverse=True)
+        return pairs.astype(np.int64), inverse.reshape(-1).astype(np.int64)
+    seen = np.zeros(bound, dtype=bool)
+    seen[values] = True
+    pairs = np.flatnonzero(seen).astype(np.int64)
+    index = np.cumsum(seen, dtype=np.int64) - 1
+    return pairs, index[values]
 
 
 def _grow_producers(st: BatchingState, seen: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -769,7 +806,7 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],
     event_ms = routed["event_ms"].to_numpy(np.int64)
     columns.update(event_ms=event_ms, _ordinal=ordinal, _time_ms=event_ms,
                    _resent=np.zeros(n, dtype=np.int64))
-    return pd.DataFrame(columns)
+    return pd.DataFrame(columns, copy=False)
 
 
 def _rank_within(codes: npt.NDArray[Any], counts: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -860,7 +897,8 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
                "close_reason": entries["close_reason"].astype(object),
                "emu_publish_ms": entries["publish_time_ms"],
                "open_time": times["open_time"], "publish_time": times["publish_time"]}
-    return pd.DataFrame({c: columns[c] if c in columns else entries[c] for c in ENTRY_COLUMNS})
+    return pd.DataFrame({c: columns[c] if c in columns else entries[c] for c in ENTRY_COLUMNS},
+                        copy=False)
 
 
 # ---- dispatch per topic ---------------------------------------------------------------------
@@ -942,7 +980,7 @@ def dispatch_topics(entries: pd.DataFrame, blobs: Mapping[str, bytes | None],
     # the order from the sort keys alone, then only the columns the dispatchers take (not a
     # take of every column of the entries)
     order = stable_order(pd.DataFrame({"_topic": code, **{c: entries[c] for c in
-                                                           _DISPATCH_ORDER}}),
+                                                           _DISPATCH_ORDER}}, copy=False),
                          ["_topic", *_DISPATCH_ORDER])
     cols = {c: v[order] for c, v in _entry_arrays(entries).items()}
     bounds = np.searchsorted(np.sort(code), np.arange(len(topics) + 1))
@@ -1081,7 +1119,8 @@ def _joined(parts: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
                              for c in columns})
     if all(arrays) or not any(arrays):
         return (inferred if listed else
-                pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in columns}))
+                pd.DataFrame({c: np.concatenate([p[c] for p in parts]) for c in columns},
+                             copy=False))
     # both kinds: the array parts' rows, then the list parts', put back in part order
     position = np.concatenate([np.repeat([i for i, a in enumerate(arrays) if a is kind],
                                          [_rows(p) for p, a in zip(parts, arrays, strict=True)
@@ -1089,7 +1128,7 @@ def _joined(parts: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     order = np.argsort(position, kind="stable")
     return pd.DataFrame({c: np.concatenate([*(p[c] for p, a in zip(parts, arrays, strict=True)
                                               if a), inferred[c].to_numpy()])[order]
-                         for c in columns})
+                         for c in columns}, copy=False)
 
 
 def _rows(part: Mapping[str, Any]) -> int:
@@ -1123,7 +1162,16 @@ def _dispatch_tables(frames: Mapping[str, pd.DataFrame],
         "segment_drain": _times(drains, speed, {"sealed_at_ms": "sealed_at",
                                                 "drained_at_ms": "drained_at"}, drop=False),
     }
-    return {k: df.reindex(columns=table_columns(DISPATCH_TABLES[k])) for k, df in result.items()}
+    return {k: selected(df, table_columns(DISPATCH_TABLES[k])) for k, df in result.items()}
+
+
+def selected(df: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    """``df.reindex(columns=columns)`` (a column ``df`` lacks is all nulls) without copying
+    the columns it has: a new frame over the same arrays, not consolidated (a reindex copies
+    every column the dispatch tables keep)."""
+    if not set(columns) <= set(df.columns):
+        return df.reindex(columns=columns)
+    return pd.DataFrame({c: df[c] for c in columns}, copy=False)
 
 
 def _feed(d: Any, cols: Mapping[str, npt.NDArray[Any]], start: int, stop: int,
