@@ -293,7 +293,8 @@ class WindowFiles:
         table = read_frame(shard_file(self.routed_dir, shard))
         if table is None:
             table = ROUTED_SCHEMA.empty_table()
-        return table.select(ROUTED_COLUMNS).to_pandas(types_mapper=arrow_strings)
+        return table.select(ROUTED_COLUMNS).to_pandas(types_mapper=arrow_strings,
+                                                      split_blocks=True)
 
     def write_layouts(self, layouts: dict[str, SegmentLayout]) -> None:
         """:func:`write_layouts` of the window."""
@@ -316,7 +317,7 @@ class WindowFiles:
                   if not n.startswith((".", "_"))
                   and (t := read_frame(storage.join(self.entries_dir, n))) is not None]
         table = pa.concat_tables(tables) if tables else ENTRY_HANDOVER.empty_table()
-        return table.to_pandas(types_mapper=arrow_strings)
+        return table.to_pandas(types_mapper=arrow_strings, split_blocks=True)
 
 
 class Outputs:

@@ -1,7 +1,8 @@
 """Session settings a replay depends on for its speed: the default ``spark.sql.shuffle.partitions``
 (twice the cores its master gives, ``pipelines.spark.command_session.default_partitions``; the
 emulation's state keeps them for the run; the value a cluster replay takes is checked in
-``tests/guarantees/test_cluster.py``), and one Python worker daemon for every query."""
+``tests/guarantees/test_cluster.py``), one Python worker daemon for every query, and streaming
+checkpoints written without a process per rename."""
 
 from __future__ import annotations
 
@@ -47,3 +48,16 @@ def test_default_topic_bins_are_four_per_state_partition(spark):
     # the tests' session: 2 shuffle partitions
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
     assert default_bins(spark) == 8
+
+
+def test_streaming_checkpoints_use_hadoop_filesystem_renames(spark):
+    # FileContext renames ask each path's link status: a `readlink` process per call without
+    # Hadoop's native library; the class must exist in this Spark (its package moved in 4.1)
+    from pipelines.spark.session import (  # noqa: PLC0415
+        CHECKPOINT_FILE_MANAGER,
+        CHECKPOINT_FILE_MANAGER_KEY,
+    )
+
+    assert spark.conf.get(CHECKPOINT_FILE_MANAGER_KEY) == CHECKPOINT_FILE_MANAGER
+    loaded = spark.sparkContext._jvm.java.lang.Class.forName(CHECKPOINT_FILE_MANAGER)
+    assert loaded.getName() == CHECKPOINT_FILE_MANAGER
