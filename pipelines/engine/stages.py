@@ -421,8 +421,9 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
         update_many([_key_stats(ctl, settings) for ctl in ctls], bounds, *counted)
     if final:
         close_many([ks for ctl in controllers.values() if (ks := ctl.key_stats) is not None])
-    pdf["segment_id"], pdf["bucket_index"], pdf["layout_epoch"] = (segment_id, bucket_index,
-                                                                   layout_epoch)
+    pdf["segment_id"] = segment_id  # pdf is this call's own frame (taken): no copy
+    pdf["bucket_index"] = bucket_index
+    pdf["layout_epoch"] = layout_epoch
     return pdf, controllers
 
 
@@ -431,9 +432,14 @@ def taken(pdf: pd.DataFrame, order: npt.NDArray[Any]) -> pd.DataFrame:
     frame with a fresh range index whose columns are not consolidated (``DataFrame.take`` and
     ``reset_index`` each copy the whole frame; NumPy columns are indexed as arrays, others by
     their array's ``take``)."""
-    return pd.DataFrame({c: (col.to_numpy()[order] if isinstance(col.dtype, np.dtype)
-                             else col.array.take(order))
-                         for c, col in pdf.items()}, copy=False)
+    return pd.DataFrame({c: column_rows(col, order) for c, col in pdf.items()}, copy=False)
+
+
+def column_rows(col: pd.Series, pos: npt.NDArray[Any]) -> Any:
+    """Rows ``pos`` (int64 positions) of ``col`` as an array of its dtype: a NumPy column
+    indexed as an array (pandas' ``take`` checks each object string for a null), others
+    (Arrow strings, timestamps) by their array's ``take``."""
+    return col.to_numpy()[pos] if isinstance(col.dtype, np.dtype) else col.array.take(pos)
 
 
 def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -> npt.NDArray[Any]:
@@ -740,7 +746,7 @@ def _merge_states(states: Sequence[BatchingState], topics: Sequence[str], routed
     merged = BatchingState(joined("producers").astype(object), joined("next_ordinal"),
                            joined("next_entry"), joined("next_sequence_id"),
                            ContainerState.concat(containers) if containers else ContainerState())
-    codes = pair_code[inverse.reshape(-1)] if len(routed) else np.zeros(0, dtype=np.int64)
+    codes = pair_code[inverse] if len(routed) else np.zeros(0, dtype=np.int64)
     return merged, offsets, codes.astype(np.int64), pending
 
 
@@ -853,17 +859,10 @@ def conform_messages(table: Any) -> Any:
 def _message_columns(routed: pd.DataFrame, pos: npt.NDArray[Any],
                      extra: Mapping[str, npt.NDArray[Any]]) -> dict[str, Any]:
     """Rows ``pos`` of ``routed``'s :data:`MESSAGE_COLUMNS` (one take per column: no copy of the
-    whole frame), with ``extra`` columns (aligned with ``pos``) replacing or following them.
-    NumPy columns (strings are objects) are indexed as arrays: pandas' ``take`` would check
-    each string for a null; others (Arrow strings, timestamps) by their array's ``take``."""
-    columns: dict[str, Any] = {}
-    for c in MESSAGE_COLUMNS:
-        if c in extra:
-            columns[c] = extra[c]
-            continue
-        col = routed[c]
-        columns[c] = (col.to_numpy()[pos] if isinstance(col.dtype, np.dtype)
-                      else col.array.take(pos))
+    whole frame, :func:`column_rows`), with ``extra`` columns (aligned with ``pos``) replacing
+    or following them."""
+    columns: dict[str, Any] = {c: extra[c] if c in extra else column_rows(routed[c], pos)
+                               for c in MESSAGE_COLUMNS}
     columns.update(extra)
     return columns
 
