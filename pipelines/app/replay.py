@@ -23,7 +23,7 @@ from pipelines.contract.config import ReplayConfig
 from pipelines.contract.presets import InputSpec
 from pipelines.engine.local import check_spec, resolve_local_spec, run_local
 from pipelines.engine.summary import format_summary, nothing_accepted, run_summary
-from pipelines.spark.command_session import replay_session, session_active
+from pipelines.spark.command_session import replay_session, session_active, stop_command_session
 from pipelines.spark.ingest import resolve_input_spec
 from pipelines.spark.progress import ReplayProgress
 from pipelines.spark.replay import Replay
@@ -91,7 +91,7 @@ def _replay(args: argparse.Namespace, stream: bool) -> int:
         return _drive(replay, progress, stream, args)
     finally:
         if owned and not stop.is_set():  # the application ends with the command: a cluster's
-            spark.stop()                  # master records it as completed
+            stop_command_session(spark)   # master records it as completed
 
 
 def _replay_local(args: argparse.Namespace, cfg: ReplayConfig, spec: InputSpec,

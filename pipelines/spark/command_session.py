@@ -47,6 +47,26 @@ def replay_session(master: str | None, remote: str | None, shuffle_partitions: i
     return spark
 
 
+def stop_command_session(spark: SparkSession) -> None:
+    """``spark.stop()`` of the session a command started, at the command's end, without waiting
+    for PySpark's accumulator server: its one connection's handler polls its socket every
+    second for the shutdown flag, so ``SparkContext.stop`` spent 0.4-1 s waiting for it after
+    the JVM had stopped (0.43 s of a 1 M-message replay's 0.55 s stop). The flag is set and the
+    server left to its daemon thread, which ends with the process; nothing reaches it once the
+    JVM is stopped. Under Spark Connect, a plain ``stop()``."""
+    if is_connect(spark):
+        spark.stop()
+        return
+    context = spark.sparkContext
+    server = getattr(context, "_accumulatorServer", None)
+    context._accumulatorServer = None  # type: ignore[assignment]  # stop() then skips its wait
+    try:
+        spark.stop()
+    finally:
+        if server is not None:
+            server.server_shutdown = True
+
+
 WORKERS_JOB_GROUP = "topic-replay-python-workers"
 """Spark job group of :func:`start_python_workers`' job (thread-local: the replay's own jobs
 are not in it)."""

@@ -61,3 +61,37 @@ def test_streaming_checkpoints_use_hadoop_filesystem_renames(spark):
     assert spark.conf.get(CHECKPOINT_FILE_MANAGER_KEY) == CHECKPOINT_FILE_MANAGER
     loaded = spark.sparkContext._jvm.java.lang.Class.forName(CHECKPOINT_FILE_MANAGER)
     assert loaded.getName() == CHECKPOINT_FILE_MANAGER
+
+
+class _AccumulatorServer:
+    server_shutdown = False
+
+    def shutdown(self) -> None:  # PySpark's: waits for its handler's next 1 s poll
+        raise AssertionError("the command's stop waited for the accumulator server")
+
+
+class _Context:
+    def __init__(self) -> None:
+        self._accumulatorServer = _AccumulatorServer()
+        self.stopped = False
+
+
+class _Session:
+    def __init__(self) -> None:
+        self.sparkContext = _Context()
+
+    def stop(self) -> None:  # as SparkContext.stop: the server's shutdown when it has one
+        server = self.sparkContext._accumulatorServer
+        if server is not None:
+            server.shutdown()
+        self.sparkContext.stopped = True
+
+
+def test_a_commands_session_stops_without_waiting_for_the_accumulator_server():
+    from pipelines.spark.command_session import stop_command_session  # noqa: PLC0415
+
+    session = _Session()
+    server = session.sparkContext._accumulatorServer
+    stop_command_session(session)
+    assert session.sparkContext.stopped
+    assert server.server_shutdown  # its handler thread ends at its next poll
