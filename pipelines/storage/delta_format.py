@@ -40,13 +40,16 @@ def sql_string(value: str) -> str:
 
 
 def conform_arrow(table: str, data: pa.Table | pd.DataFrame,  # noqa: C901
-                  columns: Sequence[str] | None = None) -> pa.Table:
+                  columns: Sequence[str] | None = None, dictionaries: bool = False) -> pa.Table:
     """Cast ``data`` to ``table``'s schema: same column order and types (only ``columns`` of
     it, in the schema's order, when given — e.g. all but ``run_id``).
 
     Missing nullable columns are filled with nulls; a missing non-nullable column, an extra
     column, a failed cast or a null in a non-nullable column raises ``ValueError``. Timestamps
-    are truncated to microseconds; naive timestamps are taken as UTC.
+    are truncated to microseconds; naive timestamps are taken as UTC. ``dictionaries``: a
+    dictionary-encoded column of a string field stays so (its field then a dictionary of
+    strings), for a Parquet writer that writes it as it is (:func:`parquet_options`); else it
+    is cast to strings like any other.
     """
     schema = arrow_schema(table)
     if columns is not None:
@@ -61,14 +64,17 @@ def conform_arrow(table: str, data: pa.Table | pd.DataFrame,  # noqa: C901
     if extra:
         raise ValueError(f"{table}: columns not in the table schema: {', '.join(extra)}")
     arrays = []
+    fields = []
     for field in schema:
         if field.name not in data.column_names:
             if not field.nullable:
                 raise ValueError(f"{table}: required column {field.name!r} is missing")
             arrays.append(pa.nulls(data.num_rows, field.type))
+            fields.append(field)
             continue
         column = data[field.name]
-        if column.type != field.type:
+        kept = dictionaries and _strings_coded(column.type, field.type)
+        if column.type != field.type and not kept:
             options = pc.CastOptions(field.type, allow_time_truncate=True)
             try:
                 column = pc.cast(column, options=options)
@@ -83,7 +89,14 @@ def conform_arrow(table: str, data: pa.Table | pd.DataFrame,  # noqa: C901
                 f"({column.null_count} null value(s))"
             )
         arrays.append(column)
-    return pa.Table.from_arrays(arrays, schema=schema)
+        fields.append(field.with_type(column.type) if kept else field)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=schema.metadata))
+
+
+def _strings_coded(kind: pa.DataType, field: pa.DataType) -> bool:
+    """Whether ``kind`` is a dictionary of ``field``'s values and ``field`` a string."""
+    return bool(pa.types.is_string(field) and pa.types.is_dictionary(kind)
+                and kind.value_type == field)
 
 
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
@@ -94,9 +107,14 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     Measured on the 10 M bench's tables (zstd plain → this): ``messages`` 0.94 → 0.65 s and
     46 → 38 MB per 2.7 M rows, ``dispatch`` 1.74 → 1.2 s and 50 → 34 MB per 5.6 M rows. Spark
     (vectorized reader) and delta-rs read both encodings."""
-    return {"compression": "zstd",
-            "use_dictionary": [f.name for f in schema if f.type == "string"],
-            "column_encoding": delta_packed(schema)}
+    coded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
+    options: dict[str, Any] = {"compression": "zstd",
+                               "use_dictionary": [f.name for f in schema
+                                                  if f.type == "string"] + coded,
+                               "column_encoding": delta_packed(schema)}
+    if coded:  # no Arrow schema in the file: readers take those columns as plain strings
+        options["store_schema"] = False
+    return options
 
 
 def delta_packed(schema: pa.Schema) -> dict[str, str]:

@@ -137,12 +137,14 @@ class FrameWriter:
             # a withheld column is left out: conform_arrow fills it with nulls
             taken = [c for c in columns if c not in withheld]
             # the columns selected as Arrow converts (a pandas selection copies the frame)
+            # strings coded as dictionaries stay so: Parquet takes the codes and their values
+            # as its own dictionary (a string per row neither made nor hashed again)
             arrow = conform_arrow(table, df.select([c for c in taken if c in df.column_names])
                                   if isinstance(df, pa.Table)
                                   else pa.Table.from_pandas(
                                       df, columns=[c for c in taken if c in df.columns],
                                       preserve_index=False, nthreads=1),
-                                  columns=columns)
+                                  columns=columns, dictionaries=True)
             if (topic, kind) not in self.files:
                 fs, path = arrow_filesystem(staged_file(self.out_dir, kind, topic))
                 folder, name = path.rsplit("/", 1)
@@ -151,8 +153,10 @@ class FrameWriter:
                 writer = pq.ParquetWriter(tmp, arrow.schema, filesystem=fs,
                                           **parquet_options(arrow.schema))
                 self.files[(topic, kind)] = (writer, fs, tmp, path)
-            self.thread.submit(self.files[(topic, kind)][0].write_table, arrow,
-                               row_group_size=128 * 1024)
+            writer = self.files[(topic, kind)][0]
+            if not arrow.schema.equals(writer.schema, check_metadata=False):  # coded or not
+                arrow = arrow.cast(writer.schema)
+            self.thread.submit(writer.write_table, arrow, row_group_size=128 * 1024)
 
     def close(self) -> None:
         """Wait for the writer thread (raising a failed write), finish every file and move it
