@@ -64,3 +64,26 @@ def test_a_write_failed_on_the_writer_thread_fails_the_close(tmp_path: Path,
     files.write("orders", {"segment_drain": _drains([1])})
     with pytest.raises(OSError, match="disk full"):
         files.close()
+
+
+def _coded_drains(segment_ids: list[int], subscriptions: list[str]) -> pd.DataFrame:
+    """``_drains`` with the subscription coded as a dictionary (``stages.coded``)."""
+    from pipelines.engine.stages import coded  # noqa: PLC0415
+
+    names = sorted(set(subscriptions))
+    frame = _drains(segment_ids)
+    frame["subscription"] = pd.arrays.ArrowExtensionArray(
+        coded(names, [names.index(s) for s in subscriptions]))
+    return frame
+
+
+def test_coded_strings_are_written_as_plain_strings_of_their_values(tmp_path: Path) -> None:
+    files = FrameWriter(str(tmp_path))
+    files.write("orders", {"segment_drain": _coded_drains([1, 2], ["b", "a"])})
+    files.write("orders", {"segment_drain": _drains([3])})  # plain strings into the same file
+    files.write("orders", {"segment_drain": _coded_drains([4], ["c"])})  # other codes
+    files.close()
+    table = pq.read_table(staged_file(str(tmp_path), "segment_drain", "orders"))
+    assert str(table.schema.field("subscription").type) == "string"
+    assert table.column("subscription").to_pylist() == ["b", "a", "s", "c"]
+    assert table.column("segment_id").to_pylist() == [1, 2, 3, 4]
