@@ -206,24 +206,33 @@ def codes_in(s: pd.Series, labels: Sequence[Any] | npt.NDArray[Any]) -> npt.NDAr
     return np.where(codes >= 0, where[codes], -1)
 
 
-def labelled(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[Any]) -> Any:
-    """``labels[codes]`` as an Arrow-backed string array (``pd.ArrowDtype(pa.string())``),
-    decoded by Arrow from a dictionary: no Python string per row to make now or to convert
-    when the rows are written (an entry's topic and producer: at 10 M messages, 5.6 M rows
-    each, about 1.5 s of batching's CPU as object strings)."""
-    dictionary = pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, dtype=np.int32)),
-                                                pa.array(list(labels), pa.string()))
-    return pd.arrays.ArrowExtensionArray(dictionary.cast(pa.string()))
+def distinct_codes(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[Any]
+                   ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int32]]:
+    """``labels[codes]`` as distinct labels (object, sorted) and each row's index in them
+    (int32): a producer's name is a label of each topic it publishes to, but a dictionary
+    holds each value once."""
+    distinct, where = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
+    rows = np.asarray(codes, dtype=np.int64)
+    return distinct, (where.reshape(-1)[rows] if len(rows) else rows).astype(np.int32)
 
 
 def coded(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[Any]) -> pa.Array:
     """``labels[codes]`` as an Arrow dictionary of strings (int32 codes, no string per row):
     for an output table's column, which its Parquet file takes as it is
-    (``pipelines.storage.delta_format.parquet_options``). The 10 M bench's messages: their
-    topic and producer taken as strings and hashed again by the writer cost about 1.7 CPU s
-    more."""
-    return pa.DictionaryArray.from_arrays(pa.array(np.asarray(codes, dtype=np.int32)),
-                                          pa.array(list(labels), pa.string()))
+    (``pipelines.storage.delta_format.parquet_options``; the 10 M bench's messages: about
+    0.2 CPU s less than taking their topic and producer as strings for the writer to hash)."""
+    distinct, rows = distinct_codes(labels, codes)
+    return pa.DictionaryArray.from_arrays(pa.array(rows), pa.array(list(distinct), pa.string()))
+
+
+def categorical(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[Any]
+                ) -> pd.Categorical:
+    """``labels[codes]`` as a pandas ``Categorical`` (sorted categories): an entry's topic and
+    producer, which travel to dispatch as Arrow dictionaries (``ENTRY_HANDOVER``) and to the
+    entries table's file as its Parquet dictionary, never as a string per row (5.6 M entries
+    at 10 M messages)."""
+    distinct, rows = distinct_codes(labels, codes)
+    return pd.Categorical.from_codes(rows, categories=pd.Index(distinct, dtype=object))
 
 
 class RowsTaken:
@@ -259,6 +268,11 @@ def _sort_codes(s: pd.Series) -> npt.NDArray[Any]:
         return np.asarray(s.to_numpy())  # NaN sorts last in NumPy
     if pd.api.types.is_datetime64_any_dtype(s.dtype):  # as integers, NaT last
         return np.where(s.isna().to_numpy(), np.iinfo(np.int64).max, s.array.asi8)
+    if isinstance(s.dtype, pd.CategoricalDtype):  # by value, not by the categories' order
+        rank = np.empty(len(s.cat.categories), dtype=np.int64)
+        rank[np.argsort(s.cat.categories.to_numpy(object), kind="stable")] = np.arange(len(rank))
+        codes = s.cat.codes.to_numpy(np.int64)
+        return np.where(codes < 0, np.iinfo(np.int64).max, rank[np.maximum(codes, 0)])
     codes = pd.factorize(s, sort=True)[0]
     return np.where(codes < 0, np.iinfo(np.int64).max, codes)
 
@@ -710,8 +724,8 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
                               topic=coded(topics, topic_of[codes_all[sent]]),
                               producer_name=coded(names, codes_all[sent]))
     entries = pd.DataFrame({c: v for c, v in r.entries.items() if c != "producer"}, copy=False)
-    entries.insert(0, "producer_name", labelled(names, r.entries["producer"]))
-    entries.insert(0, "topic", labelled(topics, topic_of[r.entries["producer"]]))
+    entries.insert(0, "producer_name", categorical(names, r.entries["producer"]))
+    entries.insert(0, "topic", categorical(topics, topic_of[r.entries["producer"]]))
     if not keep_state:  # the open containers and counters only matter to a next window
         return conform_messages(messages), entries, {}
     merged.next_entry = merged.next_entry + r.entries_per_producer
@@ -924,7 +938,7 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
     times = _times(entries[list(renames)].copy(), speed, renames)  # two columns copied
     columns = {"entry_id": entries["entry_seq"],
                "topic": (entries["topic"] if topic is None else
-                         labelled([topic], np.zeros(len(entries), dtype=np.int32))),
+                         categorical([topic], np.zeros(len(entries), dtype=np.int32))),
                "close_reason": entries["close_reason"].astype(object),
                "emu_publish_ms": entries["publish_time_ms"],
                "open_time": times["open_time"], "publish_time": times["publish_time"]}

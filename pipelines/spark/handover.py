@@ -57,13 +57,17 @@ HyperLogLog registers only once its distinct keys outgrow the exact set (``None`
 names as lists."""
 
 
-ENTRY_HANDOVER = pa.schema([("topic", pa.string()), ("producer_name", pa.string()),
+CODED_STRINGS = pa.dictionary(pa.int32(), pa.string())
+"""A string column handed over as codes and their values (an entry's topic and producer)."""
+
+ENTRY_HANDOVER = pa.schema([("topic", CODED_STRINGS), ("producer_name", CODED_STRINGS),
                             ("segment_id", pa.int64()),
                             ("entry_id", pa.int64()), ("entry_hash_min", pa.int64()),
                             ("num_messages", pa.int64()), ("payload_bytes", pa.int64()),
                             ("emu_publish_ms", pa.int64())])
 """Columns of the entries batching hands to dispatch
-(``pipelines.engine.stages.dispatch_group``)."""
+(``pipelines.engine.stages.dispatch_group``); the strings coded (``pd.Categorical`` both ways,
+``pipelines.engine.stages.categorical``)."""
 
 
 class StateFormatError(RuntimeError):

@@ -74,6 +74,8 @@ def conform_arrow(table: str, data: pa.Table | pd.DataFrame,  # noqa: C901
             continue
         column = data[field.name]
         kept = dictionaries and _strings_coded(column.type, field.type)
+        if kept and column.type.index_type != pa.int32():  # one type for every frame of a file
+            column = column.cast(pa.dictionary(pa.int32(), field.type))
         if column.type != field.type and not kept:
             options = pc.CastOptions(field.type, allow_time_truncate=True)
             try:

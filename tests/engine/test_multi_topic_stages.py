@@ -144,6 +144,13 @@ def _decoded(table: pa.Table) -> pa.Table:
                                  if pa.types.is_dictionary(f.type) else f for f in table.schema]))
 
 
+def _plain(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its categorical strings (``stages.categorical``) as object strings: the
+    per-topic entries are concatenated from topics with categories of their own."""
+    return frame.apply(lambda c: c.astype(object) if isinstance(c.dtype, pd.CategoricalDtype)
+                       else c)
+
+
 @pytest.mark.parametrize("cuts", [[], [60_000, 61_000, 150_000], list(range(10_000, 180_000,
                                                                           25_000))],
                          ids=["one-window", "uneven-windows", "many-windows"])
@@ -156,7 +163,8 @@ def test_multi_topic_stages_equal_the_per_topic_stages(cuts: list[int]) -> None:
         assert set(w) <= set(g)
         pd.testing.assert_frame_equal(g["routed"], w["routed"])  # type: ignore[arg-type]
         assert _decoded(g["messages"]).equals(_decoded(w["messages"]))  # type: ignore[arg-type]
-        pd.testing.assert_frame_equal(g["entries"], w["entries"])  # type: ignore[arg-type]
+        pd.testing.assert_frame_equal(_plain(g["entries"]),  # type: ignore[arg-type]
+                                      _plain(w["entries"]))  # type: ignore[arg-type]
         for kind in set(w) - {"routed", "messages", "entries"}:
             pd.testing.assert_frame_equal(g[kind], w[kind], check_dtype=False)  # type: ignore
 

@@ -101,3 +101,13 @@ def test_ties_ranked_apart_equals_stable_order_with_tie_keys(data: list[tuple], 
     keys, then = keys[:n_keys], ["publish_time", "key"]
     assert ties_ranked_apart(pdf, keys, then).tolist() == stable_order(pdf, keys, then).tolist()
     assert ties_ranked_apart(pdf, keys, []).tolist() == stable_order(pdf, keys).tolist()
+
+
+def test_categorical_strings_sort_by_value_not_by_their_categories_order() -> None:
+    """Handed-over entries' producers are categorical, their categories in whatever order the
+    shards' dictionaries were unified; the dispatch order is by name."""
+    names = pd.Categorical(["b", "c", "a", None, "b"], categories=["c", "b", "a"])
+    frame = pd.DataFrame({"p": names, "t": [1, 1, 1, 1, 0]})
+    plain = frame.astype({"p": object})
+    assert stable_order(frame, ["p", "t"]).tolist() == stable_order(plain, ["p", "t"]).tolist()
+    assert stable_order(frame, ["p", "t"]).tolist() == [2, 4, 0, 1, 3]
