@@ -1223,8 +1223,8 @@ def strings_coded(values: npt.NDArray[Any]) -> pd.api.extensions.ExtensionArray:
     """An object array of strings (``None`` / NaN = null) as an Arrow-backed column of
     :func:`coded` strings (``pd.ArrowDtype`` of a dictionary): ``pd.factorize`` of the
     objects (fast when they repeat: each string's hash is cached) instead of converting each
-    to Arrow and hashing it again in the Parquet writer (measured on the 10 M bench's
-    dispatch rows: a quarter of their file's write)."""
+    to Arrow and hashing it again in the Parquet writer (with the coded topic, the 10 M
+    bench's dispatch with its file writes: 7.2 → 6.1-6.6 CPU s)."""
     codes, uniques = pd.factorize(values)
     return pd.arrays.ArrowExtensionArray(pa.DictionaryArray.from_arrays(
         pa.array(codes.astype(np.int32), mask=codes < 0), pa.array(list(uniques), pa.string())))

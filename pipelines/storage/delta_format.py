@@ -108,7 +108,10 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     ``DELTA_BINARY_PACKED``, except the hash columns (uniformly random: plain is smaller).
     Measured on the 10 M bench's tables (zstd plain → this): ``messages`` 0.94 → 0.65 s and
     46 → 38 MB per 2.7 M rows, ``dispatch`` 1.74 → 1.2 s and 50 → 34 MB per 5.6 M rows. Spark
-    (vectorized reader) and delta-rs read both encodings."""
+    (vectorized reader) and delta-rs read both encodings. Dictionary columns (strings coded
+    by the stages, :func:`conform_arrow` ``dictionaries``) are written as their codes and
+    values, and then the file stores no Arrow schema: every reader takes them as the table's
+    plain strings."""
     coded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
     options: dict[str, Any] = {"compression": "zstd",
                                "use_dictionary": [f.name for f in schema
