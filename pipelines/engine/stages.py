@@ -212,8 +212,7 @@ def distinct_codes(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[
     (int32): a producer's name is a label of each topic it publishes to, but a dictionary
     holds each value once."""
     distinct, where = np.unique(np.asarray(labels, dtype=object), return_inverse=True)
-    rows = np.asarray(codes, dtype=np.int64)
-    return distinct, (where.reshape(-1)[rows] if len(rows) else rows).astype(np.int32)
+    return distinct, where[np.asarray(codes, dtype=np.int64)].astype(np.int32)
 
 
 def coded(labels: Sequence[str] | npt.NDArray[Any], codes: npt.NDArray[Any]) -> pa.Array:
