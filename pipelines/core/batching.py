@@ -693,7 +693,7 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, Column]:
         group = m.bucket_index[msg]
     else:
         group = np.zeros(len(msg), dtype=np.int64)
-    order = np.lexsort((group, batch_of))
+    order = _by_batch_then_group(batch_of, group)
     msg, batch_of, group = msg[order], batch_of[order], group[order]
     starts = np.flatnonzero(np.r_[True, (batch_of[1:] != batch_of[:-1])
                                   | (group[1:] != group[:-1])])
@@ -724,6 +724,23 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, Column]:
     row_of_start[e_order] = np.arange(len(starts), dtype=np.int64)
     entry_of[msg] = np.repeat(row_of_start, np.diff(np.r_[starts, len(msg)]))
     return cols
+
+
+def _by_batch_then_group(batch_of: I64, group: I64) -> npt.NDArray[np.intp]:
+    """The order of messages by batch (``batch_of``: non-decreasing, as :func:`_entries` lists
+    them), then group, then position: ``np.lexsort((group, batch_of))``, as one stable sort of
+    a combined key (a quarter of the time: the batches are already in order) when the key
+    fits in 63 bits."""
+    if not len(group):
+        return np.zeros(0, dtype=np.intp)
+    lo = int(group.min())
+    span = int(group.max()) - lo + 1
+    order: npt.NDArray[np.intp]
+    if (int(batch_of.max()) + 1) * span >= 2**62:  # pragma: no cover - key ids beyond 2**30
+        order = np.lexsort((group, batch_of))
+    else:
+        order = np.argsort(batch_of * span + (group - lo), kind="stable")
+    return order
 
 
 def _empty_entries() -> dict[str, Column]:

@@ -101,6 +101,12 @@ def _strings_coded(kind: pa.DataType, field: pa.DataType) -> bool:
                 and kind.value_type == field)
 
 
+PLAIN_STRINGS = ("key",)
+"""String columns of the output tables written without a Parquet dictionary: message keys have
+too many values (273,000 in the 10 M bench's 10 M messages). Their dictionary pages, one per row
+group, cost 0.3-0.4 of the ``messages`` file's 2.3 CPU s to write and made it 4 MB larger."""
+
+
 def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     """``pyarrow.parquet`` writer options of an output table's data file with ``schema``:
     zstd; dictionaries for strings only (topics, producers, consumers: few values); integers
@@ -111,11 +117,12 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     (vectorized reader) and delta-rs read both encodings. Dictionary columns (strings coded
     by the stages, :func:`conform_arrow` ``dictionaries``) are written as their codes and
     values, and then the file stores no Arrow schema: every reader takes them as the table's
-    plain strings."""
+    plain strings. Message keys (:data:`PLAIN_STRINGS`) are written plain, coded or not."""
     coded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
     options: dict[str, Any] = {"compression": "zstd",
                                "use_dictionary": [f.name for f in schema
-                                                  if f.type == "string"] + coded,
+                                                  if (f.type == "string" or f.name in coded)
+                                                  and f.name not in PLAIN_STRINGS],
                                "column_encoding": delta_packed(schema)}
     if coded:  # no Arrow schema in the file: readers take those columns as plain strings
         options["store_schema"] = False

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pipelines.core import batching
 from pipelines.core.batching import (
     CLOSE_REASONS,
     ENTRY_COLUMNS,
@@ -580,3 +581,14 @@ def test_compile_walk_imports_numba() -> None:
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "True"
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-2, 5)), max_size=60))
+def test_messages_order_by_batch_then_group_as_a_lexsort_does(rows) -> None:
+    rows.sort(key=lambda r: r[0])  # the batches come in order
+    batch_of = np.array([b for b, _ in rows], dtype=np.int64)
+    group = np.array([g for _, g in rows], dtype=np.int64)
+
+    got = batching._by_batch_then_group(batch_of, group)
+
+    assert got.tolist() == np.lexsort((group, batch_of)).tolist()

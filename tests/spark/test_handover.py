@@ -189,6 +189,25 @@ def test_frame_round_trips_through_its_file(tmp_path) -> None:
     assert [p.name for p in (tmp_path / "w").iterdir()] == ["shard-0001.arrow"]  # no temp left
 
 
+@pytest.mark.parametrize(("path", "compression"), [
+    ("/tmp/out/_work/r/emulation/v=1/routed/shard-0000.arrow", None),
+    ("relative/emulation/shard-0000.arrow", None),
+    ("s3a://bucket/out/_work/r/emulation/v=1/routed/shard-0000.arrow", "lz4"),
+])
+def test_hand_over_files_are_compressed_only_on_an_object_store(path: str,
+                                                                compression: str | None) -> None:
+    assert handover.handover_compression(path) == compression
+
+
+def test_a_local_hand_over_file_is_written_uncompressed(tmp_path) -> None:
+    table = pa.table({"entry_id": list(range(1000))})
+    path = str(tmp_path / "shard-0000.arrow")
+    handover.write_frame(path, table)
+    with pa.ipc.open_file(path) as reader:
+        assert reader.read_all().equals(table)
+    assert (tmp_path / "shard-0000.arrow").stat().st_size > 8000  # 1,000 longs, as they are
+
+
 def _routed(n: int) -> pd.DataFrame:
     """``n`` routed messages of four producers (every column of ``ROUTED_SCHEMA``)."""
     rows = [{"topic": "t", "key": f"k{i}", "producer_name": f"p{i % 4}", "sequence_id": i,

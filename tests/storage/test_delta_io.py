@@ -23,6 +23,7 @@ from pipelines.spark.delta_spark import (
 )
 from pipelines.spark.schemas import spark_schema
 from pipelines.storage.delta import TABLE_PROPERTIES, DeltaStore, conform_arrow
+from pipelines.storage.delta_format import parquet_options
 from pipelines.storage.delta_rs import RsDeltaWriter
 from tests.conftest import ENGINES, NO_DELTA_JARS
 
@@ -145,6 +146,30 @@ def test_conform_arrow_truncates_nanoseconds_to_microseconds():
     table = conform_arrow("segments", pd.DataFrame([row]))
 
     assert table["created_at"][0].as_py() == dt.datetime(2024, 1, 1, 0, 0, 0, 123456, UTC)
+
+
+@pytest.mark.parametrize(("column", "kind", "dictionary"), [
+    ("topic", pa.string(), True),
+    ("producer_name", pa.dictionary(pa.int32(), pa.string()), True),
+    ("key", pa.string(), False),
+    ("key", pa.dictionary(pa.int32(), pa.string()), False),
+])
+def test_parquet_dictionaries_are_for_few_valued_strings_not_message_keys(column, kind,
+                                                                          dictionary):
+    options = parquet_options(pa.schema([(column, kind), ("publish_time", pa.int64())]))
+
+    assert (column in options["use_dictionary"]) is dictionary
+    assert "publish_time" not in options["use_dictionary"]
+
+
+def test_a_coded_message_key_is_read_back_as_its_plain_strings(tmp_path):
+    keys = pa.array(["k1", "k2", "k1"]).dictionary_encode()
+    table = pa.table({"key": keys})
+    pq.write_table(table, tmp_path / "f.parquet", **parquet_options(table.schema))
+
+    back = pq.read_table(tmp_path / "f.parquet")
+    assert back.schema.field("key").type == pa.string()
+    assert back.column("key").to_pylist() == ["k1", "k2", "k1"]
 
 
 def test_read_of_missing_table_is_empty_with_the_table_columns(store):
