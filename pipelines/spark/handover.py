@@ -211,13 +211,15 @@ def handover_compression(path: str) -> str | None:
 
 def write_frame(path: str, table: pa.Table) -> None:
     """Write ``table`` to the Arrow IPC file ``path`` whole (compressed as
-    :func:`handover_compression` says; :func:`pipelines.storage.fs.output_stream`: a re-run
-    replaces it). Streamed into the file: made in a growing buffer first, the 10 M bench's
-    hand-over files took about 15 % more CPU."""
-    options = pa.ipc.IpcWriteOptions(compression=handover_compression(path))
-    with storage.output_stream(path) as sink, pa.ipc.new_file(sink, table.schema,
-                                                              options=options) as writer:
+    :func:`handover_compression` says; :func:`pipelines.storage.fs.write_bytes`: a re-run
+    replaces it). Made in memory, then written at once: streamed into the file, the
+    10,000-topic bench's control plane took 1.8 s longer."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema,
+                         options=pa.ipc.IpcWriteOptions(
+                             compression=handover_compression(path))) as writer:
         writer.write_table(table)
+    storage.write_bytes(path, sink.getvalue())  # the buffer itself: no copy
 
 
 def read_frame(path: str) -> pa.Table | None:

@@ -26,8 +26,7 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -213,27 +212,12 @@ def write_bytes(location: str, data: bytes | pa.Buffer) -> None:
     """Write ``data`` (bytes or an Arrow buffer) to ``location`` whole or not at all: to a
     hidden temporary file first, then moved into place (a rename on a filesystem; on an object
     store the object appears whole when its upload completes). Creates the parent folder."""
-    with output_stream(location) as f:
-        f.write(data)
-
-
-@contextmanager
-def output_stream(location: str) -> Iterator[Any]:
-    """An Arrow output stream whose bytes appear at ``location`` whole or not at all, as
-    :func:`write_bytes`'s: written to a hidden temporary file, moved into place when the
-    ``with`` block ends without an error (the temporary file is deleted when it raises).
-    For a writer that streams into it (an Arrow IPC file): no copy of the file in memory."""
     fs, path = arrow_filesystem(location)
     folder, name = path.rsplit("/", 1)
     fs.create_dir(folder, recursive=True)
     tmp = f"{folder}/.{name}.tmp"
-    try:
-        with fs.open_output_stream(tmp) as f:
-            yield f
-    except BaseException:
-        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
-            fs.delete_file(tmp)
-        raise
+    with fs.open_output_stream(tmp) as f:
+        f.write(data)
     fs.move(tmp, path)
 
 
