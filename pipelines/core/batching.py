@@ -736,7 +736,7 @@ def _by_batch_then_group(batch_of: I64, group: I64) -> npt.NDArray[np.intp]:
     lo = int(group.min())
     span = int(group.max()) - lo + 1
     order: npt.NDArray[np.intp]
-    if (int(batch_of.max()) + 1) * span >= 2**62:  # pragma: no cover - key ids beyond 2**30
+    if (int(batch_of.max()) + 1) * span >= 2**62:  # pragma: no cover - key ids past 2**62 / batches
         order = np.lexsort((group, batch_of))
     else:
         order = np.argsort(batch_of * span + (group - lo), kind="stable")

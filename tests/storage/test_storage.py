@@ -127,4 +127,3 @@ def test_a_local_folder_copies_into_a_new_folder_hidden_files_included(tmp_path)
 def test_a_missing_folder_lists_nothing_and_counts_no_rows(bucket):
     assert storage.list_files(f"s3a://{bucket}/nothing") == []
     assert storage.count_rows(f"s3a://{bucket}/nothing") == 0
-
