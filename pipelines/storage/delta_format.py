@@ -121,7 +121,8 @@ def parquet_options(schema: pa.Schema) -> dict[str, Any]:
     coded = [f.name for f in schema if pa.types.is_dictionary(f.type)]
     options: dict[str, Any] = {"compression": "zstd",
                                "use_dictionary": [f.name for f in schema
-                                                  if (f.type == "string" or f.name in coded)
+                                                  if (f.type == "string"
+                                                      or pa.types.is_dictionary(f.type))
                                                   and f.name not in PLAIN_STRINGS],
                                "column_encoding": delta_packed(schema)}
     if coded:  # no Arrow schema in the file: readers take those columns as plain strings
