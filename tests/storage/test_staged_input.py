@@ -131,6 +131,21 @@ def test_write_staging_cuts_row_groups_of_the_configured_rows(
     assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [3, 3, 2]
 
 
+def test_write_staging_keeps_statistics_of_event_times_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(staging, "STAGING_ROW_GROUP_ROWS", 2)
+    write_staging([_batch([("t", 5), ("t", 7), ("t", 9)])], f"{tmp_path}/batch_id=0", 0,
+                  bins=BINS)
+    meta = pq.ParquetFile(_topic_files(tmp_path, 0, "t")[0]).metadata
+    with_stats = {meta.schema.column(c).name for c in range(meta.num_columns)
+                  if meta.row_group(0).column(c).is_stats_set}
+    assert with_stats == {"event_ms"}
+    ranges = [(meta.row_group(i).column(meta.schema.names.index("event_ms")).statistics.min,
+               meta.row_group(i).column(meta.schema.names.index("event_ms")).statistics.max)
+              for i in range(meta.num_row_groups)]
+    assert ranges == [(5, 7), (9, 9)]
+
+
 def test_write_staging_again_replaces_the_part_whole(tmp_path: Path) -> None:
     _stage(tmp_path, 0, [("t", 1), ("t", 2)])
     _stage(tmp_path, 0, [("t", 5)])  # a retried task writes the same part again
