@@ -140,9 +140,9 @@ def test_write_staging_keeps_statistics_of_event_times_only(
     with_stats = {meta.schema.column(c).name for c in range(meta.num_columns)
                   if meta.row_group(0).column(c).is_stats_set}
     assert with_stats == {"event_ms"}
-    ranges = [(meta.row_group(i).column(meta.schema.names.index("event_ms")).statistics.min,
-               meta.row_group(i).column(meta.schema.names.index("event_ms")).statistics.max)
-              for i in range(meta.num_row_groups)]
+    event_ms = meta.schema.names.index("event_ms")
+    stats = [meta.row_group(i).column(event_ms).statistics for i in range(meta.num_row_groups)]
+    ranges = [(s.min, s.max) for s in stats]
     assert ranges == [(5, 7), (9, 9)]
 
 
