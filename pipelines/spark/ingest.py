@@ -186,10 +186,11 @@ def read_raw_stream(
     it when given (Spark allows only one of the two). For Parquet the schema is taken from a
     static read of the first local file that is neither empty nor corrupt
     (:func:`_schema_paths`; corrupt files are reported when the micro-batch reads them, see
-    :func:`salvage_files`). ``path_glob_filter`` as in :func:`read_raw_batch`; without one, a
-    folder's files whose name ends in ``.tmp`` are never read (files still being written,
-    ``pipelines.ingest.input_check.NOT_IN_PROGRESS_GLOB``; Spark itself skips ``.``/``_``-first
-    names and ``*._COPYING_``).
+    :func:`salvage_files`). ``path_glob_filter`` as in :func:`read_raw_batch`, for folders and
+    globs only (a file named in ``paths`` is read whatever its name, as the local engine's
+    ``input_files`` lists it); without one, a folder's files whose name ends in ``.tmp`` are
+    never read (files still being written, ``pipelines.ingest.input_check.NOT_IN_PROGRESS_GLOB``;
+    Spark itself skips ``.``/``_``-first names and ``*._COPYING_``).
     """
     fmt = normalize_format(fmt)
     paths = _as_list(paths)
@@ -197,8 +198,9 @@ def read_raw_stream(
         raise ValueError("read_raw_stream needs at least one path")
     schema = T.StructType()
     if fmt == "parquet":
-        record = read_raw_batch(spark, _schema_paths(paths, path_glob_filter), fmt,
-                                path_glob_filter,
+        schema_paths = _schema_paths(paths, path_glob_filter)
+        record = read_raw_batch(spark, schema_paths, fmt,
+                                _folder_glob(schema_paths, path_glob_filter),
                                 ignore_corrupt_files=True).schema["record"].dataType
         assert isinstance(record, T.StructType)
         schema = record
@@ -210,10 +212,9 @@ def read_raw_stream(
             reader = reader.option("maxBytesPerTrigger", int(max_bytes_per_trigger))
         elif max_files_per_trigger is not None:
             reader = reader.option("maxFilesPerTrigger", int(max_files_per_trigger))
-        if path_glob_filter:
-            reader = reader.option("pathGlobFilter", path_glob_filter)
-        elif path == given:  # a folder or glob (not one named file): never a file still
-            reader = reader.option("pathGlobFilter", NOT_IN_PROGRESS_GLOB)  # being written
+        if path == given:  # a folder or glob: the files the spec names, and never a file
+            # still being written; a file named as an input is read whatever its name
+            reader = reader.option("pathGlobFilter", path_glob_filter or NOT_IN_PROGRESS_GLOB)
         if fmt == "parquet":
             frames.append(_parquet_raw(reader.schema(schema).parquet(path)))
         else:
@@ -237,6 +238,13 @@ def _schema_paths(paths: list[str], file_glob: str | None) -> list[str]:
                 continue
             return [str(f)]
     return paths
+
+
+def _folder_glob(paths: list[str], file_glob: str | None) -> str | None:
+    """``file_glob`` for a read of ``paths``, or ``None`` when they are all named local files:
+    the glob picks files in folders (``input_files``, the local engine), a named file is read
+    whatever its name."""
+    return None if all(Path(p).is_file() for p in paths) else file_glob
 
 
 def _stream_path(path: str) -> str:

@@ -567,6 +567,19 @@ def test_stream_reads_a_single_file_given_as_input(spark, tmp_path):
     assert sorted(r[0] for r in rows) == ['{"n": 1}', '{"n": 2}']
 
 
+def test_stream_reads_a_named_file_whatever_the_spec_file_glob(spark, tmp_path):
+    (tmp_path / "a.json.gz").write_bytes(gzip.compress(b'{"n": 1}\n'))  # not *.json
+    (tmp_path / "b.json").write_text('{"n": 2}\n')
+    (tmp_path / "c.json.gz").write_bytes(gzip.compress(b'{"n": 3}\n'))
+    raw = read_raw_stream(spark, [str(tmp_path / "a.json.gz"), str(tmp_path)], "json",
+                          path_glob_filter="*.json")
+    q = raw.writeStream.format("memory").queryName("named_file").trigger(
+        availableNow=True).start()
+    q.awaitTermination()
+    rows = spark.sql("select raw_record from named_file").collect()
+    assert sorted(r[0] for r in rows) == ['{"n": 1}', '{"n": 2}']  # c.json.gz: not *.json
+
+
 # ------------------------------------------------------------ Spark's reader vs the local one
 
 
