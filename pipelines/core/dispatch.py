@@ -1138,8 +1138,10 @@ class SubscriptionDispatcher:
         self._seq += m
         self._last_step = int(times[-1])
         t_sorted = times[order]
+        subscription = np.empty(m, dtype=object)
+        subscription.fill(self.subscription)  # one object m times (np.full makes m strings)
         self._out.dispatch_parts.append({
-            "subscription": np.full(m, self.subscription, dtype=object),
+            "subscription": subscription,
             "segment_id": sids[order], "bucket_index": buckets[order],
             "producer_name": cols.producers[start:stop][order],
             "entry_id": cols.eids[start:stop][order], "publish_time_ms": t_sorted,

@@ -36,6 +36,7 @@ from pipelines.contract.config import ConfigError, ReplayConfig, consumer_window
 from pipelines.contract.schemas import table_columns
 from pipelines.core.assignment import CONSUMER_SESSION_GRACE_MS, LeaveHow, SubscriptionType
 from pipelines.core.batching import (
+    CLOSE_REASONS,
     BatchingConfig,
     BatchingMode,
     ContainerState,
@@ -483,6 +484,27 @@ def column_rows(col: pd.Series, pos: npt.NDArray[Any]) -> Any:
     return col.to_numpy()[pos] if isinstance(col.dtype, np.dtype) else col.array.take(pos)
 
 
+def packed_key(cols: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.int64] | None:
+    """Integer sort keys (equal lengths) packed into one int64 per row, the first key in the
+    highest bits, each offset by its minimum: a stable argsort of it is ``np.lexsort`` of the
+    keys (first key first), and equal packed values are rows equal on every key. ``None`` when
+    a key is not integer, there are no rows, or the keys' value ranges need more than 63
+    bits. A window's replay order (topic, event ms, producer rank, sequence id: about 42 bits
+    at the 10 M bench) sorts in one pass over rows mostly in time order already: 2 ms instead
+    of ``lexsort``'s 14 ms per 500,000 messages."""
+    if not cols or not len(cols[0]) or any(c.dtype.kind not in "iu" for c in cols):
+        return None
+    lows, highs = [int(c.min()) for c in cols], [int(c.max()) for c in cols]
+    bits = [(hi - lo).bit_length() for lo, hi in zip(lows, highs, strict=True)]
+    if sum(bits) > 63 or max(highs) >= 1 << 63:  # (an unsigned key beyond int64)
+        return None
+    key = np.zeros(len(cols[0]), dtype=np.int64)
+    for c, lo, b in zip(cols, lows, bits, strict=True):
+        key <<= b
+        key |= c.astype(np.int64) - lo
+    return key
+
+
 def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -> npt.NDArray[Any]:
     """:func:`stable_order` ``(pdf, keys, then)`` with the ``then`` keys ranked and sorted only
     among the rows that tie on ``keys``, run by run (a window of thousands of quiet topics has
@@ -493,11 +515,17 @@ def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -
     if not keys:  # every row ties
         return stable_order(pdf, keys, then)
     cols = [_sort_codes(pdf[k]) for k in keys]
-    order: npt.NDArray[Any] = np.lexsort(cols[::-1])
+    packed = packed_key(cols)
+    order: npt.NDArray[Any] = (np.lexsort(cols[::-1]) if packed is None
+                               else np.argsort(packed, kind="stable"))
     if not then or len(order) < 2:
         return order
-    ranked = [c[order] for c in cols]
-    same = np.logical_and.reduce([_equal(c[1:], c[:-1]) for c in ranked])  # ties the previous
+    if packed is None:
+        ranked = [c[order] for c in cols]
+        same = np.logical_and.reduce([_equal(c[1:], c[:-1]) for c in ranked])  # ties the previous
+    else:
+        ranked_key = packed[order]
+        same = ranked_key[1:] == ranked_key[:-1]
     if not same.any():
         return order
     tied = np.flatnonzero(np.r_[same, False] | np.r_[False, same])  # sorted positions
@@ -938,7 +966,8 @@ def entry_frame(topic: str | None, entries: pd.DataFrame, speed: float) -> pd.Da
     columns = {"entry_id": entries["entry_seq"],
                "topic": (entries["topic"] if topic is None else
                          categorical([topic], np.zeros(len(entries), dtype=np.int32))),
-               "close_reason": entries["close_reason"].astype(object),
+               # the core's reason codes as a categorical of the names (no string per entry)
+               "close_reason": categorical(CLOSE_REASONS, entries["close_reason"].to_numpy()),
                "emu_publish_ms": entries["publish_time_ms"],
                "open_time": times["open_time"], "publish_time": times["publish_time"]}
     return pd.DataFrame({c: columns[c] if c in columns else entries[c] for c in ENTRY_COLUMNS},
@@ -1081,6 +1110,13 @@ class _Collected:
         if sum(counts):  # coded (:func:`strings_coded`), from the parts' topic indexes
             frames["dispatch"]["topic"] = pd.arrays.ArrowExtensionArray(
                 coded(topics, np.repeat(self.part_topic, counts)))
+            # a part is one dispatcher's, of one subscription: coded from each part's first
+            # row (a factorize of 5.6 M repeated strings took 0.2 s at the 10 M bench)
+            subs = [p["subscription"][0] if n else "" for p, n in zip(self.parts, counts,
+                                                                       strict=True)]
+            distinct = {s: i for i, s in enumerate(sorted(set(subs)))}
+            frames["dispatch"]["subscription"] = pd.arrays.ArrowExtensionArray(
+                coded(list(distinct), np.repeat([distinct[s] for s in subs], counts)))
         for t, rows in self.rows.items():
             fields = DISPATCH_ROW_TYPES[t]._fields
             if rows:  # (from the row tuples: each column inferred as from a list of its values)

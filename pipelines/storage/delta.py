@@ -80,10 +80,12 @@ ENGINES = ("auto", "delta-spark", "delta-rs")
 """``output.engine``'s values: ``auto`` picks delta-spark when a session has its jars
 (:func:`pipelines.spark.delta_spark.open_store`)."""
 
-def scan_batches(dt: DeltaTable, columns: Sequence[str],
-                 run_id: str | None = None) -> Iterator[pa.RecordBatch]:
+def scan_batches(dt: DeltaTable, columns: Sequence[str], run_id: str | None = None,
+                 dictionaries: Sequence[str] = ()) -> Iterator[pa.RecordBatch]:
     """The ``columns`` of a Delta table's current files (only ``run_id``'s partition when
-    given) as record batches, one Parquet file after the other, decoded on the calling thread.
+    given) as record batches, one Parquet file after the other, decoded on the calling thread;
+    the string columns among ``dictionaries`` as Arrow dictionaries (each file's Parquet
+    dictionary kept: no string per row; other types are read as they are).
 
     Why not ``DeltaTable.to_pyarrow_dataset().to_batches``: Arrow's scanner decodes row groups
     on its thread pool, and the freed buffers stay in the allocator's per-thread arenas, so the
@@ -97,7 +99,8 @@ def scan_batches(dt: DeltaTable, columns: Sequence[str],
     for uri in uris:
         fs, path = arrow_filesystem(uri)
         with fs.open_input_file(path) as f:
-            yield from pq.ParquetFile(f).iter_batches(columns=list(columns), use_threads=False)
+            yield from pq.ParquetFile(f, read_dictionary=list(dictionaries)).iter_batches(
+                columns=list(columns), use_threads=False)
 
 
 class DeltaWriter(Protocol):
@@ -510,12 +513,15 @@ class DeltaStore:
         """Per value of the string column ``by``: ``(rows, sum of column, distinct values of
         column distinct)`` of ``table`` (optionally one run), scanned one record batch at a
         time as :meth:`column_totals` (memory: a batch plus the distinct values); ``{}`` when
-        the table doesn't exist."""
+        the table doesn't exist. The two string columns are grouped as Parquet's dictionaries,
+        not a string per row: the answers' totals of the 10 M bench's 5.6 M entries took
+        0.44-0.63 s read as strings, 0.13 s so (the driver alone, after the emulation)."""
         if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
             return {}
         totals: dict[str, list[int]] = {}
         seen: dict[str, set[Any]] = {}
-        for batch in scan_batches(self._delta_table(table), [by, column, distinct], run_id):
+        for batch in scan_batches(self._delta_table(table), [by, column, distinct], run_id,
+                                  dictionaries=(by, distinct)):
             if not batch.num_rows:
                 continue
             grouped = pa.table(batch).group_by([by, distinct], use_threads=False).aggregate(

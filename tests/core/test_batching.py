@@ -135,6 +135,7 @@ def run(msgs: list[M], config: BatchingConfig, layout: SegmentLayout | None = No
     rank = {(int(p), int(s)): i for i, (p, s) in enumerate(zip(cols["producer"],
                                                               cols["entry_seq"], strict=True))}
     mapping = [rank[(m.p, int(e))] for m, e in zip(msgs, entry_of, strict=True)]
+    cols["close_reason"] = np.asarray(CLOSE_REASONS, dtype=object)[cols["close_reason"]]
     return {c: v.tolist() for c, v in cols.items()}, mapping, placed
 
 

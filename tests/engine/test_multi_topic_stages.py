@@ -265,3 +265,40 @@ def test_an_entry_published_after_the_window_horizon_is_dispatched_as_in_one_win
     whole, _ = stages.dispatch_topics(quiet, {"b-quiet": None}, settings, layout, None, True)
     two = pd.concat([first["dispatch"], last["dispatch"]], ignore_index=True)
     pd.testing.assert_frame_equal(two, whole["dispatch"], check_dtype=False)
+
+
+def test_entry_frame_names_the_close_reason_codes_as_a_categorical() -> None:
+    entries = pd.DataFrame({
+        "producer_name": ["p", "p", "q"], "segment_id": [0, 0, 1],
+        "bucket_index": np.zeros(3, dtype=np.int32), "entry_seq": [0, 1, 0],
+        "entry_hash_min": np.zeros(3, dtype=np.int32),
+        "entry_hash_max": np.zeros(3, dtype=np.int32), "num_messages": [1, 2, 3],
+        "payload_bytes": [10, 20, 30], "open_time_ms": [1000, 2000, 3000],
+        "publish_time_ms": [1001, 2001, 3001],
+        "close_reason": np.array([2, 0, 1], dtype=np.int8),  # core codes (CLOSE_REASONS)
+        "first_sequence_id": [0, 1, 0], "last_sequence_id": [0, 2, 2]})
+    frame = stages.entry_frame("t", entries, 1.0)
+    assert isinstance(frame["close_reason"].dtype, pd.CategoricalDtype)
+    assert frame["close_reason"].tolist() == ["max_delay", "max_messages", "max_bytes"]
+
+
+def test_each_dispatch_row_names_the_subscription_of_its_consumer() -> None:
+    """A ``dispatch`` row's subscription is coded from its dispatcher's part: rows of two
+    subscriptions over several topics keep each consumer with its own subscription."""
+    settings = stages.StageSettings.from_config(load_config(None, [
+        *SETS, "subscriptions=[{name: sub-stream, consumers: [{name: a}, {name: b}]}, "
+        "{name: sub-b, type: checkpoint, consumers: [{name: x}]}]"]), START_MS)
+    msgs = _messages()
+    topics = sorted(set(msgs["topic"].astype(object)))
+    routed, ctls = stages.control_topics(msgs, dict.fromkeys(topics), settings, None, True)
+    layouts = {t: c.layout for t, c in ctls.items()}
+    _, ent, _ = stages.batch_topics(routed, dict.fromkeys(topics), settings.batching(),
+                                    layouts, None, True)
+    ent = stages.entry_frame(None, ent, settings.speed)
+    got, _ = stages.dispatch_topics(ent, dict.fromkeys(topics), settings, layouts, None, True)
+    pairs = got["dispatch"][["subscription", "consumer_name"]].astype(str)
+    counts = pairs.value_counts().to_dict()
+    assert set(counts) == {("sub-stream", "a"), ("sub-stream", "b"), ("sub-b", "x")}
+    # every entry reaches each subscription once
+    by_sub = pairs["subscription"].value_counts()
+    assert by_sub["sub-stream"] == by_sub["sub-b"] == len(ent)

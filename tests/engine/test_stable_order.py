@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.engine.stages import _sorted, stable_order, ties_ranked_apart
+from pipelines.engine.stages import _sorted, packed_key, stable_order, ties_ranked_apart
 from tests.conftest import examples
 
 rows = st.lists(
@@ -101,6 +102,32 @@ def test_ties_ranked_apart_equals_stable_order_with_tie_keys(data: list[tuple], 
     keys, then = keys[:n_keys], ["publish_time", "key"]
     assert ties_ranked_apart(pdf, keys, then).tolist() == stable_order(pdf, keys, then).tolist()
     assert ties_ranked_apart(pdf, keys, []).tolist() == stable_order(pdf, keys).tolist()
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.integers(1, 4).flatmap(lambda k: st.lists(
+    st.tuples(*[st.integers(-(2**62), 2**62) | st.integers(-3, 3)] * k), min_size=1,
+    max_size=40)))
+def test_a_packed_key_sorts_as_lexsort_of_its_keys(rows: list[tuple]) -> None:
+    cols = [np.array(c, dtype=np.int64) for c in zip(*rows, strict=True)]
+    packed = packed_key(cols)
+    if packed is None:  # the keys' ranges need more than 63 bits
+        assert sum((int(c.max()) - int(c.min())).bit_length() for c in cols) > 63
+        return
+    assert np.argsort(packed, kind="stable").tolist() == np.lexsort(cols[::-1]).tolist()
+    equal = np.equal.outer(packed, packed)
+    assert (equal == np.logical_and.reduce([np.equal.outer(c, c) for c in cols])).all()
+
+
+@pytest.mark.parametrize(("cols", "packed"), [
+    ([np.array([0, 0, 1]), np.array([5, 3, 4])], [2, 0, 5]),  # (0,5) (0,3) (1,4): 1 and 2 bits
+    ([np.array([0.5, 1.0])], None),                           # not integers
+    ([np.array([0, 2**62]), np.array([0, 2])], None),         # 63 + 2 bits
+    ([np.array([], dtype=np.int64)], None),                   # no rows
+])
+def test_packed_key_offsets_each_key_and_refuses_what_it_cannot_pack(cols, packed) -> None:
+    got = packed_key(cols)
+    assert (got if got is None else got.tolist()) == packed
 
 
 def test_categorical_strings_sort_by_value_not_by_their_categories_order() -> None:

@@ -202,6 +202,19 @@ def test_scans_total_the_current_rows_of_one_run_or_all(store, run_id, totals, r
     assert store.value_counts("quarantine", "reason", run_id) == reasons
 
 
+def test_group_totals_count_sum_and_distinct_per_value_across_files(store):
+    # two files of r1 (two commits), strings read as each file's dictionary
+    store.append("quarantine", _quarantine_rows("r1", n=3, batch_id=2), app_id="a", version=0)
+    store.append("quarantine", _quarantine_rows("r1", n=2, batch_id=5), app_id="a", version=1)
+    store.append("quarantine", _quarantine_rows("r2", n=4, batch_id=1), app_id="b", version=0)
+
+    # files 0.json and 1.json are in both of r1's commits, 2.json only in the first
+    assert store.group_totals("quarantine", "reason", "batch_id", "source_file", "r1") == {
+        "malformed_record": (5, 16, 3)}
+    assert store.group_totals("quarantine", "reason", "batch_id", "source_file") == {
+        "malformed_record": (9, 20, 4)}
+
+
 def test_delete_run_removes_only_that_run(store):
     store.append("quarantine", _quarantine_rows("r1"), app_id="a", version=0)
     store.append("quarantine", _quarantine_rows("it's r2"), app_id="b", version=0)
