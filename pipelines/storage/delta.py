@@ -512,29 +512,32 @@ class DeltaStore:
                      run_id: str | None = None) -> dict[str, tuple[int, int, int]]:
         """Per value of the string column ``by``: ``(rows, sum of column, distinct values of
         column distinct)`` of ``table`` (optionally one run), scanned one record batch at a
-        time as :meth:`column_totals` (memory: a batch plus the distinct values); ``{}`` when
+        time as :meth:`column_totals` (memory: a batch plus its distinct pairs); ``{}`` when
         the table doesn't exist. The two string columns are grouped as Parquet's dictionaries,
         not a string per row: the answers' totals of the 10 M bench's 5.6 M entries took
         0.44-0.63 s read as strings, 0.13 s so (the driver alone, after the emulation)."""
         if not DeltaTable.is_deltatable(self.path(table), storage_options=self.storage_options):
             return {}
-        totals: dict[str, list[int]] = {}
-        seen: dict[str, set[Any]] = {}
+        parts = []  # per batch, its (by, distinct) pairs' counts and sums: a few rows each
         for batch in scan_batches(self._delta_table(table), [by, column, distinct], run_id,
                                   dictionaries=(by, distinct)):
-            if not batch.num_rows:
-                continue
-            grouped = pa.table(batch).group_by([by, distinct], use_threads=False).aggregate(
-                [(column, "count"), (column, "sum")])
-            for key, value, n, total in zip(grouped[by].to_pylist(),
-                                            grouped[distinct].to_pylist(),
-                                            grouped[f"{column}_count"].to_pylist(),
-                                            grouped[f"{column}_sum"].to_pylist(), strict=True):
-                acc = totals.setdefault(str(key), [0, 0])
-                acc[0] += int(n)
-                acc[1] += int(total or 0)
-                seen.setdefault(str(key), set()).add(value)
-        return {k: (v[0], v[1], len(seen[k])) for k, v in totals.items()}
+            if batch.num_rows:
+                grouped = pa.table(batch).group_by([by, distinct], use_threads=False).aggregate(
+                    [(column, "count"), (column, "sum")])
+                parts.append(grouped.cast(pa.schema([  # each file's dictionary: as values
+                    f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+                    for f in grouped.schema])))
+        if not parts:
+            return {}
+        # the pairs of every batch summed per value in one Arrow pass (a Python step per pair
+        # took 0.25 s of the 10,000-topic answers); a null distinct value counts as one
+        totals = pa.concat_tables(parts).group_by(by, use_threads=False).aggregate(
+            [(f"{column}_count", "sum"), (f"{column}_sum", "sum"),
+             (distinct, "count_distinct", pc.CountOptions(mode="all"))])
+        return {str(k): (int(n or 0), int(total or 0), int(d)) for k, n, total, d in zip(
+            totals[by].to_pylist(), totals[f"{column}_count_sum"].to_pylist(),
+            totals[f"{column}_sum_sum"].to_pylist(),
+            totals[f"{distinct}_count_distinct"].to_pylist(), strict=True)}
 
     def read(self, table: str, run_id: str | None = None) -> pd.DataFrame:
         """``table`` (optionally one run) as a pandas DataFrame (timestamps ``datetime64[us,
