@@ -95,6 +95,7 @@ from pipelines.core.policy import (
     Split,
     decide,
 )
+from pipelines.core.sorting import stable_argsort
 
 DECISION_ACTIONS: tuple[str, ...] = ("split", "merge", "rebucket", "none")
 """Every ``action`` of a decision row (``autoscale_decisions.action``)."""
@@ -490,7 +491,7 @@ class TopicController:
                                            return_counts=True)
         start = np.fromiter((self._rr_counters.get(str(name), 0) for name in names),
                             dtype=np.int64, count=len(names))
-        order = np.argsort(inverse, kind="stable")
+        order = stable_argsort(inverse)
         rank = np.empty(len(producers), dtype=np.int64)
         rank[order] = np.arange(len(producers), dtype=np.int64) - np.repeat(
             np.cumsum(counts) - counts, counts)
@@ -835,7 +836,7 @@ class _SpanLoad:
         else:  # grouped by segment, in chunk order within each: key = segment × n + offset
             self.ids = np.unique(segment_id).tolist()
             self.n = len(segment_id)
-            order = np.argsort(segment_id, kind="stable")
+            order = stable_argsort(segment_id)
             self.keys = segment_id[order] * self.n + order
             sizes, fan_out = sizes[order], fan_out[order]
         # A constant fan-out (no join or leave within the span) needs the bytes' sums only.

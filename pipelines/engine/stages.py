@@ -58,6 +58,7 @@ from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.heavy_hitters import KeyStats, close_many, update_many
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
+from pipelines.core.sorting import stable_argsort
 from pipelines.storage.delta import conform_arrow
 from pipelines.storage.frames import DISPATCH_TABLES
 
@@ -890,7 +891,7 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],
 def _rank_within(codes: npt.NDArray[Any], counts: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """Each row's rank (int64, from 0, in row order) among the rows of its code; ``counts``:
     rows per code."""
-    by_code = np.argsort(codes, kind="stable")
+    by_code = stable_argsort(codes)
     rank = np.empty(len(codes), dtype=np.int64)
     rank[by_code] = (np.arange(len(codes), dtype=np.int64)
                      - np.repeat(np.cumsum(counts) - counts, counts))
@@ -1112,11 +1113,11 @@ class _Collected:
                 coded(topics, np.repeat(self.part_topic, counts)))
             # a part is one dispatcher's, of one subscription: coded from each part's first
             # row (a factorize of 5.6 M repeated strings took 0.2 s at the 10 M bench)
-            subs = [p["subscription"][0] if n else "" for p, n in zip(self.parts, counts,
-                                                                       strict=True)]
-            distinct = {s: i for i, s in enumerate(sorted(set(subs)))}
-            frames["dispatch"]["subscription"] = pd.arrays.ArrowExtensionArray(
-                coded(list(distinct), np.repeat([distinct[s] for s in subs], counts)))
+            subs = [p["subscription"][0] if n else None for p, n in zip(self.parts, counts,
+                                                                         strict=True)]
+            distinct = {s: i for i, s in enumerate(sorted({s for s in subs if s is not None}))}
+            frames["dispatch"]["subscription"] = pd.arrays.ArrowExtensionArray(coded(
+                list(distinct), np.repeat([distinct.get(s, 0) for s in subs], counts)))
         for t, rows in self.rows.items():
             fields = DISPATCH_ROW_TYPES[t]._fields
             if rows:  # (from the row tuples: each column inferred as from a list of its values)

@@ -37,6 +37,7 @@ import pandas as pd
 import pyarrow as pa
 
 from pipelines.core.layout import SegmentLayout
+from pipelines.core.sorting import stable_argsort
 from pipelines.storage import fs as storage
 from pipelines.storage.frames import FrameWriter, WriterThread
 from pipelines.storage.fs import arrow_filesystem
@@ -179,7 +180,7 @@ def split_by_shard(table: pa.Table, shard: npt.NDArray[np.int64],
                    shards: int) -> list[pa.Table]:
     """``table``'s rows per shard (``shard``: each row's shard, ``0 <= s < shards``), each in
     the rows' order: one stable sort, then zero-copy slices."""
-    order = np.argsort(shard, kind="stable")
+    order = stable_argsort(shard)
     bounds = np.searchsorted(shard[order], np.arange(shards + 1))
     grouped = table.take(pa.array(order))
     return [grouped.slice(int(bounds[s]), int(bounds[s + 1] - bounds[s])) for s in range(shards)]
@@ -192,7 +193,7 @@ def by_topic(frame: pd.DataFrame) -> dict[str, pd.DataFrame]:
     if not len(frame):
         return {}
     codes, topics = pd.factorize(frame["topic"])
-    order = np.argsort(codes, kind="stable")
+    order = stable_argsort(codes)
     bounds = np.searchsorted(codes[order], np.arange(len(topics) + 1))
     grouped = frame.take(order)
     return {str(t): grouped.iloc[int(bounds[i]):int(bounds[i + 1])]

@@ -26,6 +26,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from pipelines.core.sorting import stable_argsort
 from pipelines.ingest.privacy import Pseudonymizer
 from pipelines.ingest.rules import (
     ingest_batches,
@@ -132,7 +133,7 @@ class StagingWriter:
         self._count(topics, indices, records.column("event_ms").to_numpy(zero_copy_only=False))
         bin_of = np.array([topic_bin(t, self.bins) for t in topics], dtype=np.int64)
         row_bins = bin_of[indices]
-        order = np.argsort(row_bins, kind="stable")
+        order = stable_argsort(row_bins)
         cuts = np.searchsorted(row_bins[order], np.arange(self.bins + 1))
         by_bin = records.take(pa.array(order))
         for b in np.flatnonzero(np.diff(cuts)).tolist():
