@@ -190,9 +190,9 @@ def test_no_topics_dispatch_nothing() -> None:
     assert stages.dispatch_topics(entries, {}, settings, {}, None, True) == ({}, {})
 
 
-def test_a_topic_without_state_gets_new_dispatchers_or_the_one_asked_for() -> None:
-    """A ``None`` blob is :func:`stages.new_dispatchers` (or only its ``dispatcher``-th, as
-    the operator keyed by dispatcher asks): the rows of their pickled blobs."""
+def _two_subscriptions_entries() -> tuple[stages.StageSettings, list[str], dict, pd.DataFrame]:
+    """Settings with two subscriptions (sub-stream: consumers a, b; sub-b: x), and the
+    workload's topics, layouts and entries (one window, end of input)."""
     settings = stages.StageSettings.from_config(load_config(None, [
         *SETS, "subscriptions=[{name: sub-stream, consumers: [{name: a}, {name: b}]}, "
         "{name: sub-b, type: checkpoint, consumers: [{name: x}]}]"]), START_MS)
@@ -203,6 +203,13 @@ def test_a_topic_without_state_gets_new_dispatchers_or_the_one_asked_for() -> No
     _, ent, _ = stages.batch_topics(routed, dict.fromkeys(topics), settings.batching(),
                                     layouts, None, True)
     ent = stages.entry_frame(None, ent, settings.speed)
+    return settings, topics, layouts, ent
+
+
+def test_a_topic_without_state_gets_new_dispatchers_or_the_one_asked_for() -> None:
+    """A ``None`` blob is :func:`stages.new_dispatchers` (or only its ``dispatcher``-th, as
+    the operator keyed by dispatcher asks): the rows of their pickled blobs."""
+    settings, topics, layouts, ent = _two_subscriptions_entries()
     assert len(stages.new_dispatchers(settings)) == 2
     for d in (None, 0, 1):
         fresh = (stages.new_dispatchers(settings) if d is None
@@ -285,16 +292,7 @@ def test_entry_frame_names_the_close_reason_codes_as_a_categorical() -> None:
 def test_each_dispatch_row_names_the_subscription_of_its_consumer() -> None:
     """A ``dispatch`` row's subscription is coded from its dispatcher's part: rows of two
     subscriptions over several topics keep each consumer with its own subscription."""
-    settings = stages.StageSettings.from_config(load_config(None, [
-        *SETS, "subscriptions=[{name: sub-stream, consumers: [{name: a}, {name: b}]}, "
-        "{name: sub-b, type: checkpoint, consumers: [{name: x}]}]"]), START_MS)
-    msgs = _messages()
-    topics = sorted(set(msgs["topic"].astype(object)))
-    routed, ctls = stages.control_topics(msgs, dict.fromkeys(topics), settings, None, True)
-    layouts = {t: c.layout for t, c in ctls.items()}
-    _, ent, _ = stages.batch_topics(routed, dict.fromkeys(topics), settings.batching(),
-                                    layouts, None, True)
-    ent = stages.entry_frame(None, ent, settings.speed)
+    settings, topics, layouts, ent = _two_subscriptions_entries()
     got, _ = stages.dispatch_topics(ent, dict.fromkeys(topics), settings, layouts, None, True)
     pairs = got["dispatch"][["subscription", "consumer_name"]].astype(str)
     counts = pairs.value_counts().to_dict()
