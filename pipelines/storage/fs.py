@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -209,15 +210,31 @@ def read_bytes(location: str) -> bytes:
 
 
 def write_bytes(location: str, data: bytes | pa.Buffer) -> None:
-    """Write ``data`` (bytes or an Arrow buffer) to ``location`` whole or not at all: to a
-    hidden temporary file first, then moved into place (a rename on a filesystem; on an object
-    store the object appears whole when its upload completes). Creates the parent folder."""
+    """Write ``data`` (bytes or an Arrow buffer) to ``location`` whole or not at all
+    (:func:`output_stream`). Creates the parent folder."""
+    with output_stream(location) as f:
+        f.write(data)
+
+
+@contextmanager
+def output_stream(location: str, buffer_size: int | None = None) -> Iterator[Any]:
+    """An Arrow output stream whose bytes appear at ``location`` whole or not at all: written
+    to a hidden temporary file, moved into place when the ``with`` block ends without an error
+    (a rename on a filesystem; on an object store the object appears whole when its upload
+    completes); the temporary file is deleted when the block raises. Creates the parent
+    folder. ``buffer_size`` (bytes): writes gathered in a buffer of that size (``None``: each
+    write goes to the file as it comes), for a writer that streams many small pieces."""
     fs, path = arrow_filesystem(location)
     folder, name = path.rsplit("/", 1)
     fs.create_dir(folder, recursive=True)
     tmp = f"{folder}/.{name}.tmp"
-    with fs.open_output_stream(tmp) as f:
-        f.write(data)
+    try:
+        with fs.open_output_stream(tmp, buffer_size=buffer_size) as f:
+            yield f
+    except BaseException:
+        if fs.get_file_info(tmp).type != pafs.FileType.NotFound:
+            fs.delete_file(tmp)
+        raise
     fs.move(tmp, path)
 
 

@@ -127,3 +127,22 @@ def test_a_local_folder_copies_into_a_new_folder_hidden_files_included(tmp_path)
 def test_a_missing_folder_lists_nothing_and_counts_no_rows(bucket):
     assert storage.list_files(f"s3a://{bucket}/nothing") == []
     assert storage.count_rows(f"s3a://{bucket}/nothing") == 0
+
+
+def test_an_output_stream_appears_whole_when_its_block_ends(tmp_path):
+    target = tmp_path / "w" / "shard-0000.arrow"
+    with storage.output_stream(str(target), buffer_size=2) as f:
+        f.write(b"abc")
+        assert not target.exists()
+
+    assert target.read_bytes() == b"abc"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["shard-0000.arrow"]
+
+
+def test_an_output_stream_that_raises_leaves_neither_file_nor_temporary(tmp_path):
+    target = tmp_path / "w" / "shard-0000.arrow"
+    with pytest.raises(RuntimeError, match="cut short"), storage.output_stream(str(target)) as f:
+        f.write(b"abc")
+        raise RuntimeError("cut short")
+
+    assert list(target.parent.iterdir()) == []
