@@ -75,6 +75,7 @@ import numpy.typing as npt
 
 from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
+from pipelines.core.sorting import lexsort
 
 I64 = npt.NDArray[np.int64]
 Column = npt.NDArray[np.generic]
@@ -362,9 +363,11 @@ class _Run:
             p = p[m.time_ms[p] < limit_ms]
         later = np.setdiff1d(self.pending, p, assume_unique=True)
         limit = np.iinfo(np.int64).max if limit_ms is None else limit_ms
+        # by container (producer, then segment: its key's order), as separate keys that pack
+        # into one sort word where the key's 40-bit segment field would not
+        producer, segment = m.producer[p], m.segment_id[p]
+        p = p[lexsort((m.ordinal[p], m.resent[p] * -1, m.time_ms[p], segment, producer))]
         ckey = self._container_keys(m.producer[p], m.segment_id[p])
-        order = np.lexsort((m.ordinal[p], m.resent[p] * -1, m.time_ms[p], ckey))
-        p, ckey = p[order], ckey[order]
         skey = self._container_keys(self.state.producer, self.state.segment_id)
         # containers: those with messages, then the idle ones in the state (unchanged)
         starts = np.flatnonzero(np.r_[True, ckey[1:] != ckey[:-1]]) if len(p) else _i64()
@@ -495,7 +498,7 @@ class _Run:
         parked = opened[np.isin(m.segment_id[opened], ids) & change.applies(m.producer[opened])]
         if not len(parked):
             return
-        parked = parked[np.lexsort((m.ordinal[parked], m.producer[parked]))]
+        parked = parked[lexsort((m.ordinal[parked], m.producer[parked]))]
         succ = np.empty(len(parked), dtype=np.int64)
         prod = m.producer[parked]
         for code in np.unique(prod).tolist():  # round-robin counts per producer
@@ -719,7 +722,7 @@ def _entries(run: _Run, entry_of: I64) -> dict[str, Column]:
     }
     # send order per producer: time, then seal re-sends / tasks (by segment) / messages (by send
     # order), the batch opened first, then the inner batches by highest sequence id
-    e_order = np.lexsort((cols["last_sequence_id"], m.ordinal[first_b[e_batch]],
+    e_order = lexsort((cols["last_sequence_id"], m.ordinal[first_b[e_batch]],
                           sub_b[e_batch], phase_b[e_batch], cols["publish_time_ms"],
                           cols["producer"]))
     cols = {k: v[e_order] for k, v in cols.items()}

@@ -141,6 +141,7 @@ from pipelines.core.assignment import (
 )
 from pipelines.core.buckets import MAX_HASH, bucket_of_array
 from pipelines.core.layout import SegmentLayout
+from pipelines.core.sorting import lexsort
 
 DEFAULT_WINDOW_MS = 60_000
 """Default length of a ``consumer_load`` / ``window_stats`` window (ms)."""
@@ -1093,7 +1094,7 @@ class SubscriptionDispatcher:
         # instant (usual in a quiet topic), the span's own order (views, no copies)
         order: slice | npt.NDArray[np.intp] = (
             slice(None) if m == 1 or bool((times[1:] != times[:-1]).all())
-            else np.lexsort((np.arange(m), owner, times)))
+            else lexsort((owner, times)))
         # The event loop closes a window at the first step past its end, after the deliveries
         # of the window: every window's per-consumer totals come from one bincount over
         # (window, owner) pairs, booked window by window after closing the windows before it.

@@ -1,14 +1,17 @@
-"""Stable orders of integer codes (producer codes, shards, topic bins, segment ids): the same
-order as ``np.argsort(values, kind="stable")``, by NumPy's radix sort when the values span
-fewer than 2^16 integers. Pure NumPy.
+"""Stable orders of integers: of codes (producer codes, shards, topic bins, segment ids), the
+same order as ``np.argsort(values, kind="stable")``, by NumPy's radix sort when the values span
+fewer than 2^16 integers; of several integer keys, ``np.lexsort``'s order in fewer passes, the
+keys packed into as few int64 words as their ranges allow. Pure NumPy.
 
 Why: NumPy sorts 64-bit integers stably with a merge sort (timsort) and 16-bit ones with a
 radix sort. A window's producer codes or shards span a few values over hundreds of thousands
 of messages: 1 M codes of 50 producers took 38 ms as int64 and 6 ms as uint16 (4 shards: 35
-against 4 ms)."""
+against 4 ms). ``np.lexsort`` sorts once per key: batching's send order of entries (six keys)
+was a third of its entries' assembly."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,3 +32,42 @@ def stable_argsort(values: npt.NDArray[Any]) -> npt.NDArray[np.intp]:
             offsets = (values - lo).astype(np.uint16) if lo else values.astype(np.uint16)
             return np.argsort(offsets, kind="stable")
     return np.argsort(values, kind="stable")
+
+
+WORD_BITS = 63
+"""Bits of a packed sort word (an int64 that stays non-negative)."""
+
+
+def lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
+    """``np.lexsort(keys)``: positions that sort the rows by the LAST key, then the one before
+    it, and so on, equal rows in their order. Integer keys are offset by their minimum and
+    packed, the primary key in the highest bits, into as few int64 words as their value
+    ranges fit in :data:`WORD_BITS` bits each (a key of one value takes none); one word is
+    sorted by :func:`stable_argsort`, several by ``np.lexsort`` of the words. Keys that are
+    not integers, or span 2^63 values or more, are sorted by ``np.lexsort`` as they are (and
+    keys that are not 1-D). Raises ``ValueError`` (NumPy's) for keys of different shapes."""
+    if (not len(keys) or len({k.shape for k in keys}) > 1 or keys[0].ndim != 1
+            or not len(keys[0]) or any(k.dtype.kind not in "iub" for k in keys)):
+        return np.lexsort(keys)  # (NumPy's error for keys of different shapes)
+    words: list[npt.NDArray[np.int64]] = []
+    used = WORD_BITS
+    for key in reversed(keys):  # the primary key first
+        lo, hi = int(key.min()), int(key.max())
+        bits = (hi - lo).bit_length()
+        if bits > WORD_BITS or hi >= 1 << 63:
+            return np.lexsort(keys)
+        if not bits:
+            continue
+        offset = key.astype(np.int64, copy=False) - lo if lo else key.astype(np.int64)
+        if used + bits > WORD_BITS:
+            words.append(offset)
+            used = bits
+        else:
+            words[-1] <<= bits
+            words[-1] |= offset
+            used += bits
+    if not words:
+        return np.arange(len(keys[0]), dtype=np.intp)
+    if len(words) == 1:
+        return stable_argsort(words[0])
+    return np.lexsort(words[::-1])

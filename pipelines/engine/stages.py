@@ -58,7 +58,7 @@ from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.heavy_hitters import KeyStats, close_many, update_many
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
-from pipelines.core.sorting import stable_argsort
+from pipelines.core.sorting import lexsort, stable_argsort
 from pipelines.storage.delta import conform_arrow
 from pipelines.storage.frames import DISPATCH_TABLES
 
@@ -742,7 +742,7 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
         "segment_id": r.segment_id, "bucket_index": r.bucket_index.astype(np.int32),
         "layout_epoch": r.epoch, "_time_ms": r.time_ms, "_resent": r.resent}
     sent = np.flatnonzero(r.entry_seq >= 0)
-    sent = sent[np.lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
+    sent = sent[lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
     topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))
     # the topic and producer of a row are its code's: coded, not taken as strings
     messages = _message_table(rows, sent, **{c: routed_by_core[c][sent] for c in

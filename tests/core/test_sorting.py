@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.core.sorting import RADIX_SPAN, stable_argsort
+from pipelines.core.sorting import RADIX_SPAN, WORD_BITS, lexsort, stable_argsort
 from tests.conftest import examples
 
 
@@ -31,3 +31,45 @@ def test_stable_argsort_equals_numpys_stable_argsort(values: list[int], offset: 
 ], ids=["empty", "one", "uint8", "uint64-high", "radix-edge", "past-radix", "float"])
 def test_stable_argsort_keeps_equal_values_in_order_for_every_dtype(values) -> None:
     assert stable_argsort(values).tolist() == np.argsort(values, kind="stable").tolist()
+
+
+KEY_VALUES = (st.integers(0, 1) | st.integers(-3, 3) | st.integers(-(2**20), 2**20)
+              | st.integers(-(2**40), 2**40) | st.integers(-(2**62), 2**62))
+"""A key's values: from one bit wide to 63 bits (keys then pack into one word or several)."""
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.integers(0, 40).flatmap(
+    lambda n: st.lists(st.lists(KEY_VALUES, min_size=n, max_size=n), min_size=1, max_size=6)))
+def test_lexsort_equals_numpys_lexsort(keys: list[list[int]]) -> None:
+    arrays = [np.array(k, dtype=np.int64) for k in keys]
+    assert lexsort(arrays).tolist() == np.lexsort(arrays).tolist()
+
+
+@pytest.mark.parametrize("keys", [
+    [np.array([], dtype=np.int64)],
+    [np.array([5], dtype=np.int64), np.array([1], dtype=np.int64)],
+    [np.array([4, 4, 4]), np.array([9, 9, 9])],  # one value each: no word at all
+    [np.array([2, 1, 2, 1]), np.array([0, 2**62, 0, 2**62])],  # two words
+    [np.array([1, 0, 1], dtype=np.uint8), np.array([True, False, True])],
+    [np.array([3, 1, 3], dtype=np.uint64), np.array([2**63 + 1, 2**63, 2**63 + 1],
+                                                    dtype=np.uint64)],  # beyond int64
+    [np.array([-(2**62), 2**62, 0]), np.array([1, 1, 0])],  # a key of 63 bits, as it is
+    [np.array([0.5, -1.0, 0.5]), np.array([1, 0, 1])],  # not integers: as they are
+], ids=["empty", "one-row", "constant", "two-words", "uint8-bool", "uint64-high", "63-bits",
+        "float"])
+def test_lexsort_orders_every_dtype_and_width_as_numpy(keys) -> None:
+    assert lexsort(keys).tolist() == np.lexsort(keys).tolist()
+
+
+def test_lexsort_packs_keys_that_fit_one_word_into_one_sort(monkeypatch) -> None:
+    # 1 + 20 + 40 bits: one word, so no np.lexsort
+    keys = [np.array([1, 0, 1, 0]), np.array([7, 2**20, 7, 0]), np.array([2**40, 0, 0, 2**40])]
+    assert sum(k.max().item().bit_length() for k in keys) <= WORD_BITS
+    monkeypatch.setattr(np, "lexsort", None)
+    assert lexsort(keys).tolist() == [2, 1, 3, 0]
+
+
+def test_lexsort_refuses_keys_of_different_lengths() -> None:
+    with pytest.raises(ValueError):
+        lexsort([np.array([1, 2]), np.array([1])])
