@@ -76,6 +76,11 @@ MESSAGE_COLUMNS = ["topic", "key", "producer_name", "sequence_id", "publish_time
                    "bucket_index", "layout_epoch"]
 """Routed message columns carried into the ``messages`` table (``entry_id`` is added)."""
 
+NAME_COLUMNS = ("topic", "producer_name")
+"""Routed message columns batching knows by a message's producer code (its topic's and its
+producer's names): taken from the codes, as Arrow dictionaries, for the ``messages`` rows
+and as ``Categorical`` columns for the rows left pending, not carried in batching's rows."""
+
 ENTRY_COLUMNS = [*table_columns("entries"), "emu_publish_ms"]
 """Columns of the entries frames the data plane emits: the ``entries`` table's plus
 ``emu_publish_ms`` (int64, the emulated-clock publish time dispatch works on)."""
@@ -172,11 +177,15 @@ class StageSettings:
 
 
 def factorized(s: pd.Series) -> tuple[npt.NDArray[np.int64], npt.NDArray[Any]]:
-    """``pd.factorize`` of a string column: each row's code (int64, -1 = null) and the distinct
-    values (object), in first-seen order. Without a Python string per row: an Arrow-backed
-    column (the staged and handed-over messages) is dictionary-encoded by Arrow, and only its
-    distinct values become Python strings (a string per row cost the control plane a sixth of
-    its time at 10 M messages)."""
+    """A string column as codes: each row's code (int64, -1 = null) and the values the codes
+    index (object; distinct): a ``Categorical``'s own codes and categories (the staged and
+    handed-over topics and producers; a category may have no row), else ``pd.factorize``'s,
+    in first-seen order. Without a Python string per row: an Arrow-backed column (the keys)
+    is dictionary-encoded by Arrow, and only its distinct values become Python strings (a
+    string per row cost the control plane a sixth of its time at 10 M messages)."""
+    if isinstance(s.dtype, pd.CategoricalDtype):
+        return (s.cat.codes.to_numpy().astype(np.int64),
+                np.asarray(s.cat.categories, dtype=object))
     codes, uniques = pd.factorize(s)
     return np.asarray(codes, dtype=np.int64), np.asarray(uniques, dtype=object)
 
@@ -726,9 +735,13 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     merged, offsets, codes, pending = _merge_states(states, topics, routed)
     names = merged.producers
     new = _new_rows(merged, routed, codes, names)
-    rows = pd.concat([*(f for f, _ in pending), new], ignore_index=True) if pending else new
+    # a row's topic and producer are its code's (NAME_COLUMNS): not carried in the rows (a
+    # concat of Categoricals of different categories makes a Python string per row)
+    rows = (pd.concat([*(f.drop(columns=[c for c in NAME_COLUMNS if c in f])
+                         for f, _ in pending), new], ignore_index=True) if pending else new)
     codes_all = np.concatenate([*(c for _, c in pending), codes]) if pending else codes
     to = None if final else horizon_ms
+    topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))  # of each producer code
     changes = []
     for i, (t, st) in enumerate(zip(topics, states, strict=True)):
         mine = np.arange(offsets[i], offsets[i + 1], dtype=np.int64)
@@ -743,7 +756,6 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
         "layout_epoch": r.epoch, "_time_ms": r.time_ms, "_resent": r.resent}
     sent = np.flatnonzero(r.entry_seq >= 0)
     sent = sent[lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
-    topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))
     # the topic and producer of a row are its code's: coded, not taken as strings
     messages = _message_table(rows, sent, **{c: routed_by_core[c][sent] for c in
                                              ("segment_id", "bucket_index", "layout_epoch")},
@@ -761,7 +773,8 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     open_rows = rows.iloc[still].reset_index(drop=True)
     for c, v in routed_by_core.items():
         open_rows[c] = v[still]
-    open_topic = topic_of[codes_all[still]]
+    open_code = codes_all[still]
+    open_topic = topic_of[open_code]
     out = {}
     for i, (t, st) in enumerate(zip(topics, states, strict=True)):
         lo, hi = int(offsets[i]), int(offsets[i + 1])
@@ -773,12 +786,23 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
         st.containers = r.state.take(np.arange(a, b))
         st.containers.producer = (st.containers.producer - lo).astype(np.int64)
         still_open = np.flatnonzero(open_topic == i)
-        st.pending = (open_rows.iloc[still_open].reset_index(drop=True) if len(still_open)
-                      else None)
+        st.pending = (_pending_rows(open_rows.iloc[still_open], t, st.producers,
+                                    open_code[still_open] - lo) if len(still_open) else None)
         if horizon_ms is not None and not final:
             st.done_ms = max(st.done_ms, horizon_ms + 1)
         out[t] = pickle.dumps(st)
     return conform_messages(messages), entries, out
+
+
+def _pending_rows(rows: pd.DataFrame, topic: str, producers: npt.NDArray[Any],
+                  codes: npt.NDArray[np.int64]) -> pd.DataFrame:
+    """A topic's rows left in open batches, as its :class:`BatchingState` keeps them: with
+    their :data:`NAME_COLUMNS` (``Categorical`` of the topic's own names; ``codes``: each
+    row's producer, an index in ``producers``) and a fresh index."""
+    pending = rows.reset_index(drop=True)
+    pending["topic"] = categorical([topic], np.zeros(len(codes), dtype=np.int64))
+    pending["producer_name"] = categorical(producers, codes)
+    return pending
 
 
 def _merge_states(states: Sequence[BatchingState], topics: Sequence[str], routed: pd.DataFrame
@@ -880,7 +904,7 @@ def _new_rows(st: BatchingState, routed: pd.DataFrame, codes: npt.NDArray[Any],
     # no assign or reset_index copying every column again
     columns: dict[str, Any] = {
         c: routed[c].to_numpy() if isinstance(routed[c].dtype, np.dtype) else routed[c].array
-        for c in MESSAGE_COLUMNS}
+        for c in MESSAGE_COLUMNS if c not in NAME_COLUMNS}
     columns["sequence_id"] = seq_ids
     event_ms = routed["event_ms"].to_numpy(np.int64)
     columns.update(event_ms=event_ms, _ordinal=ordinal, _time_ms=event_ms,

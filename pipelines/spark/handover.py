@@ -167,8 +167,10 @@ def shard_file(folder: str, shard: int) -> str:
 def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
     """Producer shard (int64, ``0 <= s < shards``) of each producer name: pandas' stable
     SipHash of the name (the same in every process, unlike ``hash()``) modulo ``shards``,
-    computed once per distinct name."""
-    codes, names = pd.factorize(producers)
+    computed once per distinct name (:func:`~pipelines.engine.stages.factorized`)."""
+    from pipelines.engine.stages import factorized  # noqa: PLC0415
+
+    codes, names = factorized(producers)
     if not len(names):
         return np.zeros(len(producers), dtype=np.int64)
     hashed = pd.util.hash_array(np.asarray(names, dtype=object))
@@ -263,14 +265,16 @@ def read_layouts(folder: str) -> dict[str, SegmentLayout]:
 
 
 ROUTED_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("key", pa.string()), ("producer_name", pa.string()),
+    ("topic", CODED_STRINGS), ("key", pa.string()), ("producer_name", CODED_STRINGS),
     ("sequence_id", pa.int64()), ("publish_time", pa.timestamp("us", tz="UTC")),
     ("payload_size", pa.int64()), ("event_ms", pa.int64()), ("hash32", pa.int64()),
     ("segment_hash", pa.int32()), ("hash_b", pa.int32()), ("segment_id", pa.int64()),
     ("bucket_index", pa.int32()), ("layout_epoch", pa.int64())])
 """The routed messages the control plane hands to batching: the staged columns
 (``pipelines.storage.staging.STAGE_INPUT_COLUMNS``) with ``segment_id``, ``bucket_index`` and
-``layout_epoch`` (replay order within each topic)."""
+``layout_epoch`` (replay order within each topic); the topic and producer coded as the staged
+files are read (``pipelines.storage.staging.CODED_COLUMNS``: ``pd.Categorical`` both ways,
+a dictionary of any index width in the file)."""
 
 ROUTED_COLUMNS = ROUTED_SCHEMA.names
 """Columns of :data:`ROUTED_SCHEMA`, in order."""
@@ -321,9 +325,9 @@ class WindowFiles:
                 write_frame(shard_file(self.routed_dir, s), part)
 
     def read_routed(self, shard: int) -> pd.DataFrame:
-        """Producer shard ``shard``'s routed messages (strings as ``pd.ArrowDtype``, as the
-        staged messages the stages take); no rows (of :data:`ROUTED_SCHEMA`) when it got
-        none."""
+        """Producer shard ``shard``'s routed messages (as the staged messages the stages take:
+        keys as ``pd.ArrowDtype`` strings, topics and producers as they were handed over,
+        ``pd.Categorical`` when coded); no rows (of :data:`ROUTED_SCHEMA`) when it got none."""
         table = read_frame(shard_file(self.routed_dir, shard))
         if table is None:
             table = ROUTED_SCHEMA.empty_table()

@@ -64,7 +64,7 @@ def test_a_window_hands_each_shard_its_routed_messages_in_replay_order(control):
                  for r in s.itertuples())
     assert got == sorted(m for m in MESSAGES if m[2] < 3000)
     for s in shards:  # each topic's messages in event order, routed to segment 0
-        for _, part in s.groupby("topic"):
+        for _, part in s.groupby("topic", observed=True):
             assert part["event_ms"].is_monotonic_increasing
         assert set(s["segment_id"]) <= {0}
     # a row per shard with routed messages, shard 0 always; the seconds on shard 0's only
