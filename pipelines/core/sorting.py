@@ -48,14 +48,14 @@ def lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
     keys that are not 1-D). Raises ``ValueError`` (NumPy's) for keys of different shapes."""
     if (not len(keys) or len({k.shape for k in keys}) > 1 or keys[0].ndim != 1
             or not len(keys[0]) or any(k.dtype.kind not in "iub" for k in keys)):
-        return np.lexsort(keys)  # (NumPy's error for keys of different shapes)
+        return _numpy_lexsort(keys)  # (NumPy's error for keys of different shapes)
     words: list[npt.NDArray[np.int64]] = []
     used = WORD_BITS
     for key in reversed(keys):  # the primary key first
         lo, hi = int(key.min()), int(key.max())
         bits = (hi - lo).bit_length()
         if bits > WORD_BITS or hi >= 1 << 63:
-            return np.lexsort(keys)
+            return _numpy_lexsort(keys)
         if not bits:
             continue
         offset = key.astype(np.int64, copy=False) - lo if lo else key.astype(np.int64)
@@ -70,4 +70,10 @@ def lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
         return np.arange(len(keys[0]), dtype=np.intp)
     if len(words) == 1:
         return stable_argsort(words[0])
-    return np.lexsort(words[::-1])
+    return _numpy_lexsort(words[::-1])
+
+
+def _numpy_lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
+    """``np.lexsort(keys)``, typed."""
+    order: npt.NDArray[np.intp] = np.lexsort(keys)
+    return order

@@ -169,6 +169,23 @@ def test_multi_topic_stages_equal_the_per_topic_stages(cuts: list[int]) -> None:
             pd.testing.assert_frame_equal(g[kind], w[kind], check_dtype=False)  # type: ignore
 
 
+def test_topics_and_producers_coded_as_staged_give_the_tables_of_strings() -> None:
+    # the staged files are read with them as Categoricals (staging.CODED_COLUMNS), the local
+    # engine hands them over as strings; open batches carried over many windows either way
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    msgs = _messages()
+    coded = msgs.astype({"topic": "category", "producer_name": "category"})
+    windows = _windows(list(range(10_000, 180_000, 25_000)))
+    want, got = _multi_topic(msgs, settings, windows), _multi_topic(coded, settings, windows)
+    for w, g in zip(want, got, strict=True):
+        pd.testing.assert_frame_equal(_plain(g["routed"]),  # type: ignore[arg-type]
+                                      w["routed"].astype(  # type: ignore[union-attr]
+                                          {"topic": object, "producer_name": object}))
+        assert _decoded(g["messages"]).equals(_decoded(w["messages"]))  # type: ignore[arg-type]
+        for kind in set(w) - {"routed", "messages"}:
+            pd.testing.assert_frame_equal(_plain(g[kind]), _plain(w[kind]))  # type: ignore
+
+
 def test_the_workload_has_seals_resends_and_dispatch_in_several_topics() -> None:
     """The equality above covers layout changes and dispatch (not only quiet topics)."""
     settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)

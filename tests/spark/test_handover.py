@@ -51,7 +51,7 @@ def test_producer_shard_is_the_same_in_another_process() -> None:
     assert there.strip() == str(here)
 
 
-@pytest.mark.parametrize("dtype", [object, pd.ArrowDtype(pa.string())])
+@pytest.mark.parametrize("dtype", [object, pd.ArrowDtype(pa.string()), "category"])
 def test_producer_shard_depends_only_on_the_name(dtype: object) -> None:
     shards = handover.producer_shard(pd.Series(["a", "b", "a", "c", "b"], dtype=dtype), 3)
     assert shards[0] == shards[2] and shards[1] == shards[4]
@@ -187,6 +187,33 @@ def test_frame_round_trips_through_its_file(tmp_path) -> None:
     assert handover.read_frame(path).equals(table)
     assert handover.read_frame(str(tmp_path / "missing.arrow")) is None
     assert [p.name for p in (tmp_path / "w").iterdir()] == ["shard-0001.arrow"]  # no temp left
+
+
+def test_producer_shard_of_coded_names_is_that_of_the_strings() -> None:
+    names = ["a", "b", "a", "c", "b"]
+    coded = pd.Series(pd.Categorical(names, categories=["z", "c", "b", "a"]))  # "z": no row
+    assert (handover.producer_shard(coded, 7).tolist()
+            == handover.producer_shard(pd.Series(names, dtype=object), 7).tolist())
+
+
+def test_a_hand_over_file_read_stays_as_read_when_a_rerun_replaces_it(tmp_path) -> None:
+    # read memory-mapped: a re-run writes a new file and renames it over the old one
+    path = str(tmp_path / "w" / "shard-0000.arrow")
+    first = pa.table({"entry_id": list(range(1000)), "producer_name": ["p"] * 1000})
+    handover.write_frame(path, first)
+    read = handover.read_frame(path)
+    handover.write_frame(path, pa.table({"entry_id": [7], "producer_name": ["q"]}))
+    assert read.equals(first)
+    assert handover.read_frame(path).column("entry_id").to_pylist() == [7]
+
+
+def test_a_large_hand_over_file_streamed_through_its_buffer_round_trips(tmp_path) -> None:
+    rows = 3 * handover.HANDOVER_BUFFER // 8  # three buffers' worth of longs
+    table = pa.table({"entry_id": pa.array(range(rows), pa.int64())})
+    path = str(tmp_path / "w" / "shard-0000.arrow")
+    handover.write_frame(path, table)
+    assert handover.read_frame(path).equals(table)
+    assert [p.name for p in (tmp_path / "w").iterdir()] == ["shard-0000.arrow"]
 
 
 @pytest.mark.parametrize(("path", "compression"), [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -15,6 +16,7 @@ from pipelines.ingest.privacy import Pseudonymizer, pseudonym
 from pipelines.ingest.rules import ACCEPTED_FIELDS, MINUTE_HINT, key_hashes_arrow, mapped_name
 from pipelines.storage import staging
 from pipelines.storage.staging import (
+    CODED_COLUMNS,
     KEY_HASH_COLUMNS,
     MISPLACED_MARK,
     STAGE_INPUT_COLUMNS,
@@ -109,6 +111,15 @@ def test_read_bin_returns_the_bins_topics_window(tmp_path: Path, lo: int | None,
     pdf = read_bin(staged_dataset(str(tmp_path)), topic_bin("a/b", BINS), lo, hi)
     assert list(pdf.columns) == STAGE_INPUT_COLUMNS
     assert sorted(zip(pdf["topic"], pdf["event_ms"], strict=True)) == expected
+
+
+def test_read_bin_codes_topics_and_producers_and_keeps_keys_as_strings(tmp_path: Path) -> None:
+    _stage(tmp_path, 0, [("a/b", 100), ("a/b", 150)])
+    _stage(tmp_path, 1, [("a/b", 200)])  # another file: its own dictionaries, unified
+    pdf = read_bin(staged_dataset(str(tmp_path)), topic_bin("a/b", BINS), None, None)
+    assert [isinstance(pdf[c].dtype, pd.CategoricalDtype) for c in CODED_COLUMNS] == [True, True]
+    assert pdf["key"].dtype == pd.ArrowDtype(pa.string())
+    assert list(pdf["topic"].astype(object)) == ["a/b"] * 3
 
 
 def test_write_staging_adds_the_key_hashes_of_ingest(tmp_path: Path) -> None:
