@@ -366,8 +366,8 @@ class _Run:
         # by container (producer, then segment: its key's order), as separate keys that pack
         # into one sort word where the key's 40-bit segment field would not
         producer, segment = m.producer[p], m.segment_id[p]
-        p = p[lexsort((m.ordinal[p], m.resent[p] * -1, m.time_ms[p], segment, producer))]
-        ckey = self._container_keys(m.producer[p], m.segment_id[p])
+        order = lexsort((m.ordinal[p], m.resent[p] * -1, m.time_ms[p], segment, producer))
+        p, ckey = p[order], self._container_keys(producer[order], segment[order])
         skey = self._container_keys(self.state.producer, self.state.segment_id)
         # containers: those with messages, then the idle ones in the state (unchanged)
         starts = np.flatnonzero(np.r_[True, ckey[1:] != ckey[:-1]]) if len(p) else _i64()

@@ -38,24 +38,24 @@ WORD_BITS = 63
 """Bits of a packed sort word (an int64 that stays non-negative)."""
 
 
-def lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
-    """``np.lexsort(keys)``: positions that sort the rows by the LAST key, then the one before
-    it, and so on, equal rows in their order. Integer keys are offset by their minimum and
-    packed, the primary key in the highest bits, into as few int64 words as their value
-    ranges fit in :data:`WORD_BITS` bits each (a key of one value takes none); one word is
-    sorted by :func:`stable_argsort`, several by ``np.lexsort`` of the words. Keys that are
-    not integers, or span 2^63 values or more, are sorted by ``np.lexsort`` as they are (and
-    keys that are not 1-D). Raises ``ValueError`` (NumPy's) for keys of different shapes."""
+def packed_words(keys: Sequence[npt.NDArray[Any]]) -> list[npt.NDArray[np.int64]] | None:
+    """Integer sort keys (1-D, equal lengths; the FIRST key primary) packed into as few int64
+    words as fit: each key offset by its minimum takes the bits of its value range (a key of
+    one value takes none), the primary key in the highest bits of the first word, a key that
+    would pass :data:`WORD_BITS` starting the next word. Words compared in order are the keys
+    compared in order, and rows equal on every word are equal on every key. ``None`` when
+    there are no keys or no rows, or a key is not integer, not 1-D, of another length than the
+    first or spans 2^63 values or more (``[]`` when every key has one value)."""
     if (not len(keys) or len({k.shape for k in keys}) > 1 or keys[0].ndim != 1
             or not len(keys[0]) or any(k.dtype.kind not in "iub" for k in keys)):
-        return _numpy_lexsort(keys)  # (NumPy's error for keys of different shapes)
+        return None
     words: list[npt.NDArray[np.int64]] = []
     used = WORD_BITS
-    for key in reversed(keys):  # the primary key first
+    for key in keys:
         lo, hi = int(key.min()), int(key.max())
         bits = (hi - lo).bit_length()
         if bits > WORD_BITS or hi >= 1 << 63:
-            return _numpy_lexsort(keys)
+            return None
         if not bits:
             continue
         offset = key.astype(np.int64, copy=False) - lo if lo else key.astype(np.int64)
@@ -66,6 +66,19 @@ def lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
             words[-1] <<= bits
             words[-1] |= offset
             used += bits
+    return words
+
+
+def lexsort(keys: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.intp]:
+    """``np.lexsort(keys)``: positions that sort the rows by the LAST key, then the one before
+    it, and so on, equal rows in their order. Integer keys are :func:`packed_words` (the last
+    key primary); one word is sorted by :func:`stable_argsort`, several by ``np.lexsort`` of
+    the words. Keys that do not pack (not integers, not 1-D, spanning 2^63 values or more)
+    are sorted by ``np.lexsort`` as they are. Raises ``ValueError`` (NumPy's) for keys of
+    different shapes."""
+    words = packed_words(keys[::-1])
+    if words is None:
+        return _numpy_lexsort(keys)  # (NumPy's error for keys of different shapes)
     if not words:
         return np.arange(len(keys[0]), dtype=np.intp)
     if len(words) == 1:

@@ -58,7 +58,7 @@ from pipelines.core.dispatch import ConsumerSpec as DConsumer
 from pipelines.core.dispatch import SubscriptionDispatcher, reader_subscription
 from pipelines.core.heavy_hitters import KeyStats, close_many, update_many
 from pipelines.core.layout import SegmentLayout, change_times, layout_as_of
-from pipelines.core.sorting import lexsort, stable_argsort
+from pipelines.core.sorting import lexsort, packed_words, stable_argsort
 from pipelines.storage.delta import conform_arrow
 from pipelines.storage.frames import DISPATCH_TABLES
 
@@ -495,24 +495,18 @@ def column_rows(col: pd.Series, pos: npt.NDArray[Any]) -> Any:
 
 
 def packed_key(cols: Sequence[npt.NDArray[Any]]) -> npt.NDArray[np.int64] | None:
-    """Integer sort keys (equal lengths) packed into one int64 per row, the first key in the
-    highest bits, each offset by its minimum: a stable argsort of it is ``np.lexsort`` of the
-    keys (first key first), and equal packed values are rows equal on every key. ``None`` when
-    a key is not integer, there are no rows, or the keys' value ranges need more than 63
-    bits. A window's replay order (topic, event ms, producer rank, sequence id: about 42 bits
-    at the 10 M bench) sorts in one pass over rows mostly in time order already: 2 ms instead
-    of ``lexsort``'s 14 ms per 500,000 messages."""
-    if not cols or not len(cols[0]) or any(c.dtype.kind not in "iu" for c in cols):
+    """Integer sort keys (equal lengths) packed into one int64 per row
+    (:func:`pipelines.core.sorting.packed_words`: the first key in the highest bits, each
+    offset by its minimum): a stable argsort of it is ``np.lexsort`` of the keys (first key
+    first), and equal packed values are rows equal on every key. ``None`` when a key is not
+    integer, there are no rows, or the keys' value ranges need more than 63 bits. A window's
+    replay order (topic, event ms, producer rank, sequence id: about 42 bits at the 10 M
+    bench) sorts in one pass over rows mostly in time order already: 2 ms instead of
+    ``lexsort``'s 14 ms per 500,000 messages."""
+    words = packed_words(cols)
+    if words is None or len(words) > 1:
         return None
-    lows, highs = [int(c.min()) for c in cols], [int(c.max()) for c in cols]
-    bits = [(hi - lo).bit_length() for lo, hi in zip(lows, highs, strict=True)]
-    if sum(bits) > 63 or max(highs) >= 1 << 63:  # (an unsigned key beyond int64)
-        return None
-    key = np.zeros(len(cols[0]), dtype=np.int64)
-    for c, lo, b in zip(cols, lows, bits, strict=True):
-        key <<= b
-        key |= c.astype(np.int64) - lo
-    return key
+    return words[0] if words else np.zeros(len(cols[0]), dtype=np.int64)
 
 
 def ties_ranked_apart(pdf: pd.DataFrame, keys: list[str], then: Sequence[str]) -> npt.NDArray[Any]:
@@ -737,11 +731,10 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
     new = _new_rows(merged, routed, codes, names)
     # a row's topic and producer are its code's (NAME_COLUMNS): not carried in the rows (a
     # concat of Categoricals of different categories makes a Python string per row)
-    rows = (pd.concat([*(f.drop(columns=[c for c in NAME_COLUMNS if c in f])
+    rows = (pd.concat([*(f.drop(columns=list(NAME_COLUMNS), errors="ignore")
                          for f, _ in pending), new], ignore_index=True) if pending else new)
     codes_all = np.concatenate([*(c for _, c in pending), codes]) if pending else codes
     to = None if final else horizon_ms
-    topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))  # of each producer code
     changes = []
     for i, (t, st) in enumerate(zip(topics, states, strict=True)):
         mine = np.arange(offsets[i], offsets[i + 1], dtype=np.int64)
@@ -756,6 +749,7 @@ def batch_topics(routed: pd.DataFrame, blobs: Mapping[str, bytes | None], bcfg: 
         "layout_epoch": r.epoch, "_time_ms": r.time_ms, "_resent": r.resent}
     sent = np.flatnonzero(r.entry_seq >= 0)
     sent = sent[lexsort((rows["_ordinal"].to_numpy(np.int64)[sent], codes_all[sent]))]
+    topic_of = np.repeat(np.arange(len(topics)), np.diff(offsets))  # of each producer code
     # the topic and producer of a row are its code's: coded, not taken as strings
     messages = _message_table(rows, sent, **{c: routed_by_core[c][sent] for c in
                                              ("segment_id", "bucket_index", "layout_epoch")},

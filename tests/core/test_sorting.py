@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines.core.sorting import RADIX_SPAN, WORD_BITS, lexsort, stable_argsort
+from pipelines.core.sorting import RADIX_SPAN, WORD_BITS, lexsort, packed_words, stable_argsort
 from tests.conftest import examples
 
 
@@ -73,3 +73,15 @@ def test_lexsort_packs_keys_that_fit_one_word_into_one_sort(monkeypatch) -> None
 def test_lexsort_refuses_keys_of_different_lengths() -> None:
     with pytest.raises(ValueError):
         lexsort([np.array([1, 2]), np.array([1])])
+
+
+@pytest.mark.parametrize(("keys", "words"), [
+    ([np.array([3, 3]), np.array([-1, -1])], []),  # one value each: no bits
+    ([np.array([1, 0]), np.array([5, 7])], [[0b100, 0b010]]),  # 1 + 2 bits, first key high
+    ([np.array([0, 2**40]), np.array([0, 2**30])], [[0, 2**40], [0, 2**30]]),  # 41 + 31 bits
+    ([np.array([0.5, 1.0])], None),  # not integers
+    ([np.array([1, 2]), np.array([1])], None),  # of different lengths
+], ids=["constant", "one-word", "two-words", "float", "lengths"])
+def test_packed_words_fill_each_word_from_the_first_key(keys, words) -> None:
+    got = packed_words(keys)
+    assert (None if got is None else [w.tolist() for w in got]) == words
