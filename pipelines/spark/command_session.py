@@ -23,20 +23,23 @@ def session_active() -> bool:
     return SparkSession.getActiveSession() is not None
 
 
-CORES_PER_PARTITION = 2
+PARTITIONS_PER_CORE = 1
 """Default ``spark.sql.shuffle.partitions`` of a replay: this many per core Spark has. The
 emulation's state partitions are these (fixed by its checkpoint), and each one is a task per
 operator and micro-batch whether it holds a key or not (a Python worker, a state store loaded
-and committed: about 0.45 s of a core each). At 10 M messages over 3 topics on 2 cores, 4
-partitions instead of 8 cut the emulation's task time from 49.8 to 41.2 s (Spark's event
-log; 2 partitions: 40.2 s, but a key per core leaves no room to balance the stages)."""
+and committed: 0.4-0.6 s of a core each, Spark's event log). The operators' keys are balanced
+over the partitions by their messages (:mod:`pipelines.spark.placement`), so one partition per
+core leaves every core the same work in fewer tasks. At 10 M messages over 3 topics on 2
+cores: 8 partitions 49.8 s of emulation tasks, 4 partitions 41.2 s (keys by number), 2
+partitions balanced 30.8 s against 4 partitions balanced 33.7 s (the stages' span 15.7
+against 17.6 s)."""
 
 
 def replay_session(master: str | None, remote: str | None, shuffle_partitions: int | None,
                    spark_log: str | None) -> SparkSession:
     """The session of a replay command: ``--master`` or ``--remote`` (Spark Connect),
     ``spark.sql.shuffle.partitions`` (``None``: as configured for Spark, e.g. by
-    ``spark-submit --conf``, else :data:`CORES_PER_PARTITION` per core of the master,
+    ``spark-submit --conf``, else :data:`PARTITIONS_PER_CORE` per core of the master,
     :func:`default_partitions`), Spark's log to ``spark_log`` (``None``: the console)."""
     spark = build_session(master=master, shuffle_partitions=shuffle_partitions,
                           extra_conf=NO_CONSOLE_PROGRESS, spark_log=spark_log, remote=remote)
@@ -101,10 +104,10 @@ def _passed(batches: Iterable[Any]) -> Iterable[Any]:
 
 
 def default_partitions(spark: SparkSession) -> int:
-    """:data:`CORES_PER_PARTITION` per core the session's master gives
+    """:data:`PARTITIONS_PER_CORE` per core the session's master gives
     (``defaultParallelism``: a local master's threads, a cluster's executor cores when the
     session starts)."""
-    return CORES_PER_PARTITION * max(1, int(spark.sparkContext.defaultParallelism))
+    return PARTITIONS_PER_CORE * max(1, int(spark.sparkContext.defaultParallelism))
 
 
 def quiet_session(master: str | None, remote: str | None = None,

@@ -122,7 +122,8 @@ class ControlProcessor(WindowLoop):
             states.put(topic, blob)
         files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window),
                             outputs.thread)
-        shards = files.write_routed(routed, self.slots.shards) if len(routed) else set()
+        shards = (files.write_routed(routed, self.slots.shards, self.slots.producers)
+                  if len(routed) else set())
         files.write_layouts(result.layouts)
         frames = {"sample": result.samples, "decision": result.decisions}
         if final or snapshot:

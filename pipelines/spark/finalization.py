@@ -35,13 +35,13 @@ from pipelines.spark.emulation import (
     run_emulation,
     write_feed,
 )
-from pipelines.spark.placement import Slots, placement_order
+from pipelines.spark.placement import Slots, balanced_producers, placement_order
 from pipelines.spark.replay_state import ReplayState
 from pipelines.spark.stopwatch import Stopwatch
 from pipelines.storage import fs as storage
 from pipelines.storage.commits import TableCommits
 from pipelines.storage.frames import APPENDED_KINDS, KEY_PROFILE_KIND, SNAPSHOT_KINDS
-from pipelines.storage.staging import staged_histogram, topic_bin
+from pipelines.storage.staging import staged_histogram, staged_producers, topic_bin
 
 FINALIZE_WINDOWS_PER_JOB = 64
 """End-of-input windows run per micro-batch of the emulation query and committed together
@@ -90,24 +90,42 @@ def window_cuts(lo: int, width: int, counts: npt.NDArray[np.int64], limit: int) 
     return cuts
 
 
-def kept_placement(emulation: str, bins: int, staged: Mapping[str, int]) -> tuple[int, ...]:
-    """The replay's placement order of its topic bins (:mod:`pipelines.spark.placement`): at
-    its first finalization, :func:`~pipelines.spark.placement.placement_order` of the messages
-    staged per bin (``staged``: topic → messages, :attr:`ReplayState.staged`), written to
-    ``placement.json`` beside the emulation's checkpoint before the query first runs; read
-    back from it at every later finalization and restart (the operators' state is keyed by
-    slots that follow from it)."""
+@dataclass(frozen=True)
+class Placement:
+    """What :func:`kept_placement` keeps: ``order`` (the bins, busiest first), ``loads`` (each
+    bin's staged messages, by bin number; ``None`` when kept without them) and ``producers``
+    (each topic's producer shards, :func:`~pipelines.spark.placement.balanced_producers`;
+    ``{}`` when kept without them: producers are hashed)."""
+
+    order: tuple[int, ...]
+    loads: tuple[int, ...] | None
+    producers: dict[str, dict[str, int]]
+
+
+def kept_placement(emulation: str, bins: int, staged: Mapping[str, int], staging: str,
+                   shards: int) -> Placement:
+    """The replay's placement of its operator keys (:mod:`pipelines.spark.placement`): at its
+    first finalization, the messages staged per bin (``staged``: topic → messages,
+    :attr:`ReplayState.staged`) and their :func:`~pipelines.spark.placement.placement_order`,
+    and each topic's producers over ``shards`` by their messages staged under ``staging``
+    (the staged files' footers), written to ``placement.json`` beside the emulation's
+    checkpoint before the query first runs; read back from it at every later finalization and
+    restart (the operators' state is keyed by slots and shards that follow from it)."""
     path = storage.join(emulation, "placement.json")
     if storage.is_file(path):
-        kept: list[int] = json.loads(storage.read_bytes(path).decode("utf-8"))["bin_order"]
-        return tuple(kept)
-    loads: dict[int, int] = {}
+        kept = json.loads(storage.read_bytes(path).decode("utf-8"))
+        loads = kept.get("bin_loads")
+        return Placement(tuple(kept["bin_order"]), None if loads is None else tuple(loads),
+                         kept.get("producer_shards", {}))
+    counts = [0] * bins
     for topic, n in staged.items():
-        b = topic_bin(topic, bins)
-        loads[b] = loads.get(b, 0) + int(n)
-    order = placement_order(loads, bins)
-    storage.write_bytes(path, json.dumps({"bin_order": list(order)}).encode("utf-8"))
-    return order
+        counts[topic_bin(topic, bins)] += int(n)
+    placement = Placement(placement_order(dict(enumerate(counts)), bins), tuple(counts),
+                          balanced_producers(staged_producers(staging), shards))
+    storage.write_bytes(path, json.dumps({"bin_order": list(placement.order),
+                                          "bin_loads": counts,
+                                          "producer_shards": placement.producers}).encode())
+    return placement
 
 
 def key_profiles_dir(work_dir: str, run_id: str) -> str:
@@ -177,10 +195,12 @@ class Finalizer:
         # every topic with a controller has staged messages: state.staged lists them all
         # (the placement is kept once there are some: it orders the bins by them)
         if state.staged:
+            placement = kept_placement(emulation, self.topic_bins, state.staged, self.staging,
+                                       self.producer_shards)
             slots = Slots.of(settings, self.topic_bins, self.producer_shards,
                              max(dispatcher_count(s) for s in settings.values()),
-                             self.state_partitions,
-                             kept_placement(emulation, self.topic_bins, state.staged))
+                             self.state_partitions, placement.order, placement.loads,
+                             placement.producers)
             write_feed(emulation, version, windows, slots, len(state.staged), snapshot=snapshot)
             run_emulation(self.spark, emulation, self.staging, settings, slots)
             receipt = read_receipt(emulation, version)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -164,10 +165,14 @@ def shard_file(folder: str, shard: int) -> str:
     return f"{folder.rstrip('/')}/shard-{shard:04d}{HANDOVER_SUFFIX}"
 
 
-def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
-    """Producer shard (int64, ``0 <= s < shards``) of each producer name: pandas' stable
-    SipHash of the name (the same in every process, unlike ``hash()``) modulo ``shards``,
-    computed once per distinct name (:func:`~pipelines.engine.stages.factorized`)."""
+def producer_shard(producers: pd.Series, shards: int, topics: pd.Series | None = None,
+                   kept: Mapping[str, Mapping[str, int]] | None = None) -> npt.NDArray[np.int64]:
+    """Producer shard (int64, ``0 <= s < shards``) of each row's producer: its topic's kept
+    shard (``kept``: topic → producer name → shard, the placement's,
+    :func:`~pipelines.spark.placement.balanced_producers`; ``topics``: each row's topic),
+    else pandas' stable SipHash of the name (the same in every process, unlike ``hash()``)
+    modulo ``shards``. Computed once per distinct name, and per distinct (topic, producer)
+    where a topic has kept shards (:func:`~pipelines.engine.stages.factorized`)."""
     from pipelines.engine.stages import factorized  # noqa: PLC0415
 
     codes, names = factorized(producers)
@@ -176,6 +181,15 @@ def producer_shard(producers: pd.Series, shards: int) -> npt.NDArray[np.int64]:
     hashed = pd.util.hash_array(np.asarray(names, dtype=object))
     by_name: npt.NDArray[np.int64] = (hashed % np.uint64(shards)).astype(np.int64)
     shard: npt.NDArray[np.int64] = by_name[np.asarray(codes)]
+    if kept and topics is not None:
+        t_codes, t_names = factorized(topics)
+        pair = (np.asarray(t_codes, dtype=np.int64) * len(names)
+                + np.asarray(codes, dtype=np.int64))
+        inverse, pairs = pd.factorize(pair)
+        placed = np.array([kept.get(str(t_names[p // len(names)]), {})
+                           .get(str(names[p % len(names)]), -1) for p in pairs.tolist()],
+                          dtype=np.int64)[inverse]
+        shard = np.where(placed >= 0, placed % shards, shard)
     return shard
 
 
@@ -303,12 +317,14 @@ class WindowFiles:
         else:
             self.thread.submit(write_frame, path, table)
 
-    def write_routed(self, routed: pd.DataFrame, shards: int) -> set[int]:
+    def write_routed(self, routed: pd.DataFrame, shards: int,
+                     kept: Mapping[str, Mapping[str, int]] | None = None) -> set[int]:
         """Write each producer shard's rows of ``routed`` (:data:`ROUTED_COLUMNS`; shard by
-        :func:`producer_shard`, ``shards`` per topic), a file per shard with rows; returns
+        :func:`producer_shard`, ``shards`` per topic, ``kept``: the placement's producer
+        shards), a file per shard with rows; returns
         those shards. The split and the writes go to :attr:`thread` whole when there is one
         (a busy topic's control-plane task bounds its stage: a tenth of it was this split)."""
-        shard = producer_shard(routed["producer_name"], shards)
+        shard = producer_shard(routed["producer_name"], shards, routed["topic"], kept)
         if self.thread is None:
             self._write_routed(routed, shard, shards)
         else:

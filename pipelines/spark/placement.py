@@ -7,26 +7,34 @@ A stateful operator's key goes to partition ``pmod(Murmur3Hash(key columns, seed
 at its first micro-batch). Keyed by ``(run_id, bin, ...)``, the keys land where the hash puts
 them: at 10 M messages the two busy topics' dispatch keys shared one partition (7 of the
 stage's 8.5 s on one core), and 16 topic bins over 8 partitions leave some partitions three
-bins and others none. Keyed by a slot, key number ``k`` of an operator goes to partition
-``k mod n``. Keys are numbered run by run, and within a run by the bins' *placement order*
-(the bins by staged messages, most first, at the replay's first finalization: a run
-constant, kept beside the emulation's checkpoint), then by shard or dispatcher: each bin's
-keys on consecutive partitions, the busiest bins' first. Spark starts a stage's tasks in
-partition order, so the longest tasks start first (at 10 M messages the busiest topic's
-control-plane task, 6.6 s, started last and set the stage's end).
+bins and others none. Keyed by a slot, each key goes to the partition the emulation chose.
+
+Keys are numbered run by run, and within a run by the bins' *placement order* (the bins by
+staged messages, most first, at the replay's first finalization: a run constant, kept beside
+the emulation's checkpoint with the bins' messages), then by shard or dispatcher. Each
+operator's keys are then *balanced* over the partitions, the longest-processing-time-first
+rule: keys by their bin's messages, most first (ties by key number), each to the partition
+with the fewest messages so far (ties: the lowest). A partition is one task per operator and
+micro-batch, its keys one after the other, and Spark starts the tasks in partition order: at
+10 M messages over 3 topics on 2 partitions, ``k mod n`` put the busiest topic's bin and the
+third one's on one partition (6.4 M messages against 3.6 M). With every bin's messages
+unknown or equal (a placement kept before the messages were), the rule is ``k mod n``.
 
 A slot is ``k * CANDIDATES + j``, ``j`` the first candidate whose partition is the target (0
 when none is: the key then goes where the hash puts it). Unique per key, and a function of run
 constants only (the runs, ``replay.topic_bins``, ``replay.producer_shards``, the dispatchers,
-the state's partitions, kept in the run's manifest), so a restart finds every key's state
-under the same slot. A slot decides where a key runs, never what it computes.
+the state's partitions, the placement, kept in the run's manifest and beside the checkpoint),
+so a restart finds every key's state under the same slot. A slot decides where a key runs,
+never what it computes.
 """
 
 from __future__ import annotations
 
+import heapq
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import mmh3
 
@@ -46,15 +54,46 @@ def spark_partition(slot: int, partitions: int) -> int:
     return mmh3.hash(struct.pack("<q", slot), SPARK_HASH_SEED, signed=True) % partitions
 
 
-def slot_of(k: int, partitions: int) -> int:
+def slot_of(k: int, partitions: int, target: int | None = None) -> int:
     """The slot of key number ``k`` (``k >= 0``): the first of its candidates on partition
-    ``k mod partitions``."""
-    target = k % partitions
+    ``target`` (default ``k mod partitions``)."""
+    target = k % partitions if target is None else target
     base = k * CANDIDATES
     for j in range(CANDIDATES):
         if spark_partition(base + j, partitions) == target:
             return base + j
     return base
+
+
+def balanced(weights: Sequence[int], partitions: int) -> tuple[int, ...]:
+    """The partition of each key (``weights[k]``: key ``k``'s expected messages) by the
+    longest-processing-time-first rule: keys by weight, heaviest first (ties by key number),
+    each to the partition with the least weight so far (ties: the lowest partition), a key
+    weighing at least 1. Equal weights give ``k mod partitions``. Cost: a heap operation per
+    key."""
+    heap = [(0, p) for p in range(partitions)]
+    out = [0] * len(weights)
+    # a key costs at least one message: keys of empty bins spread instead of piling on one
+    for k in sorted(range(len(weights)), key=lambda k: (-weights[k], k)):
+        total, p = heapq.heappop(heap)
+        out[k] = p
+        heapq.heappush(heap, (total + max(weights[k], 1), p))
+    return tuple(out)
+
+
+def balanced_producers(counts: Mapping[str, Mapping[str, int]],
+                       shards: int) -> dict[str, dict[str, int]]:
+    """Each topic's producer shards (``{topic: {producer_name: shard}}``): its producers
+    (``counts``: topic → producer → staged messages), numbered in name order, :func:`balanced`
+    over ``shards`` by their messages. A topic's batching runs as one key per shard, one after
+    another in a partition's task: hashed, the 10 M bench's 20 producers of a topic fell 3, 4,
+    7 and 6 to its shards (a shard's task 1.3 s, another's 2.9 s)."""
+    out: dict[str, dict[str, int]] = {}
+    for topic in sorted(counts):
+        names = sorted(counts[topic])
+        parts = balanced([int(counts[topic][n]) for n in names], shards)
+        out[topic] = dict(zip(names, parts, strict=True))
+    return out
 
 
 def placement_order(loads: Mapping[int, int], bins: int) -> tuple[int, ...]:
@@ -69,7 +108,11 @@ class Slots:
     whatever order the sweep lists them); ``bins``: topic bins; ``shards``: producer shards
     per topic; ``dispatchers``: the most dispatchers of any run (at least 1: a run without
     subscriptions has the one dispatcher ``-1``); ``partitions``: the state's partitions;
-    ``order``: the bins in placement order (:func:`placement_order`)."""
+    ``order``: the bins in placement order (:func:`placement_order`); ``loads``: each bin's
+    staged messages when the placement was made, by bin number (``None``: unknown, every bin
+    alike), which :func:`balanced` spreads each operator's keys by; ``producers``: the
+    producer shards kept then (:func:`balanced_producers`; a producer not in it is hashed,
+    ``pipelines.spark.handover.producer_shard``)."""
 
     runs: tuple[str, ...]
     bins: int
@@ -77,34 +120,65 @@ class Slots:
     dispatchers: int
     partitions: int
     order: tuple[int, ...]
+    loads: tuple[int, ...] | None = None
+    producers: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False,
+                                                       repr=False)
 
     @classmethod
     def of(cls, runs: Iterable[str], bins: int, shards: int, dispatchers: int,
-           partitions: int, order: Sequence[int] | None = None) -> Slots:
+           partitions: int, order: Sequence[int] | None = None,
+           loads: Sequence[int] | None = None,
+           producers: Mapping[str, Mapping[str, int]] | None = None) -> Slots:
         """``order`` defaults to the bins in number order. ``ValueError`` when bins, shards or
-        partitions are below 1 (``dispatchers`` may be 0: no run has subscriptions) or
-        ``order`` does not list each bin once."""
+        partitions are below 1 (``dispatchers`` may be 0: no run has subscriptions),
+        ``order`` does not list each bin once or ``loads`` does not give one count per
+        bin."""
         if min(bins, shards, partitions) < 1:
             raise ValueError("topic bins, producer shards and partitions must be at least 1")
         order = tuple(range(bins)) if order is None else tuple(int(b) for b in order)
         if sorted(order) != list(range(bins)):
             raise ValueError(f"the placement order must list each of the {bins} topic bins once")
-        return cls(tuple(sorted(runs)), bins, shards, max(1, dispatchers), partitions, order)
+        if loads is not None and len(loads) != bins:
+            raise ValueError(f"the placement's loads must give one count for each of the {bins} "
+                             f"topic bins, got {len(loads)}")
+        return cls(tuple(sorted(runs)), bins, shards, max(1, dispatchers), partitions, order,
+                   None if loads is None else tuple(int(n) for n in loads), producers or {})
 
     def _bin(self, run_id: str, b: int) -> int:
         """The key number of ``(run_id, b)`` among the runs' bins."""
         return self.runs.index(run_id) * self.bins + self.order.index(b)
 
+    def _targets(self, per_bin: int) -> tuple[int, ...]:
+        """The partition of each key of an operator with ``per_bin`` keys per bin (numbered
+        ``bin key × per_bin + i``), :func:`balanced` by their bins' loads."""
+        loads = self.loads or (0,) * self.bins
+        weights = [loads[b] for _ in self.runs for b in self.order for _ in range(per_bin)]
+        return balanced(weights, self.partitions)
+
+    @cached_property
+    def _control(self) -> tuple[int, ...]:
+        return self._targets(1)
+
+    @cached_property
+    def _batching(self) -> tuple[int, ...]:
+        return self._targets(self.shards)
+
+    @cached_property
+    def _dispatch(self) -> tuple[int, ...]:
+        return self._targets(self.dispatchers)
+
     def control(self, run_id: str, b: int) -> int:
         """The control plane's key ``(run_id, b)``."""
-        return slot_of(self._bin(run_id, b), self.partitions)
+        k = self._bin(run_id, b)
+        return slot_of(k, self.partitions, self._control[k])
 
     def batching(self, run_id: str, b: int, shard: int) -> int:
         """Batching's key ``(run_id, b, shard)``."""
-        return slot_of(self._bin(run_id, b) * self.shards + shard, self.partitions)
+        k = self._bin(run_id, b) * self.shards + shard
+        return slot_of(k, self.partitions, self._batching[k])
 
     def dispatch(self, run_id: str, b: int, dispatcher: int) -> int:
         """Dispatch's key ``(run_id, b, dispatcher)`` (dispatcher ``-1``: a run without
         subscriptions, numbered as dispatcher 0)."""
-        return slot_of(self._bin(run_id, b) * self.dispatchers + max(dispatcher, 0),
-                       self.partitions)
+        k = self._bin(run_id, b) * self.dispatchers + max(dispatcher, 0)
+        return slot_of(k, self.partitions, self._dispatch[k])

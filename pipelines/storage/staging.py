@@ -51,6 +51,10 @@ TOPIC_STATS_KEY = b"topic_replay.topics"
 """Key of a staged file's footer metadata: JSON ``{topic: [messages, min event_ms, max
 event_ms]}`` of the file's topics (:func:`staged_batch_stats` reads it, no data)."""
 
+PRODUCER_STATS_KEY = b"topic_replay.producers"
+"""Key of a staged file's footer metadata: JSON ``{topic: {producer_name: messages}}`` of the
+file's messages (:func:`staged_producers` reads it, no data)."""
+
 
 STAGING_ROW_GROUP_ROWS = 65_536
 """Rows per row group of the staged messages (about 4 MiB). Input is roughly in time order, so
@@ -100,8 +104,9 @@ class StagingWriter:
     topic bin (:func:`topic_bin` of ``bins``), to ``<folder>/<STAGING_TOPIC_COLUMN>=<bin>/
     part-<part:05d>.parquet`` in row groups of :data:`STAGING_ROW_GROUP_ROWS` (a file's last one
     smaller); the file's footer holds its topics' counts and event-time ranges
-    (:data:`TOPIC_STATS_KEY`). Each file is written under a hidden temporary name and moved into
-    place by :meth:`close`, so a retried task replaces it whole (readers skip hidden files).
+    (:data:`TOPIC_STATS_KEY`) and their producers' counts (:data:`PRODUCER_STATS_KEY`). Each
+    file is written under a hidden temporary name and moved into place by :meth:`close`, so a
+    retried task replaces it whole (readers skip hidden files).
     ``pseudonymize`` (``input.pseudonymize``): its columns are replaced by their pseudonyms once
     the key hashes are computed (routing is unchanged; no raw value is staged). pyarrow's C++
     writer, on the Python worker that hashes the keys: about half the time of Spark's Parquet
@@ -116,6 +121,7 @@ class StagingWriter:
         self.pending: dict[int, list[Any]] = {}
         self.counts: dict[str, int] = {}
         self.stats: dict[int, dict[str, list[int]]] = {}
+        self.producers: dict[int, dict[str, dict[str, int]]] = {}
         self.writers: dict[int, tuple[Any, str]] = {}
 
     def add(self, records: Any) -> None:
@@ -132,6 +138,7 @@ class StagingWriter:
         topics = codes.dictionary.to_pylist()
         indices = codes.indices.to_numpy(zero_copy_only=False)
         self._count(topics, indices, records.column("event_ms").to_numpy(zero_copy_only=False))
+        self._count_producers(topics, indices, records.column("producer_name"))
         bin_of = np.array([topic_bin(t, self.bins) for t in topics], dtype=np.int64)
         row_bins = bin_of[indices]
         order = stable_argsort(row_bins)
@@ -159,13 +166,35 @@ class StagingWriter:
                               [have[0] + int(n[i]), min(have[1], int(lo[i])),
                                max(have[2], int(hi[i]))])
 
+    def _count_producers(self, topics: list[str], indices: npt.NDArray[Any],
+                         producers: Any) -> None:
+        """Add a batch's messages to each (topic, producer)'s count: one count of the pairs'
+        codes (a batch names few producers, however many messages)."""
+        coded = producers.dictionary_encode() if not pa.types.is_dictionary(producers.type) \
+            else producers
+        names = coded.dictionary.to_pylist()
+        codes = coded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        pair = indices.astype(np.int64) * len(names) + codes
+        if len(topics) * len(names) <= 4 * len(pair):  # few pairs possible: count them all
+            counts = np.bincount(pair, minlength=len(topics) * len(names))
+            seen = np.flatnonzero(counts)
+            counts = counts[seen]
+        else:  # many topics and producers in one batch: count those seen
+            seen, counts = np.unique(pair, return_counts=True)
+        for p, n in zip(seen.tolist(), counts.tolist(), strict=True):
+            topic, name = topics[p // len(names)], names[p % len(names)]
+            have = self.producers.setdefault(topic_bin(topic, self.bins), {}) \
+                .setdefault(topic, {})
+            have[name] = have.get(name, 0) + n
+
     def close(self) -> dict[str, int]:
         """Write what is pending, move every file into place; returns topic → messages."""
         for b in list(self.pending):
             self._flush(b, last=True)
         for b, (writer, target) in self.writers.items():
             writer.add_key_value_metadata(
-                {TOPIC_STATS_KEY: json.dumps(self.stats.get(b, {}), sort_keys=True)})
+                {TOPIC_STATS_KEY: json.dumps(self.stats.get(b, {}), sort_keys=True),
+                 PRODUCER_STATS_KEY: json.dumps(self.producers.get(b, {}), sort_keys=True)})
             writer.close()
             self.fs.move(_hidden(target), target)
         return self.counts
@@ -263,6 +292,21 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
         for topic, (n, lo, hi) in json.loads(meta.get(TOPIC_STATS_KEY, b"{}")).items():
             n0, lo0, hi0 = out.get(topic, (0, lo, hi))
             out[topic] = (n0 + n, min(lo, lo0), max(hi, hi0))
+    return out
+
+
+def staged_producers(staging: str) -> dict[str, dict[str, int]]:
+    """Every staged message's (all batches under ``staging``) count per topic and producer,
+    ``{topic: {producer_name: messages}}``, from the footers of the staged files
+    (:data:`PRODUCER_STATS_KEY`), so no data is read; files staged without them add
+    nothing. ``{}`` when nothing was staged."""
+    out: dict[str, dict[str, int]] = {}
+    for _, pf in _staged_files_with_bins(staging):
+        meta = pf.metadata.metadata or {}
+        for topic, counts in json.loads(meta.get(PRODUCER_STATS_KEY, b"{}")).items():
+            have = out.setdefault(topic, {})
+            for name, n in counts.items():
+                have[name] = have.get(name, 0) + int(n)
     return out
 
 

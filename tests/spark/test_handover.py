@@ -65,6 +65,17 @@ def test_producer_shard_spreads_many_producers_over_every_shard() -> None:
     assert counts.min() > 2_000  # about 2,500 each
 
 
+@pytest.mark.parametrize("dtype", [object, "category"])
+def test_producer_shard_takes_the_kept_shard_of_a_topics_producer(dtype: object) -> None:
+    # t1's p1 and p2 are kept; p3 (new since) and every producer of t2 are hashed
+    producers = pd.Series(["p1", "p2", "p3", "p1", "p2"], dtype=dtype)
+    topics = pd.Series(["t1", "t1", "t1", "t2", "t2"], dtype=dtype)
+    hashed = handover.producer_shard(producers, 4).tolist()
+    kept = {"t1": {"p1": 3, "p2": 3}}
+    got = handover.producer_shard(producers, 4, topics, kept).tolist()
+    assert got == [3, 3, hashed[2], hashed[3], hashed[4]]
+
+
 def test_producer_shard_of_no_rows_is_empty() -> None:
     assert handover.producer_shard(pd.Series([], dtype=object), 4).tolist() == []
 
