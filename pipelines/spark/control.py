@@ -65,10 +65,23 @@ class ControlProcessor(WindowLoop):
         self.reader: Any = None  # the task's reader thread (ThreadPoolExecutor), made in a task
         self.next_bounds: dict[tuple[int | None, int | None], tuple[int | None, int | None]] = {}
         self.ahead: dict[tuple[int | None, int | None], Any] = {}  # bounds → Future of its read
+        self.producer_shards: dict[str, dict[str, int]] | None = None  # read in a task
 
     def __getstate__(self) -> dict[str, Any]:
-        """Pickled without a task's listing, reader thread or reads."""
-        return {**super().__getstate__(), "dataset": None, "reader": None, "ahead": {}}
+        """Pickled without a task's listing, reader thread, reads or producer shards."""
+        return {**super().__getstate__(), "dataset": None, "reader": None, "ahead": {},
+                "producer_shards": None}
+
+    def kept_shards(self) -> dict[str, dict[str, int]]:
+        """The placement's producer shards
+        (:func:`~pipelines.spark.placement.kept_producer_shards`), read once per task: kept
+        beside the checkpoint, not pickled with the processor (a plan carries it to every
+        task, and Spark's planner cannot load a large one)."""
+        from pipelines.spark.placement import kept_producer_shards  # noqa: PLC0415
+
+        if self.producer_shards is None:
+            self.producer_shards = kept_producer_shards(self.emulation)
+        return self.producer_shards
 
     def windows(self, rows: Any) -> Any:
         """:meth:`WindowLoop.windows`, each window's bounds noted with the next one's (its
@@ -122,7 +135,7 @@ class ControlProcessor(WindowLoop):
             states.put(topic, blob)
         files = WindowFiles(self.emulation, int(w.version), run_id, b, int(w.window),
                             outputs.thread)
-        shards = (files.write_routed(routed, self.slots.shards, self.slots.producers)
+        shards = (files.write_routed(routed, self.slots.shards, self.kept_shards())
                   if len(routed) else set())
         files.write_layouts(result.layouts)
         frames = {"sample": result.samples, "decision": result.decisions}

@@ -12,7 +12,6 @@ on the windows (the core is chunking-invariant).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,13 @@ from pipelines.spark.emulation import (
     run_emulation,
     write_feed,
 )
-from pipelines.spark.placement import Slots, balanced_producers, placement_order
+from pipelines.spark.placement import (
+    Slots,
+    balanced_producers,
+    placement_order,
+    read_placement,
+    write_placement,
+)
 from pipelines.spark.replay_state import ReplayState
 from pipelines.spark.stopwatch import Stopwatch
 from pipelines.storage import fs as storage
@@ -107,13 +112,13 @@ def kept_placement(emulation: str, bins: int, staged: Mapping[str, int], staging
     """The replay's placement of its operator keys (:mod:`pipelines.spark.placement`): at its
     first finalization, the messages staged per bin (``staged``: topic → messages,
     :attr:`ReplayState.staged`) and their :func:`~pipelines.spark.placement.placement_order`,
-    and each topic's producers over ``shards`` by their messages staged under ``staging``
-    (the staged files' footers), written to ``placement.json`` beside the emulation's
-    checkpoint before the query first runs; read back from it at every later finalization and
-    restart (the operators' state is keyed by slots and shards that follow from it)."""
-    path = storage.join(emulation, "placement.json")
-    if storage.is_file(path):
-        kept = json.loads(storage.read_bytes(path).decode("utf-8"))
+    and the producers of each bin whose staged files counted them (under ``staging``, their
+    footers) over its ``shards`` by their messages, kept in
+    :data:`~pipelines.spark.placement.PLACEMENT_FILE` beside the emulation's checkpoint before
+    the query first runs; read back from it at every later finalization and restart (the
+    operators' state is keyed by slots and shards that follow from it)."""
+    kept = read_placement(emulation)
+    if kept is not None:
         loads = kept.get("bin_loads")
         return Placement(tuple(kept["bin_order"]), None if loads is None else tuple(loads),
                          kept.get("producer_shards", {}))
@@ -122,9 +127,8 @@ def kept_placement(emulation: str, bins: int, staged: Mapping[str, int], staging
         counts[topic_bin(topic, bins)] += int(n)
     placement = Placement(placement_order(dict(enumerate(counts)), bins), tuple(counts),
                           balanced_producers(staged_producers(staging), shards))
-    storage.write_bytes(path, json.dumps({"bin_order": list(placement.order),
-                                          "bin_loads": counts,
-                                          "producer_shards": placement.producers}).encode())
+    write_placement(emulation, {"bin_order": list(placement.order), "bin_loads": counts,
+                                "producer_shards": placement.producers})
     return placement
 
 
@@ -199,8 +203,7 @@ class Finalizer:
                                        self.producer_shards)
             slots = Slots.of(settings, self.topic_bins, self.producer_shards,
                              max(dispatcher_count(s) for s in settings.values()),
-                             self.state_partitions, placement.order, placement.loads,
-                             placement.producers)
+                             self.state_partitions, placement.order, placement.loads)
             write_feed(emulation, version, windows, slots, len(state.staged), snapshot=snapshot)
             run_emulation(self.spark, emulation, self.staging, settings, slots)
             receipt = read_receipt(emulation, version)

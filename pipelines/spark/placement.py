@@ -31,10 +31,12 @@ never what it computes.
 from __future__ import annotations
 
 import heapq
+import json
 import struct
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import mmh3
 
@@ -81,19 +83,61 @@ def balanced(weights: Sequence[int], partitions: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def balanced_producers(counts: Mapping[str, Mapping[str, int]],
+def balanced_producers(counts: Mapping[int, Mapping[str, Mapping[str, int]] | None],
                        shards: int) -> dict[str, dict[str, int]]:
-    """Each topic's producer shards (``{topic: {producer_name: shard}}``): its producers
-    (``counts``: topic → producer → staged messages), numbered in name order, :func:`balanced`
-    over ``shards`` by their messages. A topic's batching runs as one key per shard, one after
-    another in a partition's task: hashed, the 10 M bench's 20 producers of a topic fell 3, 4,
-    7 and 6 to its shards (a shard's task 1.3 s, another's 2.9 s)."""
+    """The producer shards of each topic of a counted bin (``{topic: {producer_name:
+    shard}}``): the bin's (topic, producer) pairs (``counts``: bin → topic → producer →
+    staged messages; ``None``: not counted, its producers are hashed), numbered in (topic,
+    name) order, :func:`balanced` over ``shards`` by their messages. A bin's batching runs as
+    one key per shard, each holding every topic's producers of that shard: hashed, the 10 M
+    bench's 20 producers of a topic fell 3, 4, 7 and 6 to its 4 shards (a shard's task 1.3 s,
+    another's 2.9 s), and every topic's first producer on its own shard would leave a bin of
+    topics with one producer each a single busy shard."""
     out: dict[str, dict[str, int]] = {}
-    for topic in sorted(counts):
-        names = sorted(counts[topic])
-        parts = balanced([int(counts[topic][n]) for n in names], shards)
-        out[topic] = dict(zip(names, parts, strict=True))
+    for b in sorted(counts):
+        topics = counts[b]
+        if not topics:
+            continue
+        pairs = [(t, n) for t in sorted(topics) for n in sorted(topics[t])]
+        parts = balanced([int(topics[t][n]) for t, n in pairs], shards)
+        for (t, n), shard in zip(pairs, parts, strict=True):
+            out.setdefault(t, {})[n] = shard
     return out
+
+
+PLACEMENT_FILE = "placement.json"
+"""The placement's file beside the emulation's checkpoint: JSON ``{"bin_order": [bins],
+"bin_loads": [messages by bin], "producer_shards": {topic: {producer_name: shard}}}`` (the
+last two absent from a placement kept by an earlier version)."""
+
+
+def read_placement(emulation: str) -> dict[str, Any] | None:
+    """The placement kept under ``emulation`` (:data:`PLACEMENT_FILE`), ``None`` when none
+    is."""
+    from pipelines.storage import fs as storage  # noqa: PLC0415 (see write_placement)
+
+    path = storage.join(emulation, PLACEMENT_FILE)
+    if not storage.is_file(path):
+        return None
+    kept: dict[str, Any] = json.loads(storage.read_bytes(path).decode("utf-8"))
+    return kept
+
+
+def write_placement(emulation: str, placement: Mapping[str, Any]) -> None:
+    """Keep ``placement`` (:data:`PLACEMENT_FILE`'s fields) under ``emulation``, whole."""
+    # imported here: Spark's planner unpickles the operators, and their Slots, in a process
+    # that must not load pyarrow (tests/spark/test_window_loop.py)
+    from pipelines.storage import fs as storage  # noqa: PLC0415
+
+    storage.write_bytes(storage.join(emulation, PLACEMENT_FILE),
+                        json.dumps(placement, sort_keys=True).encode("utf-8"))
+
+
+def kept_producer_shards(emulation: str) -> dict[str, dict[str, int]]:
+    """The producer shards kept under ``emulation`` (:func:`balanced_producers`; ``{}``
+    when none are: every producer is hashed)."""
+    kept = read_placement(emulation)
+    return {} if kept is None else dict(kept.get("producer_shards", {}))
 
 
 def placement_order(loads: Mapping[int, int], bins: int) -> tuple[int, ...]:
@@ -110,9 +154,7 @@ class Slots:
     subscriptions has the one dispatcher ``-1``); ``partitions``: the state's partitions;
     ``order``: the bins in placement order (:func:`placement_order`); ``loads``: each bin's
     staged messages when the placement was made, by bin number (``None``: unknown, every bin
-    alike), which :func:`balanced` spreads each operator's keys by; ``producers``: the
-    producer shards kept then (:func:`balanced_producers`; a producer not in it is hashed,
-    ``pipelines.spark.handover.producer_shard``)."""
+    alike), which :func:`balanced` spreads each operator's keys by."""
 
     runs: tuple[str, ...]
     bins: int
@@ -121,14 +163,11 @@ class Slots:
     partitions: int
     order: tuple[int, ...]
     loads: tuple[int, ...] | None = None
-    producers: Mapping[str, Mapping[str, int]] = field(default_factory=dict, compare=False,
-                                                       repr=False)
 
     @classmethod
     def of(cls, runs: Iterable[str], bins: int, shards: int, dispatchers: int,
            partitions: int, order: Sequence[int] | None = None,
-           loads: Sequence[int] | None = None,
-           producers: Mapping[str, Mapping[str, int]] | None = None) -> Slots:
+           loads: Sequence[int] | None = None) -> Slots:
         """``order`` defaults to the bins in number order. ``ValueError`` when bins, shards or
         partitions are below 1 (``dispatchers`` may be 0: no run has subscriptions),
         ``order`` does not list each bin once or ``loads`` does not give one count per
@@ -142,7 +181,7 @@ class Slots:
             raise ValueError(f"the placement's loads must give one count for each of the {bins} "
                              f"topic bins, got {len(loads)}")
         return cls(tuple(sorted(runs)), bins, shards, max(1, dispatchers), partitions, order,
-                   None if loads is None else tuple(int(n) for n in loads), producers or {})
+                   None if loads is None else tuple(int(n) for n in loads))
 
     def _bin(self, run_id: str, b: int) -> int:
         """The key number of ``(run_id, b)`` among the runs' bins."""

@@ -53,7 +53,15 @@ event_ms]}`` of the file's topics (:func:`staged_batch_stats` reads it, no data)
 
 PRODUCER_STATS_KEY = b"topic_replay.producers"
 """Key of a staged file's footer metadata: JSON ``{topic: {producer_name: messages}}`` of the
-file's messages (:func:`staged_producers` reads it, no data)."""
+file's messages, ``null`` when its bin has more than :data:`PRODUCERS_COUNTED_MAX` (topic,
+producer) pairs (:func:`staged_producers` reads it, no data)."""
+
+PRODUCERS_COUNTED_MAX = 256
+"""(topic, producer) pairs counted per topic bin at most. The counts place a bin's producers
+on its shards (``pipelines.spark.placement.balanced_producers``): few producers hash to
+shards unevenly (the 10 M bench's 20 producers of a topic fell 3, 4, 7 and 6 to 4 shards),
+many evenly enough, and counting them would cost what they cost (10,000 topics: 20,000
+pairs)."""
 
 
 STAGING_ROW_GROUP_ROWS = 65_536
@@ -121,7 +129,8 @@ class StagingWriter:
         self.pending: dict[int, list[Any]] = {}
         self.counts: dict[str, int] = {}
         self.stats: dict[int, dict[str, list[int]]] = {}
-        self.producers: dict[int, dict[str, dict[str, int]]] = {}
+        self.producers: dict[int, dict[str, dict[str, int]] | None] = {}
+        self.pairs: dict[int, int] = {}  # (topic, producer) pairs counted per bin
         self.writers: dict[int, tuple[Any, str]] = {}
 
     def add(self, records: Any) -> None:
@@ -138,8 +147,8 @@ class StagingWriter:
         topics = codes.dictionary.to_pylist()
         indices = codes.indices.to_numpy(zero_copy_only=False)
         self._count(topics, indices, records.column("event_ms").to_numpy(zero_copy_only=False))
-        self._count_producers(topics, indices, records.column("producer_name"))
         bin_of = np.array([topic_bin(t, self.bins) for t in topics], dtype=np.int64)
+        self._count_producers(topics, bin_of, indices, records.column("producer_name"))
         row_bins = bin_of[indices]
         order = stable_argsort(row_bins)
         cuts = np.searchsorted(row_bins[order], np.arange(self.bins + 1))
@@ -166,26 +175,35 @@ class StagingWriter:
                               [have[0] + int(n[i]), min(have[1], int(lo[i])),
                                max(have[2], int(hi[i]))])
 
-    def _count_producers(self, topics: list[str], indices: npt.NDArray[Any],
-                         producers: Any) -> None:
-        """Add a batch's messages to each (topic, producer)'s count: one count of the pairs'
-        codes (a batch names few producers, however many messages)."""
-        coded = producers.dictionary_encode() if not pa.types.is_dictionary(producers.type) \
-            else producers
+    def _count_producers(self, topics: list[str], bin_of: npt.NDArray[np.int64],
+                         indices: npt.NDArray[Any], producers: Any) -> None:
+        """Add a batch's messages to each (topic, producer)'s count in its bin (``bin_of``:
+        each topic's), one count of the pairs' codes; a bin past
+        :data:`PRODUCERS_COUNTED_MAX` pairs is no longer counted (``None``)."""
+        coded = producers if pa.types.is_dictionary(producers.type) else \
+            producers.dictionary_encode()
         names = coded.dictionary.to_pylist()
-        codes = coded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-        pair = indices.astype(np.int64) * len(names) + codes
-        if len(topics) * len(names) <= 4 * len(pair):  # few pairs possible: count them all
-            counts = np.bincount(pair, minlength=len(topics) * len(names))
-            seen = np.flatnonzero(counts)
-            counts = counts[seen]
-        else:  # many topics and producers in one batch: count those seen
-            seen, counts = np.unique(pair, return_counts=True)
+        if len(names) > PRODUCERS_COUNTED_MAX * self.bins:  # every bin cannot stay under
+            for b in np.unique(bin_of[indices]).tolist():
+                self.producers[b] = None
+            return
+        pair = indices.astype(np.int64) * len(names) + \
+            coded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        seen, counts = np.unique(pair, return_counts=True)
         for p, n in zip(seen.tolist(), counts.tolist(), strict=True):
-            topic, name = topics[p // len(names)], names[p % len(names)]
-            have = self.producers.setdefault(topic_bin(topic, self.bins), {}) \
-                .setdefault(topic, {})
+            t = p // len(names)
+            b = int(bin_of[t])
+            if b in self.producers and self.producers[b] is None:
+                continue
+            mine = self.producers.setdefault(b, {})
+            assert mine is not None
+            have = mine.setdefault(topics[t], {})
+            name = names[p % len(names)]
+            if name not in have:
+                self.pairs[b] = self.pairs.get(b, 0) + 1
             have[name] = have.get(name, 0) + n
+            if self.pairs[b] > PRODUCERS_COUNTED_MAX:
+                self.producers[b] = None
 
     def close(self) -> dict[str, int]:
         """Write what is pending, move every file into place; returns topic → messages."""
@@ -194,7 +212,7 @@ class StagingWriter:
         for b, (writer, target) in self.writers.items():
             writer.add_key_value_metadata(
                 {TOPIC_STATS_KEY: json.dumps(self.stats.get(b, {}), sort_keys=True),
-                 PRODUCER_STATS_KEY: json.dumps(self.producers.get(b, {}), sort_keys=True)})
+                 PRODUCER_STATS_KEY: json.dumps(self.producers.get(b), sort_keys=True)})
             writer.close()
             self.fs.move(_hidden(target), target)
         return self.counts
@@ -295,18 +313,26 @@ def staged_batch_stats(staging: str, batch_id: int) -> dict[str, tuple[int, int,
     return out
 
 
-def staged_producers(staging: str) -> dict[str, dict[str, int]]:
-    """Every staged message's (all batches under ``staging``) count per topic and producer,
-    ``{topic: {producer_name: messages}}``, from the footers of the staged files
-    (:data:`PRODUCER_STATS_KEY`), so no data is read; files staged without them add
-    nothing. ``{}`` when nothing was staged."""
-    out: dict[str, dict[str, int]] = {}
-    for _, pf in _staged_files_with_bins(staging):
+def staged_producers(staging: str) -> dict[int, dict[str, dict[str, int]] | None]:
+    """Every staged message's (all batches under ``staging``) count per topic bin, topic and
+    producer, ``{bin: {topic: {producer_name: messages}}}``, from the footers of the staged
+    files (:data:`PRODUCER_STATS_KEY`), so no data is read; a bin is ``None`` when one of its
+    files did not count them or it has more than :data:`PRODUCERS_COUNTED_MAX` pairs.
+    ``{}`` when nothing was staged."""
+    out: dict[int, dict[str, dict[str, int]] | None] = {}
+    for b, pf in _staged_files_with_bins(staging):
         meta = pf.metadata.metadata or {}
-        for topic, counts in json.loads(meta.get(PRODUCER_STATS_KEY, b"{}")).items():
-            have = out.setdefault(topic, {})
+        counted = json.loads(meta[PRODUCER_STATS_KEY]) if PRODUCER_STATS_KEY in meta else None
+        mine = out.setdefault(b, {})
+        if counted is None or mine is None:
+            out[b] = None
+            continue
+        for topic, counts in counted.items():
+            have = mine.setdefault(topic, {})
             for name, n in counts.items():
                 have[name] = have.get(name, 0) + int(n)
+        if sum(map(len, mine.values())) > PRODUCERS_COUNTED_MAX:
+            out[b] = None
     return out
 
 

@@ -5,6 +5,8 @@ and no two keys share a slot."""
 
 from __future__ import annotations
 
+import pickle
+
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
@@ -14,11 +16,18 @@ from pipelines.spark.placement import (
     CANDIDATES,
     Slots,
     balanced,
+    balanced_producers,
     placement_order,
     slot_of,
     spark_partition,
+    write_placement,
 )
-from pipelines.storage.staging import StagingWriter, topic_bin
+from pipelines.storage.staging import (
+    PRODUCERS_COUNTED_MAX,
+    StagingWriter,
+    staged_producers,
+    topic_bin,
+)
 
 LONGS = [0, 1, -1, 42, 255, 256, 2**31 - 1, 2**31, -(2**31), 2**40 + 7, 2**63 - 1, -(2**63)]
 
@@ -128,19 +137,51 @@ def test_a_placement_kept_without_loads_counts_every_bin_alike(tmp_path) -> None
     assert (kept.order, kept.loads, kept.producers) == ((2, 0, 1), None, {})
 
 
-def test_the_producers_are_balanced_from_the_staged_files(tmp_path) -> None:
-    staging = tmp_path / "staging" / "batch_id=0"
-    writer = StagingWriter(str(staging), 0, bins=2)
-    names = ["p1"] * 6 + ["p2"] * 3 + ["p3"] * 2 + ["p4"] * 1 + ["q"] * 4
-    topics = ["a"] * 12 + ["b"] * 4
+def _stage(folder, topics: list[str], names: list[str], bins: int) -> None:
+    writer = StagingWriter(str(folder), 0, bins=bins)
+    n = len(topics)
     writer.add(pa.RecordBatch.from_pydict({
-        "topic": topics, "key": [None] * 16, "producer_name": names,
-        "sequence_id": list(range(16)), "publish_time": pa.array([0] * 16, pa.timestamp("us")),
-        "payload_size": [1] * 16, "event_ms": [0] * 16}))
+        "topic": topics, "key": [None] * n, "producer_name": names,
+        "sequence_id": list(range(n)), "publish_time": pa.array([0] * n, pa.timestamp("us")),
+        "payload_size": [1] * n, "event_ms": [0] * n}))
     writer.close()
-    kept = kept_placement(str(tmp_path), 2, {"a": 12, "b": 4}, str(tmp_path / "staging"), 2)
-    # a: p1 (6) alone, p2 + p3 + p4 (6) together; b: its one producer on shard 0
-    assert kept.producers == {"a": {"p1": 0, "p2": 1, "p3": 1, "p4": 1}, "b": {"q": 0}}
+
+
+def test_a_bins_producers_are_balanced_over_its_shards_from_the_staged_files(tmp_path) -> None:
+    # one bin, heaviest first to the lighter shard: p1 (6) → 0, q (4) → 1, p2 (3) → 1,
+    # p3 (2) → 0, p4 (1) → 1: 8 messages each (every topic's producers share the bin's shards)
+    names = ["p1"] * 6 + ["p2"] * 3 + ["p3"] * 2 + ["p4"] * 1 + ["q"] * 4
+    _stage(tmp_path / "staging" / "batch_id=0", ["a"] * 12 + ["b"] * 4, names, bins=1)
+    kept = kept_placement(str(tmp_path), 1, {"a": 12, "b": 4}, str(tmp_path / "staging"), 2)
+    assert kept.producers == {"a": {"p1": 0, "p2": 1, "p3": 0, "p4": 1}, "b": {"q": 1}}
+
+
+def test_topics_of_one_producer_each_spread_over_the_shards(tmp_path) -> None:
+    topics = [f"t{i}" for i in range(8)]
+    _stage(tmp_path / "staging" / "batch_id=0", topics, ["p"] * 8, bins=1)
+    kept = kept_placement(str(tmp_path), 1, dict.fromkeys(topics, 1),
+                          str(tmp_path / "staging"), 4)
+    assert sorted(kept.producers[t]["p"] for t in topics) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_a_bin_of_too_many_producers_is_hashed(tmp_path) -> None:
+    names = [f"p{i}" for i in range(PRODUCERS_COUNTED_MAX + 1)]
+    _stage(tmp_path / "staging" / "batch_id=0", ["a"] * len(names), names, bins=1)
+    assert staged_producers(str(tmp_path / "staging")) == {0: None}
+    kept = kept_placement(str(tmp_path), 1, {"a": len(names)}, str(tmp_path / "staging"), 4)
+    assert kept.producers == {}
+
+
+@pytest.mark.parametrize(("counts", "want"), [
+    pytest.param({}, {}, id="nothing-staged"),
+    pytest.param({0: None}, {}, id="not-counted"),
+    pytest.param({0: {"a": {"x": 5, "y": 5}}, 1: {"b": {"z": 1}}},
+                 {"a": {"x": 0, "y": 1}, "b": {"z": 0}}, id="bins-apart"),
+    pytest.param({0: {"a": {"x": 1, "y": 9, "z": 1}}}, {"a": {"x": 1, "y": 0, "z": 1}},
+                 id="heaviest-alone"),
+])
+def test_balanced_producers_places_each_counted_bins_producers(counts, want) -> None:
+    assert balanced_producers(counts, 2) == want
 
 
 @pytest.mark.parametrize(("weights", "partitions", "want"), [
@@ -176,3 +217,17 @@ def test_a_bins_keys_are_balanced_by_the_bins_messages() -> None:
 def test_loads_that_miss_a_bin_are_refused() -> None:
     with pytest.raises(ValueError, match="one count for each of the 3 topic bins"):
         Slots.of(["r"], bins=3, shards=1, dispatchers=1, partitions=2, loads=(1, 2))
+
+
+def test_the_control_plane_reads_the_kept_producer_shards_once_and_pickles_none(
+        tmp_path) -> None:
+    from pipelines.spark.control import ControlProcessor  # noqa: PLC0415
+
+    write_placement(str(tmp_path), {"bin_order": [0], "bin_loads": [3],
+                                    "producer_shards": {"a": {"p": 1}}})
+    processor = ControlProcessor({}, str(tmp_path / "staging"), str(tmp_path),
+                                 Slots.of(["r"], bins=1, shards=2, dispatchers=1, partitions=1))
+    assert processor.kept_shards() == {"a": {"p": 1}}
+    write_placement(str(tmp_path), {"bin_order": [0], "producer_shards": {}})
+    assert processor.kept_shards() == {"a": {"p": 1}}  # read once, in the task
+    assert pickle.loads(pickle.dumps(processor)).kept_shards() == {}  # a new task reads anew
