@@ -23,16 +23,16 @@ def session_active() -> bool:
     return SparkSession.getActiveSession() is not None
 
 
-PARTITIONS_PER_CORE = 1
+PARTITIONS_PER_CORE = 2
 """Default ``spark.sql.shuffle.partitions`` of a replay: this many per core Spark has. The
 emulation's state partitions are these (fixed by its checkpoint), and each one is a task per
 operator and micro-batch whether it holds a key or not (a Python worker, a state store loaded
-and committed: 0.4-0.6 s of a core each, Spark's event log). The operators' keys are balanced
-over the partitions by their messages (:mod:`pipelines.spark.placement`), so one partition per
-core leaves every core the same work in fewer tasks. At 10 M messages over 3 topics on 2
-cores: 8 partitions 49.8 s of emulation tasks, 4 partitions 41.2 s (keys by number), 2
-partitions balanced 30.8 s against 4 partitions balanced 33.7 s (the stages' span 15.7
-against 17.6 s)."""
+and committed: 0.4-0.6 s of a core each, Spark's event log). At 10 M messages over 3 topics on
+2 cores, 4 partitions instead of 8 cut the emulation's task time from 49.8 to 41.2 s. One
+partition a core, the keys balanced over them (:mod:`pipelines.spark.placement`), took 30.8
+core-s against 33.7 on 4, but a topic's control plane and dispatch are one key each: one
+hot topic left the other core idle through both, and it took 1.22x the same messages over 3
+topics (1.01x on 4 partitions, where a core takes the next partition when it is done)."""
 
 
 def replay_session(master: str | None, remote: str | None, shuffle_partitions: int | None,

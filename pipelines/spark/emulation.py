@@ -65,17 +65,16 @@ class Receipt:
     seconds: Mapping[str, float]
 
 
-BINS_PER_PARTITION = 8
+BINS_PER_PARTITION = 4
 """Default topic bins per state partition (:func:`default_bins`)."""
 
 
 def default_bins(spark: Any) -> int:
     """Topic bins when ``replay.topic_bins`` is not set: :data:`BINS_PER_PARTITION` times
-    :func:`state_partitions` (eight bins on each partition, :mod:`pipelines.spark.placement`:
+    :func:`state_partitions` (four bins on each partition, :mod:`pipelines.spark.placement`:
     topics hash to bins unevenly, and a partition's bins even that out; each key costs a few
     ms a micro-batch, whatever its topics). With 4 partitions on 2 cores, 1 M messages over
-    10,000 topics: control plane 6.3 s with 16 bins, 8.3 s with 8 (bench_targets); one
-    partition a core (``pipelines.spark.command_session.PARTITIONS_PER_CORE``) keeps 16."""
+    10,000 topics: control plane 6.3 s with 16 bins, 8.3 s with 8 (bench_targets)."""
     return BINS_PER_PARTITION * state_partitions(spark)
 
 

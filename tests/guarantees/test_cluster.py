@@ -89,11 +89,11 @@ def test_cluster_replay_accepts_every_sample_message(runs):
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_cluster_replay_without_shuffle_partitions_keeps_the_cluster_cores(runs):
-    # two one-core workers, no --shuffle-partitions: a state partition per core, in the manifest
+def test_cluster_replay_without_shuffle_partitions_keeps_twice_the_cluster_cores(runs):
+    # two one-core workers, no --shuffle-partitions: 2 × 2 state partitions, in the manifest
     cwd, _ = runs
     assert read_manifest(str(cwd / "cluster" / "_work" / "sample" / "run.json"))[
-        "state_partitions"] == 2
+        "state_partitions"] == 4
 
 
 @pytest.mark.spark

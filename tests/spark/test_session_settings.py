@@ -1,5 +1,5 @@
 """Session settings a replay depends on for its speed: the default ``spark.sql.shuffle.partitions``
-(one per core its master gives, ``pipelines.spark.command_session.default_partitions``; the
+(twice the cores its master gives, ``pipelines.spark.command_session.default_partitions``; the
 emulation's state keeps them for the run; the value a cluster replay takes is checked in
 ``tests/guarantees/test_cluster.py``), one Python worker daemon for every query, and streaming
 checkpoints written without a process per rename."""
@@ -13,11 +13,11 @@ from pipelines.spark.command_session import PARTITIONS_PER_CORE, default_partiti
 pytestmark = pytest.mark.spark
 
 
-def test_default_partitions_are_the_cores_of_the_master(spark):
+def test_default_partitions_are_twice_the_cores_of_the_master(spark):
     # the tests' session: spark.default.parallelism = 2
     assert spark.sparkContext.defaultParallelism == 2
-    assert PARTITIONS_PER_CORE == 1
-    assert default_partitions(spark) == 2
+    assert PARTITIONS_PER_CORE == 2
+    assert default_partitions(spark) == 4
 
 
 def test_session_asks_for_worker_environments_that_share_one_python_daemon(spark):
@@ -42,12 +42,12 @@ def test_python_workers_are_started_by_a_job_of_their_own_on_a_local_master(spar
     assert tracker.getJobInfo(job).status == "SUCCEEDED"
 
 
-def test_default_topic_bins_are_eight_per_state_partition(spark):
+def test_default_topic_bins_are_four_per_state_partition(spark):
     from pipelines.spark.emulation import default_bins  # noqa: PLC0415
 
     # the tests' session: 2 shuffle partitions
     assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
-    assert default_bins(spark) == 16
+    assert default_bins(spark) == 8
 
 
 def test_streaming_checkpoints_use_hadoop_filesystem_renames(spark):
