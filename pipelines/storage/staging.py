@@ -183,8 +183,8 @@ class StagingWriter:
         coded = producers if pa.types.is_dictionary(producers.type) else \
             producers.dictionary_encode()
         names = coded.dictionary.to_pylist()
-        if len(names) > PRODUCERS_COUNTED_MAX * self.bins:  # every bin cannot stay under
-            for b in np.unique(bin_of[indices]).tolist():
+        if len(names) > PRODUCERS_COUNTED_MAX * self.bins:  # not every bin can stay under
+            for b in set(bin_of.tolist()):
                 self.producers[b] = None
             return
         pair = indices.astype(np.int64) * len(names) + \
