@@ -22,6 +22,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -453,24 +454,29 @@ def control_topics(pdf: pd.DataFrame, blobs: Mapping[str, bytes | None],
     segment_id = np.zeros(n, dtype=np.int64)
     bucket_index = np.zeros(n, dtype=np.int32)
     layout_epoch = np.zeros(n, dtype=np.int64)
-    controllers = {}
     fresh = settings.controller_settings_for([t for t in topics if blobs[t] is None])
-    for i, topic in enumerate(topics):
-        ctl = new_controller(topic, blobs[topic], settings, fresh.get(topic))
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
-        if hi > lo or horizon_ms is not None:
-            until = horizon_ms if horizon_ms is not None else int(event[lo:hi].max()) + 1
-            routed = ctl.advance(event[lo:hi], segment_hash[lo:hi], hash_b[lo:hi], size[lo:hi],
-                                 producer[lo:hi], until)
-            segment_id[lo:hi] = routed.segment_id
-            bucket_index[lo:hi] = routed.bucket_index
-            layout_epoch[lo:hi] = routed.layout_epoch
-        if final:
-            ctl.finish(horizon_ms)
-        controllers[topic] = ctl
-    if counted is not None:  # every topic's key statistics in one pass (not a call per topic)
-        ctls = [controllers[t] for t in topics]
-        update_many([_key_stats(ctl, settings) for ctl in ctls], bounds, *counted)
+    controllers = {t: new_controller(t, blobs[t], settings, fresh.get(t)) for t in topics}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="key-stats") as pool:
+        # every topic's key statistics in one pass (not a call per topic), on a thread of
+        # their own while the topics are routed (the controllers never read them): NumPy's
+        # sorts let go of the GIL, and a lone hot topic's control plane left a core idle
+        counting = None if counted is None else pool.submit(
+            update_many, [_key_stats(controllers[t], settings) for t in topics], bounds,
+            *counted)
+        for i, topic in enumerate(topics):
+            ctl = controllers[topic]
+            lo, hi = int(bounds[i]), int(bounds[i + 1])
+            if hi > lo or horizon_ms is not None:
+                until = horizon_ms if horizon_ms is not None else int(event[lo:hi].max()) + 1
+                routed = ctl.advance(event[lo:hi], segment_hash[lo:hi], hash_b[lo:hi],
+                                     size[lo:hi], producer[lo:hi], until)
+                segment_id[lo:hi] = routed.segment_id
+                bucket_index[lo:hi] = routed.bucket_index
+                layout_epoch[lo:hi] = routed.layout_epoch
+            if final:
+                ctl.finish(horizon_ms)
+        if counting is not None:
+            counting.result()  # its error, if any, raised here
     if final:
         close_many([ks for ctl in controllers.values() if (ks := ctl.key_stats) is not None])
     pdf["segment_id"] = segment_id  # pdf is this call's own frame (taken): no copy

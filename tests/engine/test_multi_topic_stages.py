@@ -317,3 +317,17 @@ def test_each_dispatch_row_names_the_subscription_of_its_consumer() -> None:
     # every entry reaches each subscription once
     by_sub = pairs["subscription"].value_counts()
     assert by_sub["sub-stream"] == by_sub["sub-b"] == len(ent)
+
+
+def test_an_error_of_the_key_statistics_thread_is_raised_by_control_topics(monkeypatch) -> None:
+    # the key statistics run on a thread of their own while the topics are routed
+    settings = stages.StageSettings.from_config(load_config(None, SETS), START_MS)
+    msgs = _messages()
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("key statistics failed")
+
+    monkeypatch.setattr(stages, "update_many", broken)
+    topics = sorted(msgs["topic"].unique())
+    with pytest.raises(RuntimeError, match="key statistics failed"):
+        stages.control_topics(msgs, dict.fromkeys(topics), settings, None, True)
