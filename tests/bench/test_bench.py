@@ -323,5 +323,43 @@ def test_format_report_prints_what_the_answers_add() -> None:
     size = _without_answers(_with_engines(_size(1_000_000, 20.0, 100.0, None), 104.0, 1.0,
                                           None), 100.0)
     text = bench.format_report(bench.results_document([size], {}))
-    assert "1M without topic_profile and findings: replay 100.0 s (ok); the answers add 4.0%" \
-        in text
+    assert ("1M without topic_profile and findings: replay 100.0 s, with them 104.0 s; the "
+            "answers add 4.0% (fastest of each)") in text
+
+
+@pytest.mark.parametrize(
+    ("with_answers", "without", "cost"),
+    [
+        ([11.5, 10.0], [9.7, 10.9], 0.031),
+        ([10.0, None], [None, 9.5], 0.053),
+        ([12.0, 10.5], [None, None], None),
+    ],
+    ids=["fastest-of-each", "failed-runs-left-out", "no-finished-run-without"],
+)
+def test_answers_cost_in_pairs_compares_the_fastest_replay_of_each_side(
+        with_answers: list[float | None], without: list[float | None],
+        cost: float | None) -> None:
+    size = _with_engines(_size(1_000_000, 20.0, 100.0, None), 99.0, 1.0, None)
+    size["answers_runs"] = {"with": with_answers, "without": without}
+    assert bench.answers_cost(size) == cost
+
+
+def test_answers_pairs_alternate_the_replays_with_and_without_the_answers(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    order: list[str] = []
+    walls = iter([9.0, 8.5, 9.5])
+
+    def replay(setup: Any, folder: Path, size: int, engine: str | None, messages: int,
+               sets: Any = (), name: str | None = None) -> dict[str, Any]:
+        order.append("without" if sets else "with")
+        wall = next(walls)
+        return {**_job(wall), "stages_s": {"wall": wall}}
+
+    monkeypatch.setattr(bench, "spark_replay", replay)
+    setup = bench.BenchSetup(tmp_path, tmp_path / "cli", False, "python", log=lambda _: None)
+    first = {**_job(10.0), "stages_s": {"wall": 10.0}}
+    result = bench.answers_pairs(setup, tmp_path, 1_000_000, 10, first)
+    assert order == ["without", "with", "without"]
+    assert result["answers_runs"] == {"with": [10.0, 8.5], "without": [9.0, 9.5]}
+    assert result["spark_no_answers"]["stages_s"]["wall"] == 9.0
+    assert bench.answers_cost(result) == -0.056
