@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,16 @@ from pipelines.ingest.input_check import (
     InputFilesError,
     check_columns,
     check_files,
+    format_of,
+    input_files,
+    is_empty,
+    only_sub_folders,
+    sub_folders_hint,
     survey_inputs,
+    unread_folders,
 )
 from pipelines.ingest.privacy import PrivacyError, pseudonymizer
 from pipelines.ingest.time_unit import guess_epoch_unit
-
-FORMAT_SUFFIXES = ((".parquet", "parquet"), (".csv", "csv"), (".json", "json"),
-                   (".jsonl", "json"), (".ndjson", "json"))
-"""File name endings (before ``.gz``) and the input format they tell."""
 
 
 def config_and_spec(args: argparse.Namespace, extra_sets: Sequence[str] = (),
@@ -90,6 +93,12 @@ def file_spec(args: argparse.Namespace, cfg: ReplayConfig, what: str) -> InputSp
         names = ", ".join(f.name for f in survey.empty[:3])
         print(f"input: skipping {len(survey.empty)} empty file(s) ({names}"
               f"{', …' if len(survey.empty) > 3 else ''})")
+    if survey.unread_folders and not what:
+        names = ", ".join(f"{d.name}/" for d in survey.unread_folders[:3])
+        more = ", …" if len(survey.unread_folders) > 3 else ""
+        print(f"input: not reading {len(survey.unread_folders)} sub-folder(s) ({names}{more}): "
+              f"an input folder's own files are read, not its sub-folders'; "
+              f"{sub_folders_hint(survey.unread_folders)}")
     guess = guess_epoch_unit(spec, args.input)
     if guess is not None:  # timestamp_format auto and numbers: one unit for the whole run
         spec = spec.replace(epoch_unit=guess.unit, epoch_unit_guessed=True)
@@ -149,16 +158,21 @@ def input_spec(spec: InputSpec, cfg: ReplayConfig, inputs: list[str]) -> InputSp
 
 
 def guess_format(inputs: list[str]) -> str:
-    """The input format told by the first input file's name (:data:`FORMAT_SUFFIXES`; hidden
-    and ``_`` files skipped); ``UsageError`` when none tells it."""
-    paths = [Path(m) for i in inputs
-             for m in (sorted(glob.glob(i)) if glob.has_magic(i) else [i])]
-    files = [p for i in paths for p in ([i] if i.is_file() else sorted(i.rglob("*")))
-             if p.is_file() and not p.name.startswith((".", "_"))]
-    for f in files:
-        name = f.name.lower().removesuffix(".gz")
-        for ext, fmt in FORMAT_SUFFIXES:
-            if name.endswith(ext):
-                return fmt
-    raise UsageError("cannot tell the input format from the file names; set input.format "
-                     "(--set input.format=json|csv|parquet)")
+    """The input format the names of the input files tell (:func:`input_files`: the files
+    ingest reads; :func:`format_of`; hidden and ``_`` files skipped): the one most files with
+    content name (:func:`is_empty`: an empty file says nothing of the log; the first file's on
+    a tie), else the first empty file's. ``UsageError`` when no file name tells one. Files
+    naming another format are then reported by the input check (:func:`check_files`)."""
+    named = [(f, fmt) for f in input_files(inputs)
+             if not f.name.startswith((".", "_")) and (fmt := format_of(f.name)) is not None]
+    if not named:
+        folders = unread_folders(inputs)
+        if folders and not input_files(inputs):
+            raise UsageError(only_sub_folders(folders))
+        raise UsageError("cannot tell the input format from the file names; set input.format "
+                         "(--set input.format=json|csv|parquet)")
+    with_content = [fmt for f, fmt in named if not is_empty(f)]
+    if not with_content:
+        return named[0][1]
+    counts = Counter(with_content)
+    return max(counts, key=lambda fmt: (counts[fmt], -with_content.index(fmt)))

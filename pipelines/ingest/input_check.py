@@ -74,12 +74,15 @@ class InputFilesError(ValueError):
 class InputSurvey:
     """What :func:`survey_inputs` found: ``files`` (every listed file, path order), ``empty``
     (those with no content: zero bytes, or a ``.gz`` that decompresses to nothing), ``local``
-    (False: a remote input, nothing surveyed)."""
+    (False: a remote input, nothing surveyed), ``columns`` (each readable file's header or
+    schema) and ``unread_folders``."""
 
     files: tuple[Path, ...] = ()
     empty: tuple[Path, ...] = ()
     local: bool = True
     columns: dict[Path, tuple[str, ...]] = field(default_factory=dict)
+    unread_folders: tuple[Path, ...] = ()
+    """:func:`unread_folders` of the inputs."""
 
     @property
     def with_content(self) -> tuple[Path, ...]:
@@ -115,6 +118,37 @@ def input_files(inputs: Sequence[str], file_glob: str | None = None) -> list[Pat
             elif p.is_dir():
                 files += [f for f in p.iterdir() if f.is_file() and is_listed(f.name, file_glob)]
     return sorted(dict.fromkeys(f.resolve() for f in files), key=str)
+
+
+def unread_folders(inputs: Sequence[str]) -> list[Path]:
+    """Sub-folders of the local input folders (given as folders, not patterns) that hold
+    files, hidden ones (``.`` or ``_`` first) aside, path order: the file source reads a
+    folder's own files, not its sub-folders' (:func:`input_files`), so the console names them
+    rather than let their files go unread unsaid."""
+    found: list[Path] = []
+    for i in inputs:
+        local = i.removeprefix("file:")
+        if ("://" in i and not i.startswith("file:")) or glob.has_magic(local):
+            continue
+        folder = Path(local)
+        if folder.is_dir():
+            found += [d for d in sorted(folder.iterdir())
+                      if d.is_dir() and not d.name.startswith((".", "_"))
+                      and any(f.is_file() for f in d.rglob("*"))]
+    return found
+
+
+def sub_folders_hint(folders: Sequence[Path]) -> str:
+    """How to read the sub-folders ``folders`` (:func:`unread_folders`, at least one):
+    ``"give them as --input, or a pattern such as --input 'logs/*/*'"``."""
+    return (f"give {'it' if len(folders) == 1 else 'them'} as --input, or a pattern such "
+            f"as --input '{folders[0].parent}/*/*'")
+
+
+def only_sub_folders(folders: Sequence[Path]) -> str:
+    """The sentence for an input with no file of its own but the sub-folders ``folders``."""
+    return (f"the input has no file of its own, only sub-folders ({_names(folders)}), whose "
+            f"files are not read; {sub_folders_hint(folders)}")
 
 
 def is_empty(path: Path) -> bool:
@@ -176,7 +210,7 @@ def survey_inputs(spec: InputSpec, inputs: Sequence[str]) -> InputSurvey:
     empty = tuple(f for f in files if is_empty(f))
     skipped = set(empty)
     columns = {f: c for f in files if f not in skipped and (c := _columns(spec, f)) is not None}
-    return InputSurvey(files, empty, True, columns)
+    return InputSurvey(files, empty, True, columns, tuple(unread_folders(inputs)))
 
 
 def _names(paths: Sequence[Path], most: int = 3) -> str:
@@ -191,9 +225,11 @@ def check_files(spec: InputSpec, survey: InputSurvey, need_content: bool = True)
     schema); files whose name says another format than
     ``spec.format``; CSV files (header read from the files) whose header differs from the
     first one's; Parquet files lacking a column of :meth:`InputSpec.checked_sources` that the
-    first file has."""
+    first file has; ``need_content`` and no file but in sub-folders (:func:`unread_folders`)."""
     if not survey.local:
         return
+    if need_content and not survey.files and survey.unread_folders:
+        raise InputFilesError(only_sub_folders(survey.unread_folders))
     if need_content and survey.files and not survey.with_content:
         raise InputFilesError(
             f"no input file has any content ({len(survey.files)} empty: "

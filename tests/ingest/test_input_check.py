@@ -22,6 +22,7 @@ from pipelines.ingest.input_check import (
     check_columns,
     is_empty,
     is_listed,
+    unread_folders,
 )
 
 COLUMNS = ["topic", "lbn", "publish_time", "payload_size"]
@@ -169,3 +170,42 @@ def test_empty_gz_files_are_those_without_content(tmp_path, content, empty):
     path = tmp_path / "a.json.gz"
     path.write_bytes(content)
     assert is_empty(path) is empty
+
+
+FOLDER_TREES = {  # case → (files under the input folder, the sub-folders named)
+    "a_sub_folder_with_logs": (["a.json", "2025-01-15/b.json"], ["2025-01-15"]),
+    "logs_two_levels_down": (["x/y/c.json"], ["x"]),
+    "hidden_and_underscore_folders": ([".git/d", "_spark_metadata/0", "e.json"], []),
+    "an_empty_sub_folder": (["f.json"], []),
+    "no_sub_folder": (["g.json"], []),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FOLDER_TREES))
+def test_unread_folders_are_the_sub_folders_holding_files(tmp_path, case):
+    files, named = FOLDER_TREES[case]
+    for name in files:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}\n")
+    (tmp_path / "empty-dir").mkdir()
+
+    assert unread_folders([str(tmp_path)]) == [tmp_path / n for n in named]
+
+
+def test_a_pattern_input_names_no_unread_folder(tmp_path):
+    (tmp_path / "day").mkdir()
+    (tmp_path / "day" / "a.json").write_text("{}\n")
+
+    assert unread_folders([str(tmp_path / "*" / "*.json")]) == []
+
+
+def test_a_run_on_a_folder_with_files_only_in_sub_folders_exits_2_naming_them(tmp_path, capsys):
+    write_log(tmp_path / "in" / "2025-01-15", "csv")
+
+    code = main(["run", "--input", str(tmp_path / "in"), "--output", str(tmp_path / "out"),
+                 "--set", "input.format=csv"])
+
+    err = capsys.readouterr().err
+    assert code == 2
+    assert ("the input has no file of its own, only sub-folders (2025-01-15), whose files are "
+            "not read; give it as --input, or a pattern such as --input '") in err

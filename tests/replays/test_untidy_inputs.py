@@ -6,7 +6,8 @@ engine where the engine matters: empty files beside a good one are skipped with 
 line; cut-short, corrupt and vanished files give what can be read and one ``quarantine`` row
 each (``unreadable_file`` / ``truncated_file``), counted in the summary; folders that cannot
 make one replay (every file empty, mixed formats or headers) exit 2 with one sentence before
-Spark starts. No case prints a traceback.
+Spark starts; a sub-folder's files are not read, and the folder is named in one console line.
+No case prints a traceback.
 """
 
 from __future__ import annotations
@@ -111,6 +112,12 @@ def _not_gzip(d: Path) -> None:
     (d / "b_plain.json.gz").write_bytes(_json(2, start=10))  # named .gz, not compressed
 
 
+def _sub_folder(d: Path) -> None:
+    (d / "a_good.json").write_bytes(_json(3))
+    (d / "2025-01-15").mkdir()
+    (d / "2025-01-15" / "b.json").write_bytes(_json(2, start=10))  # not read: named instead
+
+
 READABLE = {  # case → (make the folder, format, accepted (exact, or (low, high)), files, skipped)
     "empty_csv_files": (_empty_csv, "csv", 3, {}, 2),
     "empty_json_files": (_empty_json, "json", 3, {}, 3),
@@ -125,6 +132,7 @@ READABLE = {  # case → (make the folder, format, accepted (exact, or (low, hig
     "file_named_gz_not_gzip": (_not_gzip, "json", 3, {"b_plain.json.gz": "unreadable_file"}, 0),
     "corrupt_parquet_beside_a_spaced_name": (_corrupt_parquet_beside_a_spaced_name, "parquet",
                                              3, {"c_garbage.parquet": "unreadable_file"}, 0),
+    "a_sub_folder_not_read": (_sub_folder, "json", 3, {}, 0),
 }
 ENGINES = ["local", "spark"]
 
@@ -318,3 +326,11 @@ def test_folder_that_cannot_make_one_replay_exits_2_with_one_sentence(
     assert code == 2
     assert sentence in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_sub_folder_of_the_input_is_named_as_not_read(readable_run, engine):
+    code, out, err, _ = readable_run("a_sub_folder_not_read", engine)
+
+    assert code == 0, err
+    assert "input: not reading 1 sub-folder(s) (2025-01-15/)" in out
