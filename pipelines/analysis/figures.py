@@ -64,6 +64,11 @@ ACTION_MARKERS = {"split": ("triangle-up", "#d62728"), "merge": ("triangle-down"
                   "rebucket": ("square", "#2ca02c"), "none": ("x", "#7f7f7f")}
 """Marker symbol and colour per ``autoscale_decisions.action`` (none = suppressed)."""
 
+ACTION_LANES = {"split": 0.24, "merge": 0.08, "rebucket": -0.08, "none": -0.24}
+"""Offset of each action's markers from its topic's row in :func:`fig_decisions`: one
+evaluation splits a segment while another's split is suppressed at the same instant, and
+markers drawn on one line hid each other."""
+
 ACTION_THRESHOLDS = {
     "split": ("split_msg_rate_in", "split_bytes_rate_in", "split_msg_rate_out",
               "split_bytes_rate_out", "split_cooldown_s", "max_segments", "max_dag_depth"),
@@ -353,7 +358,8 @@ def decision_topics(decisions: pd.DataFrame, n: int = DECISION_TOPICS) -> list[s
 
 def fig_decisions(tables: RunTables) -> go.Figure:
     """Auto-scale decisions over time: one marker per evaluation that acted or was suppressed,
-    x = ``eval_time``, y = topic, symbol per action (▲ split, ▼ merge, ■ rebucket, × suppressed).
+    x = ``eval_time``, y = topic (each action in a lane of the topic's row,
+    :data:`ACTION_LANES`), symbol per action (▲ split, ▼ merge, ■ rebucket, × suppressed).
     Hover: reason, ``suppressed_by``, trigger, segments, counts at ``eval_time``, the rates of
     the segments it named (:func:`decision_rates`) and the thresholds of the topic's resolved
     policy that the action uses (:data:`ACTION_THRESHOLDS`). One trace per action, named with
@@ -370,6 +376,7 @@ def fig_decisions(tables: RunTables) -> go.Figure:
     d = d[d["topic"].astype(str).isin(topics)]
     hover = pd.Series(_decision_hover(tables, d), index=d.index)
     topics = sorted(topics)
+    row = {t: i for i, t in enumerate(topics)}  # numeric rows: each action in a lane of its own
     fig = go.Figure()
     for action, (symbol, color) in ACTION_MARKERS.items():
         a = d[d["action"] == action]
@@ -381,13 +388,14 @@ def fig_decisions(tables: RunTables) -> go.Figure:
         reasons = ", ".join(f"{k} ×{v}" for k, v in counts.items())
         label = "suppressed" if action == "none" else action
         fig.add_trace(go.Scatter(
-            x=_iso(a["eval_time"]), y=a["topic"].astype(str).tolist(), mode="markers",
+            x=_iso(a["eval_time"]),
+            y=[row[t] + ACTION_LANES[action] for t in a["topic"].astype(str)], mode="markers",
             name=f"{label} ({reasons})",
             marker={"symbol": symbol, "size": 13, "color": color,
                     "line": {"color": "black", "width": 1}},
             customdata=a.index.tolist(), hovertext=hover[a.index].tolist(), hoverinfo="text"))
-    fig.update_yaxes(type="category", categoryorder="array", categoryarray=topics,
-                     title_text="topic")
+    fig.update_yaxes(tickmode="array", tickvals=list(range(len(topics))), ticktext=topics,
+                     range=[-0.5, len(topics) - 0.5], zeroline=False, title_text="topic")
     fig.update_xaxes(type="date", title_text="eval_time (UTC)")
     fig.update_layout(title=title + _of_topics(len(topics), total),
                       height=max(280, 40 * len(topics) + 200),

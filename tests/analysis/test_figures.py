@@ -371,7 +371,7 @@ def test_decisions_figure_of_many_topics_draws_the_busiest_and_says_so(tables):
                      + [tables.decisions], ignore_index=True)
     tables.decisions = many
     fig = fig_decisions(tables)
-    assert len(fig.layout.yaxis.categoryarray) == DECISION_TOPICS
+    assert len(fig.layout.yaxis.ticktext) == DECISION_TOPICS
     assert f"({DECISION_TOPICS} of 41 topics)" in fig.layout.title.text
 
 
@@ -379,3 +379,17 @@ def test_by_topic_keeps_the_busiest_topics_apart_and_the_rest_together():
     rows = pd.DataFrame({"topic": ["a", "b", "b", "c", "c", "c"], "t": [5, 4, 3, 2, 1, 0]})
     got = [(name, g["t"].tolist()) for name, g in by_topic(rows, "t", n=2)]
     assert got == [("c", [0, 1, 2]), ("b", [3, 4]), ("other topics (1)", [5])]
+
+
+def test_a_split_and_a_suppressed_split_at_one_instant_are_both_visible(tables):
+    split = tables.decisions[tables.decisions["action"] == "split"].iloc[[0]]
+    suppressed = split.assign(action="none", reason="no-candidate",
+                              suppressed_by="split-cooldown")
+    tables.decisions = pd.concat([split, suppressed], ignore_index=True)
+
+    fig = fig_decisions(tables)
+
+    points = [(x, y) for t in fig.data for x, y in zip(t.x, t.y, strict=True)]
+    assert len(set(points)) == 2  # not drawn over each other
+    assert [round(y) for _, y in points] == [0, 0]  # both in the topic's row
+    assert list(fig.layout.yaxis.ticktext) == [str(split["topic"].iloc[0])]
