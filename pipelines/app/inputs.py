@@ -163,14 +163,17 @@ def guess_format(inputs: list[str]) -> str:
     content name (:func:`is_empty`: an empty file says nothing of the log; the first file's on
     a tie), else the first empty file's. ``UsageError`` when no file name tells one. Files
     naming another format are then reported by the input check (:func:`check_files`)."""
-    named = [(f, fmt) for f in input_files(inputs)
+    files = input_files(inputs)
+    named = [(f, fmt) for f in files
              if not f.name.startswith((".", "_")) and (fmt := format_of(f.name)) is not None]
     if not named:
         folders = unread_folders(inputs)
-        if folders and not input_files(inputs):
+        if folders and not files:
             raise UsageError(only_sub_folders(folders))
         raise UsageError("cannot tell the input format from the file names; set input.format "
                          "(--set input.format=json|csv|parquet)")
+    if len({fmt for _, fmt in named}) == 1:  # one format named: no file need be opened
+        return named[0][1]
     with_content = [fmt for f, fmt in named if not is_empty(f)]
     if not with_content:
         return named[0][1]

@@ -182,11 +182,12 @@ class StagingWriter:
         :data:`PRODUCERS_COUNTED_MAX` pairs is no longer counted (``None``)."""
         coded = producers if pa.types.is_dictionary(producers.type) else \
             producers.dictionary_encode()
-        names = coded.dictionary.to_pylist()
-        if len(names) > PRODUCERS_COUNTED_MAX * self.bins:  # not every bin can stay under
+        # not every bin can stay under: the names are not even read
+        if len(coded.dictionary) > PRODUCERS_COUNTED_MAX * self.bins:
             for b in set(bin_of.tolist()):
                 self.producers[b] = None
             return
+        names = coded.dictionary.to_pylist()
         pair = indices.astype(np.int64) * len(names) + \
             coded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         seen, counts = np.unique(pair, return_counts=True)
